@@ -1,0 +1,25 @@
+"""Bearer-key authentication: every /v1 request resolves to one account (design invariant 5)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from app import errors
+from app.db import accounts as accounts_db
+from app.state import AppState
+
+
+async def authenticate(state: AppState, request: Request) -> str:
+    """The caller's account id, or a 401."""
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
+        raise errors.AuthenticationFailed(
+            "You didn't provide an API key. Provide it in an Authorization header using Bearer auth "
+            "(Authorization: Bearer YOUR_KEY).", code="missing_api_key")
+    async with state.engine.begin() as conn:
+        account_id = await accounts_db.account_for_key(conn, key)
+    if account_id is None:
+        masked = f"{key[:6]}***{key[-4:]}" if len(key) > 12 else "***"
+        raise errors.AuthenticationFailed(f"Incorrect API key provided: {masked}.")
+    return account_id

@@ -1,0 +1,92 @@
+"""`responses-server`: migrate, run the API or a worker, manage API keys."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from app.settings import Settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="responses-server", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("migrate", help="create or upgrade the database schema (alembic upgrade head)")
+    api = commands.add_parser("api", help="serve the HTTP API with uvicorn")
+    api.add_argument("--host", default="127.0.0.1")
+    api.add_argument("--port", type=int, default=8000)
+    api.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    commands.add_parser("worker", help="run a generation worker (arq)")
+    keys = commands.add_parser("keys", help="manage API keys").add_subparsers(dest="keys_command", required=True)
+    create = keys.add_parser("create", help="create a key (and its account if new); prints the key last")
+    create.add_argument("--account", required=True)
+    keys.add_parser("list", help="list keys (prefixes only; keys are stored hashed)")
+    revoke = keys.add_parser("revoke", help="revoke a key by id or display prefix")
+    revoke.add_argument("key")
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings()
+    if args.command == "migrate":
+        migrate(settings)
+    elif args.command == "api":
+        _serve_api(args.host, args.port, args.workers)
+    elif args.command == "worker":
+        _run_worker(settings)
+    else:
+        sys.exit(asyncio.run(_keys(settings, args)))
+
+
+def migrate(settings: Settings) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    import migrations
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    config.set_main_option("sqlalchemy.url", settings.database_url)
+    command.upgrade(config, "head")
+
+
+def _serve_api(host: str, port: int, workers: int) -> None:
+    import uvicorn
+
+    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, workers=workers,
+                proxy_headers=True, log_level="info")
+
+
+def _run_worker(settings: Settings) -> None:
+    from workers.settings import build_worker
+
+    build_worker(settings).run()
+
+
+async def _keys(settings: Settings, args: argparse.Namespace) -> int:
+    from app.db import accounts as accounts_db
+    from app.db.engine import create_engine
+
+    engine = create_engine(settings)
+    try:
+        async with engine.begin() as conn:
+            if args.keys_command == "create":
+                info, key = await accounts_db.create_key(conn, args.account)
+                print(f"created key {info.id} ({info.display_prefix}…) for account {args.account}")
+                print(key)
+            elif args.keys_command == "list":
+                for k in await accounts_db.list_keys(conn):
+                    state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active"
+                    used = f"{k.last_used_at:%Y-%m-%d %H:%M}" if k.last_used_at else "never"
+                    print(f"{k.id}  {k.display_prefix}…  account={k.account}  created={k.created_at:%Y-%m-%d %H:%M}"
+                          f"  last_used={used}  {state}")
+            elif await accounts_db.revoke_key(conn, args.key) == 0:
+                print(f"no active key with id or prefix {args.key!r}", file=sys.stderr)
+                return 1
+            else:
+                print(f"revoked {args.key}")
+    finally:
+        await engine.dispose()
+    return 0

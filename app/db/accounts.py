@@ -1,0 +1,88 @@
+"""Accounts and their API keys. Keys are stored only as SHA-256 hashes (design invariant 5)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, insert, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.db.tables import accounts, api_keys
+from app.ids import new_id
+
+KEY_PREFIX = "sk-rs-"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    id: str
+    account: str
+    display_prefix: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+async def ensure_account(conn: AsyncConnection, name: str) -> str:
+    stmt = pg_insert(accounts).values(id=new_id("acct"), name=name)
+    stmt = stmt.on_conflict_do_update(index_elements=[accounts.c.name], set_={"name": stmt.excluded.name})
+    return str((await conn.execute(stmt.returning(accounts.c.id))).scalar_one())
+
+
+async def create_key(conn: AsyncConnection, account_name: str) -> tuple[KeyInfo, str]:
+    """Returns the key's info and the key itself, which is shown once and never stored."""
+    account_id = await ensure_account(conn, account_name)
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    row = (await conn.execute(
+        insert(api_keys)
+        .values(id=new_id("key"), account_id=account_id, key_hash=hash_key(key), display_prefix=key[:12])
+        .returning(api_keys)
+    )).one()
+    return KeyInfo(row.id, account_name, row.display_prefix, row.created_at, None, None), key
+
+
+async def list_keys(conn: AsyncConnection) -> list[KeyInfo]:
+    rows = await conn.execute(
+        select(api_keys, accounts.c.name.label("account"))
+        .join(accounts, accounts.c.id == api_keys.c.account_id)
+        .order_by(api_keys.c.created_at)
+    )
+    return [KeyInfo(r.id, r.account, r.display_prefix, r.created_at, r.last_used_at, r.revoked_at)
+            for r in rows]
+
+
+async def revoke_key(conn: AsyncConnection, key_id_or_prefix: str) -> int:
+    """Revokes the key with this id or display prefix; returns how many keys it revoked."""
+    result = await conn.execute(
+        update(api_keys)
+        .where((api_keys.c.id == key_id_or_prefix) | (api_keys.c.display_prefix == key_id_or_prefix))
+        .where(api_keys.c.revoked_at.is_(None))
+        .values(revoked_at=func.now())
+    )
+    return result.rowcount
+
+
+async def account_for_key(conn: AsyncConnection, key: str) -> str | None:
+    """The account id of a live key, or None. Touches last_used_at at most once a minute."""
+    row = (await conn.execute(
+        select(api_keys.c.id, api_keys.c.account_id, api_keys.c.last_used_at)
+        .where(api_keys.c.key_hash == hash_key(key), api_keys.c.revoked_at.is_(None))
+    )).one_or_none()
+    if row is None:
+        return None
+    await conn.execute(
+        update(api_keys)
+        .where(api_keys.c.id == row.id)
+        .where((api_keys.c.last_used_at.is_(None))
+               | (api_keys.c.last_used_at < func.now() - text("interval '1 minute'")))
+        .values(last_used_at=func.now())
+    )
+    return str(row.account_id)

@@ -1,0 +1,104 @@
+"""Items: every input and output item stored once, under the response that introduced it.
+
+A chain's context is rebuilt by one recursive query over `context_parent_id`, ordered by
+(chain_depth, side, position); 'input' sorts before 'output', so each turn's input comes before
+its output. Nothing is ever copied from one response to the next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import insert, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.db.tables import items
+from app.ids import new_id
+
+Item = dict[str, Any]
+Side = Literal["input", "output"]
+
+_ID_PREFIX: dict[str, Any] = {"message": "msg", "function_call": "fc", "function_call_output": "fco",
+                              "reasoning": "rs"}
+
+
+def with_new_id(item: Item) -> Item:
+    return {"id": new_id(_ID_PREFIX.get(item["type"], "msg")), **item}
+
+
+async def insert_items(conn: AsyncConnection, response_id: str, side: Side, new_items: list[Item]) -> None:
+    """Stores items that carry their ids already (output items get theirs while streaming)."""
+    if not new_items:
+        return
+    await conn.execute(insert(items), [
+        {"id": item["id"], "response_id": response_id, "side": side, "position": position,
+         "type": item["type"], "payload": {k: v for k, v in item.items() if k != "id"}}
+        for position, item in enumerate(new_items)
+    ])
+
+
+async def output_items(conn: AsyncConnection, response_id: str) -> list[Item]:
+    rows = await conn.execute(
+        select(items.c.id, items.c.payload)
+        .where(items.c.response_id == response_id, items.c.side == "output")
+        .order_by(items.c.position)
+    )
+    return [{"id": r.id, **r.payload} for r in rows]
+
+
+_CONTEXT_CTE = """
+WITH RECURSIVE chain AS (
+    SELECT id, context_parent_id, chain_depth FROM responses WHERE id = :response_id
+    UNION ALL
+    SELECT r.id, r.context_parent_id, r.chain_depth
+    FROM responses r JOIN chain c ON r.id = c.context_parent_id
+),
+context AS (
+    SELECT i.id, i.payload, c.chain_depth AS depth, i.side, i.position
+    FROM chain c JOIN items i ON i.response_id = c.id
+    WHERE NOT (i.response_id = :response_id AND i.side = 'output' AND :exclude_own_output)
+)
+"""
+
+
+async def context_items(conn: AsyncConnection, response_id: str, *, own_output: bool = False,
+                        ) -> list[Item]:
+    """What the model sees for this response: the chain's inputs and outputs, then its own input
+    (and its own output too with `own_output`, as the context a new turn continues from)."""
+    rows = await conn.execute(
+        text(_CONTEXT_CTE + "SELECT id, payload FROM context ORDER BY depth, side, position"),
+        {"response_id": response_id, "exclude_own_output": not own_output},
+    )
+    return [{"id": r.id, **r.payload} for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    data: list[Item]
+    has_more: bool
+
+
+async def input_items_page(conn: AsyncConnection, response_id: str, *, order: Literal["asc", "desc"],
+                           limit: int, after: str | None, before: str | None) -> Page:
+    """One keyset page of a response's input items (its whole chain context)."""
+    forward, backward = (">", "<") if order == "asc" else ("<", ">")
+    direction = "ASC" if order == "asc" else "DESC"
+    conditions = ["TRUE"]
+    if after is not None:
+        conditions.append(f"(depth, side, position) {forward} "
+                          "(SELECT depth, side, position FROM context WHERE id = :after)")
+    if before is not None:
+        conditions.append(f"(depth, side, position) {backward} "
+                          "(SELECT depth, side, position FROM context WHERE id = :before)")
+    query = (_CONTEXT_CTE + f"SELECT id, payload FROM context WHERE {' AND '.join(conditions)} "
+             f"ORDER BY depth {direction}, side {direction}, position {direction} LIMIT :limit")
+    rows = (await conn.execute(text(query), {"response_id": response_id, "after": after, "before": before,
+                                             "limit": limit + 1, "exclude_own_output": True})).all()
+    return Page([{"id": r.id, **r.payload} for r in rows[:limit]], has_more=len(rows) > limit)
+
+
+async def in_context(conn: AsyncConnection, response_id: str, item_id: str) -> bool:
+    row = await conn.execute(text(_CONTEXT_CTE + "SELECT 1 FROM context WHERE id = :item_id"),
+                             {"response_id": response_id, "item_id": item_id, "exclude_own_output": True})
+    return row.first() is not None

@@ -1,0 +1,166 @@
+"""Queries on the `responses` table. Status changes are compare-and-set (design invariant 3):
+an UPDATE that names the statuses it may leave, so racing writers have exactly one winner.
+
+Every function takes the caller's connection and never commits: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.db import DbRow
+from app.db import items as items_db
+from app.db.tables import responses
+from app.protocol.response_object import ResponseRecord, Status
+
+
+@dataclass(frozen=True, slots=True)
+class ChainLink:
+    """Where a new response attaches to its chain."""
+
+    parent_id: str | None
+    depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a generation ended: what `finish` writes."""
+
+    status: Status
+    output: list[dict[str, Any]]
+    completed_at: float
+    usage: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    incomplete_details: dict[str, Any] | None = None
+
+
+def _epoch(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+def record_from_row(row: DbRow, output: list[dict[str, Any]]) -> ResponseRecord:
+    return ResponseRecord(
+        id=row.id, model=row.model, status=row.status, created_at=row.created_at.timestamp(),
+        instructions=row.instructions, previous_response_id=row.previous_response_id,
+        settings=row.settings, metadata=row.metadata, store=row.store, background=row.background,
+        stream=row.stream, completed_at=_epoch(row.completed_at), error=row.error,
+        incomplete_details=row.incomplete_details, usage=row.usage, output=output,
+    )
+
+
+async def insert_response(conn: AsyncConnection, record: ResponseRecord, account_id: str,
+                          link: ChainLink, next_sequence_number: int = 0) -> None:
+    await conn.execute(insert(responses).values(
+        id=record.id, account_id=account_id, model=record.model, status=record.status,
+        background=record.background, stream=record.stream, store=record.store,
+        instructions=record.instructions, metadata=record.metadata, settings=record.settings,
+        previous_response_id=record.previous_response_id, context_parent_id=link.parent_id,
+        chain_depth=link.depth, created_at=func.to_timestamp(record.created_at),
+        next_sequence_number=next_sequence_number,
+    ))
+
+
+async def get_row(conn: AsyncConnection, response_id: str, account_id: str | None = None, *,
+                  for_update: bool = False) -> DbRow | None:
+    """The row, or None; scoped to `account_id` when given (the API always gives it)."""
+    query = select(responses).where(responses.c.id == response_id)
+    if account_id is not None:
+        query = query.where(responses.c.account_id == account_id)
+    if for_update:
+        query = query.with_for_update()
+    return (await conn.execute(query)).one_or_none()
+
+
+async def get_record(conn: AsyncConnection, response_id: str, account_id: str | None = None,
+                     ) -> ResponseRecord | None:
+    row = await get_row(conn, response_id, account_id)
+    if row is None:
+        return None
+    return record_from_row(row, await items_db.output_items(conn, response_id))
+
+
+async def chain_link(conn: AsyncConnection, account_id: str, previous_id: str) -> DbRow | None:
+    return (await conn.execute(
+        select(responses.c.id, responses.c.chain_depth, responses.c.status)
+        .where(responses.c.id == previous_id, responses.c.account_id == account_id)
+    )).one_or_none()
+
+
+async def claim(conn: AsyncConnection, response_id: str, worker_id: str, lease_seconds: float,
+                ) -> DbRow | None:
+    """queued → in_progress for one worker (design invariant 4). None: someone else has it, or it ended."""
+    row: DbRow | None = (await conn.execute(
+        update(responses)
+        .where(responses.c.id == response_id, responses.c.status == "queued")
+        .values(status="in_progress", started_at=func.now(), worker_id=worker_id,
+                lease_expires_at=func.now() + timedelta(seconds=lease_seconds))
+        .returning(responses)
+    )).one_or_none()
+    return row
+
+
+async def finish(conn: AsyncConnection, response_id: str, outcome: Outcome) -> DbRow | None:
+    """in_progress → a terminal status, with its output; None when it had already ended."""
+    row: DbRow | None = (await conn.execute(
+        update(responses)
+        .where(responses.c.id == response_id, responses.c.status == "in_progress")
+        .values(status=outcome.status, usage=outcome.usage, error=outcome.error,
+                incomplete_details=outcome.incomplete_details,
+                completed_at=func.to_timestamp(outcome.completed_at),
+                lease_expires_at=None)
+        .returning(responses)
+    )).one_or_none()
+    if row is not None:
+        await items_db.insert_items(conn, response_id, "output", outcome.output)
+    return row
+
+
+async def request_stop(conn: AsyncConnection, response_id: str) -> None:
+    """Flags a running response for its worker, which ends it as cancelled."""
+    await conn.execute(
+        update(responses)
+        .where(responses.c.id == response_id, responses.c.status == "in_progress")
+        .values(cancel_requested_at=func.now())
+    )
+
+
+async def cancel_queued(conn: AsyncConnection, response_id: str) -> bool:
+    """queued → cancelled; it will never run (the worker's claim only takes queued responses)."""
+    result = await conn.execute(
+        update(responses)
+        .where(responses.c.id == response_id, responses.c.status == "queued")
+        .values(status="cancelled", cancel_requested_at=func.now(), completed_at=func.now())
+    )
+    return result.rowcount == 1
+
+
+async def renew_leases(conn: AsyncConnection, response_ids: Sequence[str], lease_seconds: float,
+                       ) -> list[str]:
+    """Extends the running responses' leases; returns those whose stop was requested."""
+    rows = await conn.execute(
+        update(responses)
+        .where(responses.c.id.in_(response_ids), responses.c.status == "in_progress")
+        .values(lease_expires_at=func.now() + timedelta(seconds=lease_seconds))
+        .returning(responses.c.id, responses.c.cancel_requested_at)
+    )
+    return [r.id for r in rows if r.cancel_requested_at is not None]
+
+
+async def delete_response(conn: AsyncConnection, response_id: str, account_id: str | None) -> bool:
+    """Deletes the response, its items and events. Responses chained from it are relinked to its
+    parent, so their context loses only the deleted turn."""
+    row = await get_row(conn, response_id, account_id, for_update=True)
+    if row is None:
+        return False
+    await conn.execute(
+        update(responses).where(responses.c.context_parent_id == response_id)
+        .values(context_parent_id=row.context_parent_id)
+    )
+    await conn.execute(delete(responses).where(responses.c.id == response_id))
+    return True

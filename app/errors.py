@@ -1,0 +1,95 @@
+"""One exception tree for everything a client can be told, rendered as OpenAI's error envelope.
+
+    APIError (500 server_error)
+    ├── InvalidRequest (400 invalid_request_error)
+    │   ├── UnsupportedParameter (400, code unsupported_parameter)
+    │   ├── NotFound (404)
+    │   ├── PayloadTooLarge (413)
+    │   └── UnsupportedMediaType (415)
+    ├── AuthenticationFailed (401, code invalid_api_key)
+    ├── ServiceUnavailable (503)
+    └── GenerationFailed (502: the model runtime failed a foreground response)
+
+Each class's docstring is its default message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class APIError(Exception):
+    """The server had an error while processing your request."""
+
+    status_code = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(
+        self, message: str | None = None, *, param: str | None = None, code: str | None = None
+    ) -> None:
+        self.message = message or (self.__doc__ or "").strip()
+        self.param = param
+        if code is not None:
+            self.code = code
+        super().__init__(self.message)
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+        }
+
+
+class InvalidRequest(APIError):
+    """Invalid request."""
+
+    status_code = 400
+    type = "invalid_request_error"
+
+
+class UnsupportedParameter(InvalidRequest):
+    """This parameter is not supported by this server."""
+
+    code = "unsupported_parameter"
+
+
+class NotFound(InvalidRequest):
+    """Not found."""
+
+    status_code = 404
+
+
+class PayloadTooLarge(InvalidRequest):
+    """The request body is too large."""
+
+    status_code = 413
+
+
+class UnsupportedMediaType(InvalidRequest):
+    """The request body must be JSON (Content-Type: application/json)."""
+
+    status_code = 415
+
+
+class AuthenticationFailed(APIError):
+    """Incorrect API key provided."""
+
+    status_code = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class ServiceUnavailable(APIError):
+    """The service is temporarily unavailable; please retry."""
+
+    status_code = 503
+
+
+class GenerationFailed(APIError):
+    """The model runtime failed to generate a response."""
+
+    status_code = 502
+
+
+def response_not_found(response_id: str) -> NotFound:
+    return NotFound(f"Response with id '{response_id}' not found.")

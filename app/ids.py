@@ -1,0 +1,12 @@
+"""Opaque object ids: a type prefix and 48 random hex digits, as OpenAI's look."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Literal
+
+Prefix = Literal["resp", "msg", "fc", "fco", "rs", "req", "acct", "key"]
+
+
+def new_id(prefix: Prefix) -> str:
+    return f"{prefix}_{secrets.token_hex(24)}"

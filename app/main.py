@@ -1,0 +1,101 @@
+"""The ASGI application: `create_app(settings)` builds it; uvicorn serves it (`responses-server api`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from redis.exceptions import RedisError
+from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app import errors
+from app.ids import new_id
+from app.routes import input_items, meta, responses
+from app.settings import Settings
+from app.state import AppState
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None) -> Starlette:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        state = await AppState.open(settings)
+        app.state.responses = state
+        try:
+            yield
+        finally:
+            await state.close()
+
+    app = Starlette(routes=[*responses.routes, *input_items.routes, *meta.routes], lifespan=lifespan,
+                    exception_handlers={errors.APIError: _api_error, HTTPException: _http_error})
+    app.add_middleware(RequestIdMiddleware)
+    return app
+
+
+
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, errors.APIError)
+    return JSONResponse(exc.body(), status_code=exc.status_code)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    error = errors.NotFound(f"Unknown route: {request.method} {request.url.path}") if exc.status_code == 404 \
+        else errors.InvalidRequest(f"{exc.detail}: {request.method} {request.url.path}")
+    error.status_code = exc.status_code
+    return JSONResponse(error.body(), status_code=exc.status_code)
+
+
+class RequestIdMiddleware:
+    """Adds `x-request-id` to every response, and turns anything unhandled into OpenAI's error
+    envelope (a 503 when Postgres or Redis is unreachable, else a logged 500)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = new_id("req")
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  (b"x-request-id", request_id.encode())]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception as exc:
+            if started:
+                raise
+            error = _unhandled(exc, request_id)
+            await send_with_id({"type": "http.response.start", "status": error.status_code,
+                                "headers": [(b"content-type", b"application/json")]})
+            await send_with_id({"type": "http.response.body", "body": json.dumps(error.body()).encode()})
+
+
+def _unhandled(exc: Exception, request_id: str) -> errors.APIError:
+    if isinstance(exc, OperationalError | DBAPIError | RedisError | OSError):
+        log.warning("dependency unavailable (%s): %s", request_id, exc)
+        return errors.ServiceUnavailable()
+    log.exception("unhandled error (%s)", request_id)
+    return errors.APIError(f"The server had an error while processing your request (request id {request_id}).")
+
+

@@ -1,0 +1,186 @@
+"""`POST /v1/responses`: the accepted body, its limits, and the settings a Response echoes."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app import errors
+from app.protocol.input_items import Item, parse_input
+from app.protocol.validation import validate
+
+INCLUDABLE = {
+    "file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
+    "message.input_image.image_url", "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs", "reasoning.encrypted_content", "message.output_text.logprobs",
+}
+
+# OpenAI parameters this server recognises but does not serve yet: 400 unsupported_parameter.
+UNSUPPORTED = ("conversation", "prompt", "context_management", "moderation", "prompt_cache_options")
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    include_obfuscation: bool | None = None
+
+
+class TextFormat(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["text", "json_object", "json_schema"]
+
+
+class TextOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: TextFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class ReasoningOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class CreateResponseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1)
+    input: str | list[Any]
+    instructions: str | None = None
+    previous_response_id: str | None = Field(None, min_length=1)
+    store: bool | None = None
+    background: bool | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    include: list[str] | None = None
+    text: TextOptions | None = None
+    reasoning: ReasoningOptions | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    max_output_tokens: int | None = Field(None, ge=16)
+    max_tool_calls: int | None = Field(None, ge=0)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    truncation: Literal["auto", "disabled"] | None = None
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+    safety_identifier: str | None = Field(None, max_length=64)
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast", "ultrafast"] | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_limits(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return value
+        if len(value) > 16:
+            raise ValueError("at most 16 key-value pairs are allowed")
+        for key, item in value.items():
+            if len(key) > 64:
+                raise ValueError(f"key '{key[:20]}…' is longer than 64 characters")
+            if len(item) > 512:
+                raise ValueError(f"the value of '{key}' is longer than 512 characters")
+        return value
+
+
+class ValidatedCreate(BaseModel):
+    """A create request that passed every check: what the service persists and the worker runs."""
+
+    request: CreateResponseRequest
+    input_items: list[Item]
+
+    @property
+    def store(self) -> bool:
+        return self.request.store is not False
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.request.stream)
+
+    @property
+    def background(self) -> bool:
+        return bool(self.request.background)
+
+
+def parse_create_request(body: dict[str, Any]) -> ValidatedCreate:
+    for name in UNSUPPORTED:
+        if body.get(name) is not None:
+            raise errors.UnsupportedParameter(
+                f"The '{name}' parameter is not supported by this server yet.", param=name
+            )
+    request = validate(CreateResponseRequest, body)
+    _reject_unserved_values(request)
+    return ValidatedCreate(request=request, input_items=parse_input(request.input))
+
+
+def _reject_unserved_values(request: CreateResponseRequest) -> None:
+    """Values that are valid for OpenAI but would be silently ignored here: refuse them instead."""
+    for index, tool in enumerate(request.tools or []):
+        raise errors.UnsupportedParameter(
+            f"Tools of type '{tool.get('type')}' are not supported by this server yet.",
+            param=f"tools[{index}].type",
+        )
+    if request.tool_choice not in (None, "auto", "none"):
+        raise errors.UnsupportedParameter("Only tool_choice 'auto' and 'none' are supported without tools.",
+                                          param="tool_choice")
+    if request.truncation == "auto":
+        raise errors.UnsupportedParameter("truncation 'auto' is not supported by this server yet.",
+                                          param="truncation")
+    if request.text and request.text.format and request.text.format.type != "text":
+        raise errors.UnsupportedParameter(
+            f"text.format of type '{request.text.format.type}' is not supported by this server yet.",
+            param="text.format.type",
+        )
+    if request.reasoning and request.reasoning.effort not in (None, "none"):
+        raise errors.UnsupportedParameter("reasoning.effort is not supported by this server yet.",
+                                          param="reasoning.effort")
+    if request.top_logprobs:
+        raise errors.UnsupportedParameter("top_logprobs is not supported by this server yet.",
+                                          param="top_logprobs")
+    for index, name in enumerate(request.include or []):
+        if name not in INCLUDABLE:
+            raise errors.InvalidRequest(f"Invalid 'include[{index}]': unknown value '{name}'.",
+                                        param=f"include[{index}]", code="invalid_value")
+        if name == "message.output_text.logprobs":
+            raise errors.UnsupportedParameter("Logprobs are not supported by this server yet.",
+                                              param=f"include[{index}]")
+
+
+def echoed_settings(request: CreateResponseRequest, max_output_tokens: int | None) -> dict[str, Any]:
+    """The request settings a Response object echoes, with OpenAI's defaults filled in."""
+    text = request.text or TextOptions()
+    return {
+        "frequency_penalty": 0.0,
+        "max_output_tokens": max_output_tokens,
+        "max_tool_calls": request.max_tool_calls,
+        "parallel_tool_calls": request.parallel_tool_calls is not False,
+        "presence_penalty": 0.0,
+        "prompt_cache_key": request.prompt_cache_key,
+        "prompt_cache_retention": request.prompt_cache_retention,
+        "reasoning": {
+            "effort": request.reasoning.effort if request.reasoning else None,
+            "summary": request.reasoning.summary if request.reasoning else None,
+        },
+        "safety_identifier": request.safety_identifier,
+        "service_tier": request.service_tier or "auto",
+        "temperature": 1.0 if request.temperature is None else request.temperature,
+        "text": {
+            "format": text.format.model_dump() if text.format else {"type": "text"},
+            "verbosity": text.verbosity or "medium",
+        },
+        "tool_choice": request.tool_choice or "auto",
+        "tools": [],
+        "top_logprobs": request.top_logprobs or 0,
+        "top_p": 1.0 if request.top_p is None else request.top_p,
+        "truncation": request.truncation or "disabled",
+        "user": request.user,
+    }

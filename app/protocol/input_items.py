@@ -1,0 +1,120 @@
+"""The `input` of a create request, normalised to the item shapes that are stored and listed.
+
+A string becomes one user message; every message's content becomes a list of parts. Ids are
+assigned when the items are stored, never taken from the client (a replayed output item keeps
+its content but gets a fresh id), so every listed item has one stable id of ours.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app import errors
+from app.protocol.validation import validate
+
+Item = dict[str, Any]
+
+# Known to OpenAI, not served here yet: a clear 400 rather than a silent drop.
+UNSUPPORTED_CONTENT_TYPES = {"input_image", "input_file", "input_audio"}
+UNSUPPORTED_ITEM_TYPES = {
+    "function_call", "function_call_output", "reasoning", "item_reference", "compaction",
+    "computer_call", "computer_call_output", "web_search_call", "file_search_call",
+    "image_generation_call", "code_interpreter_call", "local_shell_call", "local_shell_call_output",
+    "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output", "mcp_call",
+    "mcp_list_tools", "mcp_approval_request", "mcp_approval_response", "custom_tool_call",
+    "custom_tool_call_output",
+}
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[dict[str, Any]]
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+    phase: Literal["commentary", "final_answer"] | None = None
+
+
+class _TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["input_text", "output_text"]
+    text: str
+    annotations: list[Any] | None = None
+    logprobs: list[Any] | None = None
+
+
+class _RefusalPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["refusal"]
+    refusal: str = Field()
+
+
+def parse_input(value: str | list[Any]) -> list[Item]:
+    if isinstance(value, str):
+        return [user_message(value)]
+    if not value:
+        raise errors.InvalidRequest("Invalid 'input': empty array. Expected at least one item.",
+                                    param="input", code="empty_array")
+    return [_parse_item(raw, f"input[{i}]") for i, raw in enumerate(value)]
+
+
+def user_message(text: str) -> Item:
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}],
+            "status": "completed"}
+
+
+def _parse_item(raw: Any, param: str) -> Item:
+    if not isinstance(raw, dict):
+        raise errors.InvalidRequest(f"Invalid '{param}': expected an object.", param=param,
+                                    code="invalid_type")
+    item_type = raw.get("type", "message")
+    if item_type in UNSUPPORTED_ITEM_TYPES:
+        raise errors.UnsupportedParameter(
+            f"Input items of type '{item_type}' are not supported by this server yet.", param=f"{param}.type"
+        )
+    if item_type != "message":
+        raise errors.InvalidRequest(f"Invalid '{param}.type': unknown item type '{item_type}'.",
+                                    param=f"{param}.type", code="invalid_value")
+    message = validate(_Message, raw, prefix=param)
+    parts = message.content if isinstance(message.content, list) else [
+        {"type": "output_text" if message.role == "assistant" else "input_text", "text": message.content}
+    ]
+    content = [_parse_part(part, message.role, f"{param}.content[{j}]") for j, part in enumerate(parts)]
+    item: Item = {"type": "message", "role": message.role, "content": content, "status": "completed"}
+    if message.phase is not None:
+        item["phase"] = message.phase
+    return item
+
+
+def _parse_part(raw: Any, role: str, param: str) -> Item:
+    if not isinstance(raw, dict):
+        raise errors.InvalidRequest(f"Invalid '{param}': expected an object.", param=param,
+                                    code="invalid_type")
+    part_type = raw.get("type")
+    if part_type in UNSUPPORTED_CONTENT_TYPES:
+        raise errors.UnsupportedParameter(
+            f"Content of type '{part_type}' is not supported by this server yet.", param=f"{param}.type"
+        )
+    if part_type == "refusal" and role == "assistant":
+        return {"type": "refusal", "refusal": validate(_RefusalPart, raw, prefix=param).refusal}
+    expected = "output_text" if role == "assistant" else "input_text"
+    if part_type != expected:
+        raise errors.InvalidRequest(
+            f"Invalid '{param}.type': '{part_type}' is not valid in a {role} message; expected '{expected}'.",
+            param=f"{param}.type", code="invalid_value",
+        )
+    text = validate(_TextPart, raw, prefix=param).text
+    if role == "assistant":
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {"type": "input_text", "text": text}
+
+
+def item_text(item: Item) -> str:
+    """The plain text of a message item (its text and refusal parts, concatenated)."""
+    return "".join(part.get("text") or part.get("refusal") or "" for part in item.get("content", []))

@@ -1,0 +1,91 @@
+"""The Response object: what create, retrieve, cancel and every lifecycle event carry.
+
+Every field is present, null rather than omitted, in the order OpenAI emits them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+Status = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
+TERMINAL_STATUSES: tuple[Status, ...] = ("completed", "incomplete", "failed", "cancelled")
+ACTIVE_STATUSES: tuple[Status, ...] = ("queued", "in_progress")
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseRecord:
+    """One response as stored (or, for store=false, as carried by its job)."""
+
+    id: str
+    model: str
+    status: Status
+    created_at: float
+    instructions: str | None
+    previous_response_id: str | None
+    settings: dict[str, Any]
+    metadata: dict[str, str]
+    store: bool
+    background: bool
+    stream: bool
+    completed_at: float | None = None
+    error: dict[str, Any] | None = None
+    incomplete_details: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+    output: list[dict[str, Any]] = field(default_factory=list)
+
+    def evolve(self, **changes: Any) -> ResponseRecord:
+        return replace(self, **changes)
+
+
+def render(record: ResponseRecord) -> dict[str, Any]:
+    s = record.settings
+    return {
+        "id": record.id,
+        "object": "response",
+        "created_at": int(record.created_at),
+        "status": record.status,
+        "background": record.background,
+        # OpenAI sets completed_at for completed responses only.
+        "completed_at": int(record.completed_at) if record.completed_at and record.status == "completed"
+        else None,
+        "error": record.error,
+        "frequency_penalty": s["frequency_penalty"],
+        "incomplete_details": record.incomplete_details,
+        "instructions": record.instructions,
+        "max_output_tokens": s["max_output_tokens"],
+        "max_tool_calls": s["max_tool_calls"],
+        "model": record.model,
+        "output": record.output,
+        "parallel_tool_calls": s["parallel_tool_calls"],
+        "presence_penalty": s["presence_penalty"],
+        "previous_response_id": record.previous_response_id,
+        "prompt_cache_key": s["prompt_cache_key"],
+        "prompt_cache_retention": s["prompt_cache_retention"],
+        "reasoning": s["reasoning"],
+        "safety_identifier": s["safety_identifier"],
+        # OpenAI reports the tier used once the response is done, "auto" before.
+        "service_tier": "default" if record.status in TERMINAL_STATUSES else s["service_tier"],
+        "store": record.store,
+        "temperature": s["temperature"],
+        "text": s["text"],
+        "tool_choice": s["tool_choice"],
+        "tools": s["tools"],
+        "top_logprobs": s["top_logprobs"],
+        "top_p": s["top_p"],
+        "truncation": s["truncation"],
+        "usage": record.usage,
+        "user": s["user"],
+        "metadata": record.metadata,
+    }
+
+
+def usage_object(input_tokens: int, output_tokens: int, cached_tokens: int = 0,
+                 reasoning_tokens: int = 0) -> dict[str, Any]:
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": cached_tokens},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        "total_tokens": input_tokens + output_tokens,
+    }

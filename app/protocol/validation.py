@@ -1,0 +1,41 @@
+"""Turning pydantic validation failures into OpenAI-style 400s that name the parameter."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from app import errors
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def param_path(loc: tuple[int | str, ...], prefix: str = "") -> str:
+    """('input', 0, 'content') -> 'input[0].content'."""
+    path = prefix
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else part
+    return path
+
+
+def validate(model: type[ModelT], data: Mapping[str, Any], prefix: str = "") -> ModelT:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        # Drop pydantic's union-branch labels such as 'str' or 'list[...]' from the location.
+        loc = tuple(p for p in first["loc"] if isinstance(p, int) or ("[" not in p and p not in ("str",)))
+        param = param_path(loc, prefix)
+        if first["type"] == "missing":
+            raise errors.InvalidRequest(f"Missing required parameter: '{param}'.", param=param,
+                                        code="missing_required_parameter") from None
+        if first["type"] == "extra_forbidden":
+            raise errors.InvalidRequest(f"Unknown parameter: '{param}'.", param=param,
+                                        code="unknown_parameter") from None
+        raise errors.InvalidRequest(f"Invalid '{param}': {first['msg']}.", param=param,
+                                    code="invalid_value") from None

@@ -1,0 +1,21 @@
+"""Every Redis key and channel name, in one place. Redis carries signals only (design invariant 1)."""
+
+from __future__ import annotations
+
+# Committed events of one response, published after their commit; the payload is a JSON list.
+EVENTS_CHANNEL_PREFIX = "responses:events:"
+# Ask the worker running a response to stop it (cancel, client disconnect, delete); payload: the id.
+STOP_CHANNEL = "responses:stop"
+# The generate job's name in the arq queue; its job id is the response id.
+GENERATE_JOB = "generate"
+
+
+def events_channel(response_id: str) -> str:
+    return EVENTS_CHANNEL_PREFIX + response_id
+# Set (NX) by the worker that takes a store=false response: its "claim", since Postgres has no row.
+EPHEMERAL_CLAIM_PREFIX = "responses:claim:"
+# Refreshed by the worker while it generates a store=false response (no Postgres lease for those).
+ALIVE_PREFIX = "responses:alive:"
+# arq's own keys (arq.constants), read to tell whether a job is still waiting in the queue.
+ARQ_JOB_PREFIX = "arq:job:"
+ARQ_IN_PROGRESS_PREFIX = "arq:in-progress:"

@@ -1,0 +1,47 @@
+"""Health and the model list."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from app.auth import authenticate
+from app.state import AppState
+
+
+async def health(request: Request) -> JSONResponse:
+    """Ready when Postgres and Redis both answer (load balancers route on this)."""
+    state: AppState = request.app.state.responses
+    checks = {}
+    try:
+        async with state.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+        checks["postgres"] = "ok"
+    except Exception as exc:
+        checks["postgres"] = f"unavailable: {type(exc).__name__}"
+    try:
+        await state.redis.ping()
+        checks["redis"] = "ok"
+    except Exception as exc:
+        checks["redis"] = f"unavailable: {type(exc).__name__}"
+    healthy = all(v == "ok" for v in checks.values())
+    return JSONResponse({"status": "ok" if healthy else "unavailable", **checks},
+                        status_code=200 if healthy else 503)
+
+
+async def list_models(request: Request) -> JSONResponse:
+    state: AppState = request.app.state.responses
+    await authenticate(state, request)
+    entries = {entry.id: entry for entry in state.catalog.by_name.values()}
+    return JSONResponse({"object": "list", "data": [
+        {"id": model_id, "object": "model", "created": 0, "owned_by": "responses-server"}
+        for model_id in sorted(entries)
+    ]})
+
+
+routes = [
+    Route("/health", health, methods=["GET"]),
+    Route("/v1/models", list_models, methods=["GET"]),
+]

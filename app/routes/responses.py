@@ -1,0 +1,114 @@
+"""/v1/responses: create, retrieve (JSON or replayed stream), cancel, delete."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from app import errors, service
+from app.auth import authenticate
+from app.http import json_body, query_bool, query_int
+from app.protocol.response_object import ACTIVE_STATUSES, render
+from app.state import AppState
+from app.streaming.final_response import FinalResponse
+from app.streaming.follow import follow
+from app.streaming.sse import EventStreamResponse
+
+CANCEL_WAIT_SECONDS = 10.0
+
+
+def _state(request: Request) -> AppState:
+    state: AppState = request.app.state.responses
+    return state
+
+
+async def create(request: Request) -> Response | ASGIApp:
+    state = _state(request)
+    account_id = await authenticate(state, request)
+    body = await json_body(request, state.settings.max_body_bytes)
+    accepted = await service.accept(state, account_id, body)
+    record = accepted.record
+    if record.background and not record.stream:
+        await service.enqueue(state, accepted)
+        return JSONResponse(render(record))
+    # Subscribe before enqueueing: a store=false response's events exist only in transit.
+    subscription = await state.hub.subscribe(record.id)
+    try:
+        await service.enqueue(state, accepted)
+    except BaseException:
+        await subscription.close()
+        raise
+    events = follow(state.log_source(accepted.stored), subscription, record.id, -1,
+                    state.settings.follow_idle_seconds)
+    # A background response outlives its connection; a foreground one stops when its client leaves.
+    on_disconnect = partial(service.stop, state, record.id, accepted.stored)
+    if record.stream:
+        options = body.get("stream_options") or {}
+        return EventStreamResponse(events, obfuscate=options.get("include_obfuscation") is not False,
+                                   on_disconnect=None if record.background else on_disconnect,
+                                   on_error=_error_event)
+    return FinalResponse(events, on_disconnect)
+
+
+async def retrieve(request: Request) -> Response | ASGIApp:
+    state = _state(request)
+    account_id = await authenticate(state, request)
+    response_id = request.path_params["response_id"]
+    record = await service.retrieve(state, account_id, response_id)
+    if not query_bool(request, "stream"):
+        return JSONResponse(render(record))
+    if not record.background:
+        raise errors.InvalidRequest(
+            "This response cannot be streamed because it was not created with background=true.",
+            param="stream", code="invalid_request_error")
+    if not record.stream:
+        raise errors.InvalidRequest(
+            "This response cannot be streamed because it was not created with stream=true.",
+            param="stream", code="invalid_request_error")
+    after = query_int(request, "starting_after", default=-1, low=-1)
+    subscription = await state.hub.subscribe(record.id)
+    events = follow(state.log_source(True), subscription, record.id, after if after is not None else -1,
+                    state.settings.follow_idle_seconds)
+    return EventStreamResponse(events, obfuscate=query_bool(request, "include_obfuscation", True),
+                               on_error=_error_event)
+
+
+async def cancel(request: Request) -> Response:
+    state = _state(request)
+    account_id = await authenticate(state, request)
+    response_id = request.path_params["response_id"]
+    record = await service.retrieve(state, account_id, response_id)
+    if not record.background:
+        raise errors.InvalidRequest("Only responses created with background=true can be cancelled.",
+                                    param="response_id", code="invalid_request_error")
+    if record.status in ACTIVE_STATUSES:
+        await service.cancel_and_wait(state, record.id, CANCEL_WAIT_SECONDS)
+        record = await service.retrieve(state, account_id, response_id)
+    return JSONResponse(render(record))
+
+
+async def delete(request: Request) -> Response:
+    state = _state(request)
+    account_id = await authenticate(state, request)
+    response_id = request.path_params["response_id"]
+    await service.delete(state, account_id, response_id)
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+
+def _error_event(exc: Exception) -> dict[str, Any]:
+    # Nested like OpenAI's, so the SDK raises it rather than hanging or ending silently.
+    error = exc if isinstance(exc, errors.APIError) else errors.GenerationFailed(str(exc) or None)
+    return {"type": "error", "error": error.body()["error"]}
+
+
+routes = [
+    Route("/v1/responses", create, methods=["POST"]),
+    Route("/v1/responses/{response_id}", retrieve, methods=["GET"]),
+    Route("/v1/responses/{response_id}", delete, methods=["DELETE"]),
+    Route("/v1/responses/{response_id}/cancel", cancel, methods=["POST"]),
+]

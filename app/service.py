@@ -1,0 +1,191 @@
+"""The stored lifecycle: accept (validate → persist → enqueue), retrieve, stop, delete, list items.
+
+The service owns every transaction; repository functions never commit.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import anyio
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app import errors
+from app.db import events as events_db
+from app.db import items as items_db
+from app.db import responses as responses_db
+from app.ids import new_id
+from app.protocol.create_request import ValidatedCreate, echoed_settings, parse_create_request
+from app.protocol.lifecycle import lifecycle_event, terminal_event
+from app.protocol.response_object import ResponseRecord
+from app.queue import enqueue_generate, signal_stop
+from app.redis_keys import events_channel
+from app.state import AppState
+from app.streaming.follow import follow
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """A response that passed validation and was persisted (when stored), not yet enqueued."""
+
+    record: ResponseRecord
+    input_items: list[dict[str, Any]]
+
+    @property
+    def stored(self) -> bool:
+        return self.record.store
+
+
+async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Accepted:
+    create = parse_create_request(body)
+    model = state.catalog.resolve(create.request.model)
+    record = _new_record(create, model.id)
+    input_items = [items_db.with_new_id(item) for item in create.input_items]
+    async with state.engine.begin() as conn:
+        link = await _chain_link(conn, account_id, create.request.previous_response_id)
+        if create.store:
+            # A background response is visible (and followable) at once: its first events are
+            # written with it.
+            opening = [lifecycle_event("response.created", record), lifecycle_event("response.queued", record)]
+            opening = events_db.stamp(opening, 0) if record.background else []
+            await responses_db.insert_response(conn, record, account_id, link, len(opening))
+            await items_db.insert_items(conn, record.id, "input", input_items)
+            await events_db.insert_rows(conn, events_db.rows_of(record.id, opening))
+    return Accepted(record, input_items)
+
+
+async def enqueue(state: AppState, accepted: Accepted) -> None:
+    """Hands the response to the workers; if the queue is down, the response is withdrawn and
+    the client gets a 503, so nothing half-accepted stays behind."""
+    ephemeral = None if accepted.stored else {"record": asdict(accepted.record), "input": accepted.input_items}
+    try:
+        await enqueue_generate(state.redis, accepted.record.id, state.settings.queue_name, ephemeral)
+    except errors.ServiceUnavailable:
+        if accepted.stored:
+            async with state.engine.begin() as conn:
+                await responses_db.delete_response(conn, accepted.record.id, None)
+        raise
+
+
+def _new_record(create: ValidatedCreate, model_id: str) -> ResponseRecord:
+    request = create.request
+    settings = echoed_settings(request, request.max_output_tokens)
+    # What the client actually set, for the runtime request (defaults stay the runtime's).
+    settings["requested"] = {"temperature": request.temperature, "top_p": request.top_p,
+                             "max_output_tokens": request.max_output_tokens}
+    return ResponseRecord(
+        id=new_id("resp"), model=model_id, status="queued", created_at=time.time(),
+        instructions=request.instructions, previous_response_id=request.previous_response_id,
+        settings=settings, metadata=request.metadata or {}, store=create.store,
+        background=create.background, stream=create.stream,
+    )
+
+
+async def _chain_link(conn: AsyncConnection, account_id: str, previous_id: str | None,
+                      ) -> responses_db.ChainLink:
+    if previous_id is None:
+        return responses_db.ChainLink(None, 0)
+    previous = await responses_db.chain_link(conn, account_id, previous_id)
+    if previous is None:
+        raise errors.InvalidRequest(f"Previous response with id '{previous_id}' not found.",
+                                    param="previous_response_id", code="previous_response_not_found")
+    if previous.status in ("queued", "in_progress"):
+        raise errors.InvalidRequest(
+            f"Previous response with id '{previous_id}' is still {previous.status}; "
+            "continue from it once it has finished.",
+            param="previous_response_id", code="previous_response_not_finished")
+    return responses_db.ChainLink(previous.id, previous.chain_depth + 1)
+
+
+async def retrieve(state: AppState, account_id: str, response_id: str) -> ResponseRecord:
+    async with state.engine.connect() as conn:
+        record = await responses_db.get_record(conn, response_id, account_id)
+    if record is None:
+        raise errors.response_not_found(response_id)
+    return record
+
+
+async def stop(state: AppState, response_id: str, stored: bool) -> None:
+    """Stops an active response (cancel, client gone, delete): a queued one is cancelled here
+    with its terminal event; a running one is flagged and its worker told."""
+    if stored:
+        async with state.engine.begin() as conn:
+            published = await _stop_in(conn, response_id)
+        if published:
+            await _publish(state, response_id, published)
+    await signal_stop(state.redis, response_id, stored)
+
+
+async def _stop_in(conn: AsyncConnection, response_id: str) -> list[events_db.Event]:
+    row = await responses_db.get_row(conn, response_id, for_update=True)
+    if row is None or row.status not in ("queued", "in_progress"):
+        return []
+    if row.status == "in_progress":
+        await responses_db.request_stop(conn, response_id)
+        return []
+    cancelled = responses_db.record_from_row(row, []).evolve(status="cancelled", completed_at=time.time())
+    published = await events_db.append(conn, response_id, [terminal_event(cancelled)])
+    await responses_db.cancel_queued(conn, response_id)
+    return published
+
+
+async def _publish(state: AppState, response_id: str, events: list[events_db.Event]) -> None:
+    try:
+        await state.redis.publish(events_channel(response_id), json.dumps(events))
+    except Exception:
+        pass  # followers re-read Postgres when idle
+
+
+async def delete(state: AppState, account_id: str, response_id: str) -> None:
+    async with state.engine.begin() as conn:
+        row = await responses_db.get_row(conn, response_id, account_id, for_update=True)
+        if row is None:
+            raise errors.response_not_found(response_id)
+        active = row.status in ("queued", "in_progress")
+        if active:
+            await _stop_in(conn, response_id)
+        await responses_db.delete_response(conn, response_id, account_id)
+    if active:
+        await signal_stop(state.redis, response_id, stored=True)
+
+
+async def input_items(state: AppState, account_id: str, response_id: str, *, order: Literal["asc", "desc"],
+                      limit: int, after: str | None, before: str | None) -> dict[str, Any]:
+    async with state.engine.connect() as conn:
+        if await responses_db.get_row(conn, response_id, account_id) is None:
+            raise errors.response_not_found(response_id)
+        for name, cursor in (("after", after), ("before", before)):
+            if cursor is not None and not await items_db.in_context(conn, response_id, cursor):
+                raise errors.InvalidRequest(
+                    f"Invalid '{name}': no input item with id '{cursor}' in response '{response_id}'.",
+                    param=name, code="invalid_value")
+        page = await items_db.input_items_page(conn, response_id, order=order, limit=limit, after=after,
+                                               before=before)
+    return {
+        "object": "list",
+        "data": page.data,
+        "first_id": page.data[0]["id"] if page.data else None,
+        "last_id": page.data[-1]["id"] if page.data else None,
+        "has_more": page.has_more,
+    }
+
+
+async def cancel_and_wait(state: AppState, response_id: str, timeout: float) -> None:
+    """Stops a background response and waits (up to `timeout`) for its worker to end it."""
+    async with state.engine.connect() as conn:
+        row = await responses_db.get_row(conn, response_id)
+    if row is None:
+        return
+    subscription = await state.hub.subscribe(response_id)
+    events = follow(state.log_source(True), subscription, response_id, row.next_sequence_number - 1,
+                    state.settings.follow_idle_seconds)
+    try:
+        await stop(state, response_id, stored=True)
+        with anyio.move_on_after(timeout):
+            async for _ in events:
+                pass
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]

@@ -1,0 +1,33 @@
+"""Configuration, read from the environment (see README, "Configuration")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob of the API and the workers; build one with `Settings()` where a process starts."""
+
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
+
+    database_url: str = Field(
+        "postgresql+asyncpg://postgres@127.0.0.1:5432/responses", alias="DATABASE_URL"
+    )
+    redis_url: str = Field("redis://127.0.0.1:6379/0", alias="REDIS_URL")
+    models_path: Path = Field(Path("models.toml"), alias="RESPONSES_MODELS")
+    queue_name: str = Field("responses:queue", alias="RESPONSES_QUEUE")
+
+    max_body_bytes: int = Field(16 * 1024 * 1024, alias="RESPONSES_MAX_BODY_BYTES")
+    # A follower with nothing to read re-checks Postgres this often: it heals a missed
+    # Redis message and keeps SSE connections alive through proxies.
+    follow_idle_seconds: float = Field(5.0, alias="RESPONSES_FOLLOW_IDLE_SECONDS")
+
+    worker_max_jobs: int = Field(256, alias="RESPONSES_WORKER_MAX_JOBS")
+    worker_poll_delay: float = Field(0.01, alias="RESPONSES_WORKER_POLL_DELAY")
+    job_timeout_seconds: int = Field(6 * 3600, alias="RESPONSES_JOB_TIMEOUT_SECONDS")
+    lease_seconds: float = Field(30.0, alias="RESPONSES_LEASE_SECONDS")
+    runtime_connect_timeout: float = Field(10.0, alias="RESPONSES_RUNTIME_CONNECT_TIMEOUT")
+    runtime_read_timeout: float = Field(600.0, alias="RESPONSES_RUNTIME_READ_TIMEOUT")

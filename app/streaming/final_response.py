@@ -1,0 +1,69 @@
+"""A foreground JSON response: wait for the terminal event, answer with its Response object,
+and stop the generation if the client leaves first (design, "Lifecycle")."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import anyio
+from starlette.types import Receive, Scope, Send
+
+from app import errors
+from app.db.events import TERMINAL_EVENT_TYPES
+from app.streaming.follow import FollowLost
+from app.streaming.sse import wait_for_disconnect
+
+Event = dict[str, Any]
+
+
+class FinalResponse:
+    def __init__(self, events: AsyncIterator[Event | None],
+                 on_disconnect: Callable[[], Awaitable[None]]) -> None:
+        self.events = events
+        self.on_disconnect = on_disconnect
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        terminal: Event | None = None
+        async with anyio.create_task_group() as group:
+
+            async def watch() -> None:
+                await wait_for_disconnect(receive)
+                group.cancel_scope.cancel()
+
+            group.start_soon(watch)
+            try:
+                terminal = await self._terminal()
+            finally:
+                group.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    await self.events.aclose()  # type: ignore[attr-defined]
+        if terminal is None:  # the client left
+            with anyio.CancelScope(shield=True):
+                await self.on_disconnect()
+            return
+        status, body = _answer(terminal)
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+
+    async def _terminal(self) -> Event:
+        try:
+            async for event in self.events:
+                if event is not None and event["type"] in TERMINAL_EVENT_TYPES:
+                    return event
+        except FollowLost as exc:
+            raise errors.GenerationFailed(str(exc)) from exc
+        raise errors.GenerationFailed("The response ended without a terminal event.")
+
+
+def _answer(terminal: Event) -> tuple[int, dict[str, Any]]:
+    response = terminal["response"]
+    if response["status"] != "failed":
+        return 200, response
+    error = response.get("error") or {}
+    failure = errors.GenerationFailed(
+        f"Response {response['id']} failed: {error.get('message', 'unknown error')}",
+        code=error.get("code") or "server_error")
+    return failure.status_code, failure.body()

@@ -1,0 +1,122 @@
+"""One Redis pub/sub connection per API process, fanned out to every follower in it.
+
+Followers of the same response share one subscription; a follower's `Subscription` is ready
+only once Redis confirmed it, so a follower that subscribes and then reads Postgres misses
+nothing in between. This is a cache of live signals, not state: any replica can follow any
+response (design invariant 7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+
+from app import errors
+from app.redis_keys import EVENTS_CHANNEL_PREFIX, events_channel
+
+log = logging.getLogger(__name__)
+
+Event = dict[str, Any]
+SUBSCRIBE_TIMEOUT_SECONDS = 5.0
+_IDLE_CHANNEL = "responses:hub"  # keeps the connection subscribed (and readable) with no followers
+
+
+@dataclass(eq=False)
+class Subscription:
+    hub: EventHub
+    channel: str
+    queue: asyncio.Queue[list[Event]] = field(default_factory=asyncio.Queue)
+
+    async def next_batch(self, timeout: float) -> list[Event] | None:
+        try:
+            return await asyncio.wait_for(self.queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    async def close(self) -> None:
+        await self.hub._leave(self)
+
+
+class EventHub:
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+        self._pubsub: PubSub | None = None
+        self._followers: dict[str, set[Subscription]] = {}
+        self._confirmed: dict[str, asyncio.Future[None]] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._reader = asyncio.create_task(self._read(), name="event-hub")
+
+    async def close(self) -> None:
+        if self._reader:
+            self._reader.cancel()
+        if self._pubsub:
+            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def subscribe(self, response_id: str) -> Subscription:
+        channel = events_channel(response_id)
+        subscription = Subscription(self, channel)
+        followers = self._followers.setdefault(channel, set())
+        followers.add(subscription)
+        try:
+            if len(followers) == 1:
+                self._confirmed[channel] = asyncio.get_running_loop().create_future()
+                await (await self._connection()).subscribe(channel)
+            await asyncio.wait_for(asyncio.shield(self._confirmed[channel]), SUBSCRIBE_TIMEOUT_SECONDS)
+        except Exception as exc:
+            await self._leave(subscription)
+            raise errors.ServiceUnavailable("The event bus (Redis) is unavailable; please retry.") from exc
+        return subscription
+
+    async def _leave(self, subscription: Subscription) -> None:
+        followers = self._followers.get(subscription.channel)
+        if followers is None or subscription not in followers:
+            return
+        followers.discard(subscription)
+        if not followers:
+            del self._followers[subscription.channel]
+            self._confirmed.pop(subscription.channel, None)
+            try:
+                await (await self._connection()).unsubscribe(subscription.channel)
+            except Exception:
+                log.warning("could not unsubscribe %s", subscription.channel, exc_info=True)
+
+    async def _connection(self) -> PubSub:
+        if self._pubsub is None:
+            self._pubsub = self._redis.pubsub()
+            await self._pubsub.subscribe(_IDLE_CHANNEL)
+        return self._pubsub
+
+    async def _read(self) -> None:
+        while True:
+            try:
+                pubsub = await self._connection()
+                message = await pubsub.get_message(timeout=1.0)
+                if message is not None:
+                    self._dispatch(message)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # Followers fall back to reading Postgres while Redis is away.
+                log.warning("event hub lost Redis; reconnecting", exc_info=True)
+                await asyncio.sleep(0.5)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        channel = message["channel"].decode()
+        if not channel.startswith(EVENTS_CHANNEL_PREFIX):
+            return
+        if message["type"] == "subscribe":
+            confirmed = self._confirmed.get(channel)
+            if confirmed is not None and not confirmed.done():
+                confirmed.set_result(None)
+        elif message["type"] == "message":
+            batch = json.loads(message["data"])
+            for subscription in self._followers.get(channel, ()):
+                subscription.queue.put_nowait(batch)

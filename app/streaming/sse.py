@@ -1,0 +1,88 @@
+"""Server-sent events: encoding, and a response that notices a client leaving right away.
+
+Starlette's StreamingResponse only notices a disconnect when a write fails; a foreground
+response must stop its generation (and free the GPU) as soon as its client is gone, even while
+the model is still thinking, so this response listens for `http.disconnect` the whole time.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import string
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import anyio
+from starlette.types import Receive, Scope, Send
+
+Event = dict[str, Any]
+_ALPHABET = string.ascii_letters + string.digits
+_OBFUSCATION_TARGET = 16  # pad short deltas so event sizes do not reveal token lengths
+
+
+def encode(event: Event, obfuscate: bool) -> bytes:
+    if obfuscate and event["type"].endswith(".delta"):
+        padding = max(1, _OBFUSCATION_TARGET - len(event.get("delta", "")))
+        event = {**event, "obfuscation": "".join(secrets.choice(_ALPHABET) for _ in range(padding))}
+    return f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n".encode()
+
+
+KEEP_ALIVE = b": keep-alive\n\n"
+
+
+async def wait_for_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class EventStreamResponse:
+    """Streams `events` (None means "send a keep-alive"); runs `on_disconnect` if the client
+    leaves before the stream ends."""
+
+    def __init__(self, events: AsyncIterator[Event | None], *, obfuscate: bool,
+                 on_disconnect: Callable[[], Awaitable[None]] | None = None,
+                 on_error: Callable[[Exception], Event] | None = None) -> None:
+        self.events = events
+        self.obfuscate = obfuscate
+        self.on_disconnect = on_disconnect
+        self.on_error = on_error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]})
+        disconnected = False
+        async with anyio.create_task_group() as group:
+
+            async def watch() -> None:
+                nonlocal disconnected
+                await wait_for_disconnect(receive)
+                disconnected = True
+                group.cancel_scope.cancel()
+
+            group.start_soon(watch)
+            await self._send_events(send)
+            group.cancel_scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await self.events.aclose()  # type: ignore[attr-defined]
+        if disconnected:
+            if self.on_disconnect is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.on_disconnect()
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _send_events(self, send: Send) -> None:
+        try:
+            async for event in self.events:
+                body = KEEP_ALIVE if event is None else encode(event, self.obfuscate)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+        except Exception as exc:
+            # Headers are out: a failure can only be told in-band.
+            if self.on_error is None:
+                raise
+            await send({"type": "http.response.body", "body": encode(self.on_error(exc), False),
+                        "more_body": True})

@@ -1,0 +1,136 @@
+"""A scripted model runtime that speaks OpenAI Chat Completions (streaming) over HTTP.
+
+By default it answers "Echo: <last user message>", one word per chunk. A user message whose
+first line is `#fake {json}` scripts it instead:
+
+    text / chunks      the answer, as words or as explicit chunks
+    delay, first_delay seconds between chunks / before the first one
+    finish_reason      what the last chunk says (default "stop"; "length" when max_tokens cuts)
+    status             answer this HTTP status with an error body instead of streaming
+    error_after        send an in-stream error after this many chunks
+    break_after        drop the connection after this many chunks
+    no_usage           send no usage chunk
+
+GET /_requests lists the request bodies it received; GET /_stats counts streams that clients
+closed early (an aborted generation); DELETE /_requests clears both.
+
+Run: python -m tests.fake_runtime --port 9100
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+received: list[dict[str, Any]] = []
+stats = {"streams_started": 0, "streams_finished": 0, "streams_aborted": 0}
+
+
+def _script(body: dict[str, Any]) -> dict[str, Any]:
+    users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+    last = users[-1]["content"] if users else ""
+    first_line = last.split("\n", 1)[0]
+    if first_line.startswith("#fake "):
+        script: dict[str, Any] = json.loads(first_line[len("#fake "):])
+        return script
+    return {"text": f"Echo: {last}"}
+
+
+def _chunks(script: dict[str, Any]) -> list[str]:
+    if "chunks" in script:
+        return list(script["chunks"])
+    words = script.get("text", "").split(" ")
+    return [w if i == 0 else " " + w for i, w in enumerate(words) if w or i == 0]
+
+
+def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> str:
+    payload = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()),
+               "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return f"data: {json.dumps(payload)}\n\n"
+
+
+async def chat_completions(request: Request) -> Response:
+    body = await request.json()
+    received.append(body)
+    script = _script(body)
+    if "status" in script:
+        return JSONResponse({"error": {"message": "scripted failure", "type": "server_error"}},
+                            status_code=script["status"])
+    chunks = _chunks(script)
+    limit = body.get("max_tokens")
+    finish = script.get("finish_reason", "stop")
+    if limit is not None and len(chunks) > limit:
+        chunks, finish = chunks[:limit], "length"
+    prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+    return StreamingResponse(_stream(body.get("model", ""), chunks, finish, script, prompt_tokens),
+                             media_type="text/event-stream")
+
+
+async def _stream(model: str, chunks: list[str], finish: str, script: dict[str, Any],
+                  prompt_tokens: int) -> AsyncIterator[str]:
+    stats["streams_started"] += 1
+    try:
+        yield _chunk(model, {"role": "assistant", "content": ""})
+        await asyncio.sleep(script.get("first_delay", 0))
+        for index, text in enumerate(chunks):
+            if index == script.get("error_after"):
+                yield f"data: {json.dumps({'error': {'message': 'scripted mid-stream failure'}})}\n\n"
+                return
+            if index == script.get("break_after"):
+                raise ConnectionResetError("scripted break")
+            if index:
+                await asyncio.sleep(script.get("delay", 0))
+            yield _chunk(model, {"content": text})
+        yield _chunk(model, {}, finish)
+        if not script.get("no_usage"):
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(chunks),
+                     "total_tokens": prompt_tokens + len(chunks),
+                     "prompt_tokens_details": {"cached_tokens": script.get("cached_tokens", 0)}}
+            yield f"data: {json.dumps({'id': 'chatcmpl-fake', 'choices': [], 'usage': usage})}\n\n"
+        yield "data: [DONE]\n\n"
+        stats["streams_finished"] += 1
+    except (asyncio.CancelledError, GeneratorExit):
+        stats["streams_aborted"] += 1
+        raise
+
+
+async def requests_log(request: Request) -> Response:
+    if request.method == "DELETE":
+        received.clear()
+        for key in stats:
+            stats[key] = 0
+        return JSONResponse({})
+    return JSONResponse(received)
+
+
+async def stats_view(request: Request) -> Response:
+    return JSONResponse(stats)
+
+
+app = Starlette(routes=[
+    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+    Route("/_requests", requests_log, methods=["GET", "DELETE"]),
+    Route("/_stats", stats_view, methods=["GET"]),
+])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9100)
+    args = parser.parse_args()
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""What a worker process holds: one typed object in arq's ctx instead of loose keys."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.catalog import Catalog
+from app.db import responses as responses_db
+from app.db.engine import create_engine
+from app.redis_keys import ALIVE_PREFIX, STOP_CHANNEL
+from app.settings import Settings
+from workers.event_log import EventWriter
+from workers.runtime import ChatRuntimeClient
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerDeps:
+    settings: Settings
+    catalog: Catalog
+    engine: AsyncEngine
+    redis: Redis
+    writer: EventWriter
+    runtime: ChatRuntimeClient
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    # Generations running in this process, by response id: what a stop signal cancels.
+    running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    # The store=false ones among them: kept alive by a Redis key instead of a Postgres lease.
+    ephemeral: set[str] = field(default_factory=set)
+    _background: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, settings: Settings) -> WorkerDeps:
+        engine = create_engine(settings)
+        redis = Redis.from_url(settings.redis_url)
+        return cls(
+            settings=settings, catalog=Catalog.load(settings.models_path), engine=engine, redis=redis,
+            writer=EventWriter(engine, redis),
+            runtime=ChatRuntimeClient(settings.runtime_connect_timeout, settings.runtime_read_timeout),
+        )
+
+    def start(self) -> None:
+        self.writer.start()
+        self._background += [asyncio.create_task(self._listen_for_stops(), name="stop-listener"),
+                             asyncio.create_task(self._keep_leases(), name="lease-keeper")]
+
+    async def close(self) -> None:
+        for task in self._background:
+            task.cancel()
+        await self.writer.close()
+        await self.runtime.aclose()
+        await self.redis.aclose()
+        await self.engine.dispose()
+
+    def stop_generation(self, response_id: str) -> None:
+        task = self.running.get(response_id)
+        if task is not None:
+            task.cancel()
+
+    async def _listen_for_stops(self) -> None:
+        while True:
+            try:
+                async with self.redis.pubsub() as pubsub:
+                    await pubsub.subscribe(STOP_CHANNEL)
+                    async for message in pubsub.listen():
+                        if message["type"] == "message":
+                            self.stop_generation(message["data"].decode())
+            except Exception:
+                # The lease keeper also sees stop requests (from Postgres), so a Redis outage only delays them.
+                log.warning("stop listener lost Redis; reconnecting", exc_info=True)
+                await asyncio.sleep(1.0)
+
+    async def _keep_leases(self) -> None:
+        interval = self.settings.lease_seconds / 3
+        while True:
+            await asyncio.sleep(interval)
+            if not self.running:
+                continue
+            try:
+                for response_id in list(self.ephemeral):
+                    await self.redis.expire(ALIVE_PREFIX + response_id, int(self.settings.lease_seconds) + 1)
+                async with self.engine.begin() as conn:
+                    stops = await responses_db.renew_leases(conn, list(self.running),
+                                                            self.settings.lease_seconds)
+                for response_id in stops:
+                    self.stop_generation(response_id)
+            except Exception:
+                log.warning("could not renew leases", exc_info=True)

@@ -1,0 +1,147 @@
+"""The event writer: numbers events, group-commits them, then publishes what was committed.
+
+One writer per worker process. Generations hand it events without waiting; a single flusher
+commits everything pending (many events of many responses) in one transaction, then publishes
+each response's new events on its Redis channel. A commit in flight is the batching window, so
+an idle system adds no delay and a busy one gets bigger batches. Nothing is published before
+its commit (design invariant 2).
+
+`store=false` foreground responses never touch Postgres: their events are numbered here and only
+published, to the one API process that follows them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+
+from redis.asyncio import Redis
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db import events as events_db
+from app.db import responses as responses_db
+from app.db.events import Event
+from app.redis_keys import events_channel
+
+log = logging.getLogger(__name__)
+
+COMMIT_RETRY_SECONDS = 60.0
+
+
+@dataclass
+class _Pending:
+    events: list[Event] = field(default_factory=list)
+    outcome: responses_db.Outcome | None = None
+    finished: asyncio.Future[bool] | None = None
+
+
+class EventWriter:
+    def __init__(self, engine: AsyncEngine, redis: Redis) -> None:
+        self._engine = engine
+        self._redis = redis
+        self._pending: dict[str, _Pending] = {}
+        self._ephemeral_next: dict[str, int] = {}
+        self._wake = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self.batches = 0  # counters for the benchmark and operators
+        self.events_written = 0
+
+    def start(self) -> None:
+        self._flusher = asyncio.create_task(self._run(), name="event-writer")
+
+    async def close(self) -> None:
+        while self._pending:
+            await self._flush()
+        if self._flusher:
+            self._flusher.cancel()
+
+    def open_ephemeral(self, response_id: str) -> None:
+        """Numbers this response's events here, from 0, and never writes them to Postgres."""
+        self._ephemeral_next[response_id] = 0
+
+    def append(self, response_id: str, events: list[Event]) -> None:
+        self._pending.setdefault(response_id, _Pending()).events.extend(events)
+        self._wake.set()
+
+    async def finish(self, response_id: str, events: list[Event], outcome: responses_db.Outcome) -> bool:
+        """Appends the closing events and ends the response, atomically; False if it had already
+        ended (cancelled, deleted), in which case nothing of this is written."""
+        pending = self._pending.setdefault(response_id, _Pending())
+        pending.events.extend(events)
+        pending.outcome = outcome
+        pending.finished = asyncio.get_running_loop().create_future()
+        self._wake.set()
+        return await pending.finished
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self._flush()
+
+    async def _flush(self) -> None:
+        batch, self._pending = self._pending, {}
+        stored = {rid: p for rid, p in batch.items() if rid not in self._ephemeral_next}
+        try:
+            committed = await self._commit_with_retry(stored) if stored else {}
+        except Exception as exc:
+            log.exception("giving up on %d responses' events", len(stored))
+            for pending in stored.values():
+                if pending.finished and not pending.finished.done():
+                    pending.finished.set_exception(exc)
+            committed = {}
+        for rid, pending in batch.items():
+            if rid in self._ephemeral_next:
+                committed[rid] = events_db.stamp(pending.events, self._ephemeral_next[rid])
+                self._ephemeral_next[rid] += len(pending.events)
+                if pending.outcome is not None:
+                    del self._ephemeral_next[rid]
+        await self._publish(committed)
+        for rid, pending in batch.items():
+            if pending.finished and not pending.finished.done():
+                pending.finished.set_result(rid in committed)
+
+    async def _commit_with_retry(self, batch: dict[str, _Pending]) -> dict[str, list[Event]]:
+        delay, waited = 0.05, 0.0
+        while True:
+            try:
+                return await self._commit(batch)
+            except (OperationalError, DBAPIError, OSError):
+                if waited >= COMMIT_RETRY_SECONDS:
+                    raise
+                log.warning("event commit failed; retrying in %.2fs", delay, exc_info=True)
+                await asyncio.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 2.0)
+
+    async def _commit(self, batch: dict[str, _Pending]) -> dict[str, list[Event]]:
+        committed: dict[str, list[Event]] = {}
+        async with self._engine.begin() as conn:
+            firsts = await events_db.allocate(conn, {rid: len(p.events) for rid, p in batch.items()})
+            rows = []
+            for rid, first in firsts.items():
+                committed[rid] = events_db.stamp(batch[rid].events, first)
+                rows += events_db.rows_of(rid, committed[rid])
+            await events_db.insert_rows(conn, rows)
+            for rid in firsts:
+                outcome = batch[rid].outcome
+                if outcome is not None and await responses_db.finish(conn, rid, outcome) is None:
+                    del committed[rid]  # unreachable while we hold the row lock; kept as a guard
+        self.batches += 1
+        self.events_written += sum(len(e) for e in committed.values())
+        return committed
+
+    async def _publish(self, committed: dict[str, list[Event]]) -> None:
+        if not committed:
+            return
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for rid, events in committed.items():
+                    pipe.publish(events_channel(rid), json.dumps(events))
+                await pipe.execute()
+        except Exception:
+            # Followers re-read Postgres when idle; a lost wake-up costs latency, never data.
+            log.warning("could not publish events", exc_info=True)

@@ -1,0 +1,127 @@
+"""The one arq job: claim a response, stream it from its runtime into the event log, end it.
+
+arq may deliver a job twice; the claim is a compare-and-set, so the second delivery finds
+nothing to do (design invariant 4). Every way a generation can end (ran to its end, runtime
+failure, stop request) ends in exactly one terminal status and one terminal event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from app.catalog import ModelEntry
+from app.db import items as items_db
+from app.db import responses as responses_db
+from app.protocol.input_items import Item
+from app.protocol.lifecycle import lifecycle_event, terminal_event
+from app.protocol.response_object import ResponseRecord
+from app.redis_keys import ALIVE_PREFIX, EPHEMERAL_CLAIM_PREFIX
+from workers.chat_request import chat_request
+from workers.deps import WorkerDeps
+from workers.runtime import RuntimeFailure
+from workers.translate import Event, StreamTranslator
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    record: ResponseRecord
+    model: ModelEntry | None
+    context: list[Item]
+
+
+async def generate(ctx: dict[str, Any], response_id: str, ephemeral: dict[str, Any] | None = None) -> None:
+    deps: WorkerDeps = ctx["deps"]
+    if ephemeral is None:
+        generation = await _claim_stored(deps, response_id)
+    else:
+        generation = await _claim_ephemeral(deps, response_id, ephemeral)
+    if generation is not None:
+        await _run(deps, generation)
+
+
+async def _claim_stored(deps: WorkerDeps, response_id: str) -> Generation | None:
+    async with deps.engine.begin() as conn:
+        row = await responses_db.claim(conn, response_id, deps.worker_id, deps.settings.lease_seconds)
+        if row is None:
+            log.info("response %s: already claimed or ended; nothing to do", response_id)
+            return None
+        context = await items_db.context_items(conn, response_id)
+    record = responses_db.record_from_row(row, [])
+    return Generation(record, deps.catalog.by_name.get(record.model), context)
+
+
+async def _claim_ephemeral(deps: WorkerDeps, response_id: str, job: dict[str, Any]) -> Generation | None:
+    claimed = await deps.redis.set(EPHEMERAL_CLAIM_PREFIX + response_id, deps.worker_id, nx=True,
+                                   ex=deps.settings.job_timeout_seconds)
+    if not claimed:
+        return None
+    await deps.redis.set(ALIVE_PREFIX + response_id, deps.worker_id, ex=int(deps.settings.lease_seconds) + 1)
+    deps.ephemeral.add(response_id)
+    record = ResponseRecord(**{**job["record"], "status": "in_progress"})
+    context: list[Item] = []
+    if record.previous_response_id:
+        async with deps.engine.connect() as conn:
+            context = await items_db.context_items(conn, record.previous_response_id, own_output=True)
+    deps.writer.open_ephemeral(response_id)
+    return Generation(record, deps.catalog.by_name.get(record.model), context + job["input"])
+
+
+async def _run(deps: WorkerDeps, generation: Generation) -> None:
+    record = generation.record
+    opening = [] if record.background else [lifecycle_event("response.created", record)]
+    deps.writer.append(record.id, [*opening, lifecycle_event("response.in_progress", record)])
+    translator = StreamTranslator()
+    task = asyncio.create_task(_stream(deps, generation, translator))
+    deps.running[record.id] = task
+    try:
+        await asyncio.wait({task})
+    except asyncio.CancelledError:
+        task.cancel()  # the job itself was cancelled (shutdown): the reaper ends the response
+        raise
+    finally:
+        deps.running.pop(record.id, None)
+    closing, outcome = _ending(task, translator)
+    final = record.evolve(status=outcome.status, output=outcome.output, usage=outcome.usage,
+                          error=outcome.error, incomplete_details=outcome.incomplete_details,
+                          completed_at=outcome.completed_at)
+    if not await deps.writer.finish(record.id, [*closing, terminal_event(final)], outcome):
+        log.info("response %s ended elsewhere first; its %s is discarded", record.id, outcome.status)
+    if record.id in deps.ephemeral:
+        deps.ephemeral.discard(record.id)
+        await deps.redis.delete(ALIVE_PREFIX + record.id)
+
+
+async def _stream(deps: WorkerDeps, generation: Generation, translator: StreamTranslator) -> None:
+    if generation.model is None:
+        raise RuntimeFailure(f"model '{generation.record.model}' is not in this worker's catalog")
+    body = chat_request(generation.record, generation.context, generation.model)
+    async for chunk in deps.runtime.stream(generation.model, body):
+        events = translator.on_chunk(chunk)
+        if events:
+            deps.writer.append(generation.record.id, events)
+
+
+def _ending(task: asyncio.Task[None], translator: StreamTranslator,
+            ) -> tuple[list[Event], responses_db.Outcome]:
+    now = time.time()
+    if task.cancelled():
+        return [], responses_db.Outcome("cancelled", translator.partial_output(), now)
+    error = task.exception()
+    if error is not None:
+        if not isinstance(error, RuntimeFailure):
+            log.error("generation failed", exc_info=error)
+        message = str(error) if isinstance(error, RuntimeFailure) else "internal error during generation"
+        return [], responses_db.Outcome("failed", translator.partial_output(), now,
+                                        error={"code": "server_error", "message": message})
+    events, output = translator.close()
+    reason = translator.incomplete_reason
+    return events, responses_db.Outcome(
+        "incomplete" if reason else "completed", output, now, usage=translator.usage_object(),
+        incomplete_details={"reason": reason} if reason else None,
+    )
