@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per runtime request is noise
     settings = Settings()
     if args.command == "migrate":
         migrate(settings)
@@ -90,3 +91,7 @@ async def _keys(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         await engine.dispose()
     return 0
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""Test harness: a fresh Postgres database built by the migrations, a private Redis database and
+queue, the scripted fake runtime, and real `responses-server api` / `worker` processes.
+
+Everything is real: Postgres and Redis run on every development and CI machine (see README).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+import redis
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from app.cli import migrate
+from app.settings import Settings
+
+PG_ADMIN_URL = os.environ.get("TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_BASE_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def admin_sql(statement: str) -> None:
+    async def run() -> None:
+        conn = await asyncpg.connect(PG_ADMIN_URL)
+        try:
+            await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_http(url: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"process for {url} exited with {process.returncode}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not come up")
+
+
+@dataclass(frozen=True)
+class Environment:
+    database_url: str
+    redis_url: str
+    queue_name: str
+    models_path: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {**os.environ, "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url,
+                "RESPONSES_QUEUE": self.queue_name, "RESPONSES_MODELS": str(self.models_path),
+                "PYTHONUNBUFFERED": "1", **extra}
+
+    def query(self, sql: str, *args: object) -> list[asyncpg.Record]:
+        """Runs one SQL statement against the test database (for asserting what was stored)."""
+        async def run() -> list[asyncpg.Record]:
+            conn = await asyncpg.connect(self.database_url.replace("+asyncpg", ""))
+            try:
+                return list(await conn.fetch(sql, *args))
+            finally:
+                await conn.close()
+
+        return asyncio.run(run())
+
+    def settings(self) -> Settings:
+        return Settings(DATABASE_URL=self.database_url, REDIS_URL=self.redis_url,  # type: ignore[call-arg]
+                        RESPONSES_QUEUE=self.queue_name, RESPONSES_MODELS=self.models_path)
+
+
+@pytest.fixture(scope="session")
+def fake_runtime_url() -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "tests.fake_runtime", "--port", str(port)], cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(f"{url}/_stats", process)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@pytest.fixture(scope="session")
+def environment(tmp_path_factory: pytest.TempPathFactory, fake_runtime_url: str) -> Iterator[Environment]:
+    name = f"rs_test_{secrets.token_hex(4)}"
+    admin_sql(f'CREATE DATABASE "{name}"')
+    models = tmp_path_factory.mktemp("catalog") / "models.toml"
+    models.write_text(f"""
+[[models]]
+id = "fake-model"
+aliases = ["fake"]
+runtime = "openai"
+base_url = "{fake_runtime_url}/v1"
+upstream_model = "fake-upstream"
+context_window = 4096
+max_output_tokens = 64
+
+[[models]]
+id = "unreachable-model"
+runtime = "openai"
+base_url = "http://127.0.0.1:{free_port()}/v1"
+""")
+    environment = Environment(
+        database_url=f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}",
+        redis_url=f"{REDIS_BASE_URL}/0", queue_name=f"responses:test:{name}", models_path=models,
+    )
+    migrate(environment.settings())
+    try:
+        yield environment
+    finally:
+        admin_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@dataclass
+class Server:
+    base_url: str
+    api: subprocess.Popen[bytes]
+    worker: subprocess.Popen[bytes]
+
+
+def start_api(environment: Environment, port: int) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "api", "--port", str(port)],
+        cwd=ROOT, env=environment.env(RESPONSES_FOLLOW_IDLE_SECONDS="1"))
+    wait_for_http(f"http://127.0.0.1:{port}/health", process)
+    return process
+
+
+def start_worker(environment: Environment) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], cwd=ROOT,
+                            env=environment.env(RESPONSES_LEASE_SECONDS="3"))
+
+
+@pytest.fixture(scope="session")
+def server(environment: Environment) -> Iterator[Server]:
+    port = free_port()
+    api = start_api(environment, port)
+    worker = start_worker(environment)
+    try:
+        yield Server(f"http://127.0.0.1:{port}/v1", api, worker)
+    finally:
+        for process in (worker, api):
+            process.terminate()
+            process.wait(15)
+
+
+def create_key(environment: Environment, account: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "app.cli", "keys", "create", "--account", account],
+                         cwd=ROOT, env=environment.env(), check=True, capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def account_name() -> str:
+    return f"acct-{secrets.token_hex(3)}"
+
+
+@pytest.fixture(scope="session")
+def api_key(environment: Environment, account_name: str) -> str:
+    return create_key(environment, account_name)
+
+
+@pytest.fixture(scope="session")
+def other_api_key(environment: Environment) -> str:
+    return create_key(environment, f"other-{secrets.token_hex(3)}")
+
+
+@pytest.fixture
+def fake(fake_runtime_url: str) -> Iterator[FakeRuntime]:
+    runtime = FakeRuntime(fake_runtime_url)
+    runtime.reset()
+    yield runtime
+
+
+@dataclass(frozen=True)
+class FakeRuntime:
+    url: str
+
+    def reset(self) -> None:
+        httpx.delete(f"{self.url}/_requests")
+
+    def requests(self) -> list[dict[str, object]]:
+        result: list[dict[str, object]] = httpx.get(f"{self.url}/_requests").json()
+        return result
+
+    def stats(self) -> dict[str, int]:
+        result: dict[str, int] = httpx.get(f"{self.url}/_stats").json()
+        return result
+
+
+@pytest.fixture(scope="session")
+def redis_client(environment: Environment) -> redis.Redis:
+    return redis.Redis.from_url(environment.redis_url)
+
+
+@pytest.fixture(scope="session")
+async def engine(environment: Environment) -> AsyncIterator[AsyncEngine]:
+    engine = create_async_engine(environment.database_url)
+    yield engine
+    await engine.dispose()

@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+import openai
+import pytest
+
+from tests.conftest import Server
+
+
+@pytest.fixture
+def client(server: Server, api_key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url, api_key=api_key, max_retries=0, timeout=30)
+
+
+@pytest.fixture
+def other_client(server: Server, other_api_key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url, api_key=other_api_key, max_retries=0, timeout=30)
