@@ -48,9 +48,13 @@ class InvalidRequest(APIError):
 
 
 class UnsupportedParameter(InvalidRequest):
-    """This parameter is not supported by this server."""
+    """A parameter (or value) that OpenAI accepts and this server does not serve yet."""
 
     code = "unsupported_parameter"
+
+    def __init__(self, param: str, what: str) -> None:
+        super().__init__(f"Unsupported parameter '{param}': {what} is not supported by this server yet.",
+                         param=param)
 
 
 class NotFound(InvalidRequest):

@@ -21,7 +21,7 @@ UNSUPPORTED = ("conversation", "prompt", "context_management", "moderation", "pr
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     include_obfuscation: bool | None = None
 
@@ -33,14 +33,14 @@ class TextFormat(BaseModel):
 
 
 class TextOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     format: TextFormat | None = None
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
 class ReasoningOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
@@ -48,7 +48,7 @@ class ReasoningOptions(BaseModel):
 
 
 class CreateResponseRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     model: str = Field(min_length=1)
     input: str | list[Any]
@@ -114,9 +114,7 @@ class ValidatedCreate(BaseModel):
 def parse_create_request(body: dict[str, Any]) -> ValidatedCreate:
     for name in UNSUPPORTED:
         if body.get(name) is not None:
-            raise errors.UnsupportedParameter(
-                f"The '{name}' parameter is not supported by this server yet.", param=name
-            )
+            raise errors.UnsupportedParameter(name, f"'{name}'")
     request = validate(CreateResponseRequest, body)
     _reject_unserved_values(request)
     return ValidatedCreate(request=request, input_items=parse_input(request.input))
@@ -124,35 +122,24 @@ def parse_create_request(body: dict[str, Any]) -> ValidatedCreate:
 
 def _reject_unserved_values(request: CreateResponseRequest) -> None:
     """Values that are valid for OpenAI but would be silently ignored here: refuse them instead."""
-    for index, tool in enumerate(request.tools or []):
-        raise errors.UnsupportedParameter(
-            f"Tools of type '{tool.get('type')}' are not supported by this server yet.",
-            param=f"tools[{index}].type",
-        )
+    if request.tools:
+        raise errors.UnsupportedParameter("tools[0].type", f"a tool of type '{request.tools[0].get('type')}'")
     if request.tool_choice not in (None, "auto", "none"):
-        raise errors.UnsupportedParameter("Only tool_choice 'auto' and 'none' are supported without tools.",
-                                          param="tool_choice")
+        raise errors.UnsupportedParameter("tool_choice", "a tool_choice other than 'auto' or 'none'")
     if request.truncation == "auto":
-        raise errors.UnsupportedParameter("truncation 'auto' is not supported by this server yet.",
-                                          param="truncation")
+        raise errors.UnsupportedParameter("truncation", "truncation 'auto'")
     if request.text and request.text.format and request.text.format.type != "text":
-        raise errors.UnsupportedParameter(
-            f"text.format of type '{request.text.format.type}' is not supported by this server yet.",
-            param="text.format.type",
-        )
+        raise errors.UnsupportedParameter("text.format.type", f"text.format '{request.text.format.type}'")
     if request.reasoning and request.reasoning.effort not in (None, "none"):
-        raise errors.UnsupportedParameter("reasoning.effort is not supported by this server yet.",
-                                          param="reasoning.effort")
+        raise errors.UnsupportedParameter("reasoning.effort", f"reasoning effort '{request.reasoning.effort}'")
     if request.top_logprobs:
-        raise errors.UnsupportedParameter("top_logprobs is not supported by this server yet.",
-                                          param="top_logprobs")
+        raise errors.UnsupportedParameter("top_logprobs", "top_logprobs")
     for index, name in enumerate(request.include or []):
         if name not in INCLUDABLE:
             raise errors.InvalidRequest(f"Invalid 'include[{index}]': unknown value '{name}'.",
                                         param=f"include[{index}]", code="invalid_value")
         if name == "message.output_text.logprobs":
-            raise errors.UnsupportedParameter("Logprobs are not supported by this server yet.",
-                                              param=f"include[{index}]")
+            raise errors.UnsupportedParameter(f"include[{index}]", "logprobs")
 
 
 def echoed_settings(request: CreateResponseRequest, max_output_tokens: int | None) -> dict[str, Any]:

@@ -29,7 +29,7 @@ UNSUPPORTED_ITEM_TYPES = {
 
 
 class _Message(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
@@ -40,7 +40,7 @@ class _Message(BaseModel):
 
 
 class _TextPart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     type: Literal["input_text", "output_text"]
     text: str
@@ -49,7 +49,7 @@ class _TextPart(BaseModel):
 
 
 class _RefusalPart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     type: Literal["refusal"]
     refusal: str = Field()
@@ -75,9 +75,7 @@ def _parse_item(raw: Any, param: str) -> Item:
                                     code="invalid_type")
     item_type = raw.get("type", "message")
     if item_type in UNSUPPORTED_ITEM_TYPES:
-        raise errors.UnsupportedParameter(
-            f"Input items of type '{item_type}' are not supported by this server yet.", param=f"{param}.type"
-        )
+        raise errors.UnsupportedParameter(f"{param}.type", f"an input item of type '{item_type}'")
     if item_type != "message":
         raise errors.InvalidRequest(f"Invalid '{param}.type': unknown item type '{item_type}'.",
                                     param=f"{param}.type", code="invalid_value")
@@ -98,9 +96,7 @@ def _parse_part(raw: Any, role: str, param: str) -> Item:
                                     code="invalid_type")
     part_type = raw.get("type")
     if part_type in UNSUPPORTED_CONTENT_TYPES:
-        raise errors.UnsupportedParameter(
-            f"Content of type '{part_type}' is not supported by this server yet.", param=f"{param}.type"
-        )
+        raise errors.UnsupportedParameter(f"{param}.type", f"content of type '{part_type}'")
     if part_type == "refusal" and role == "assistant":
         return {"type": "refusal", "refusal": validate(_RefusalPart, raw, prefix=param).refusal}
     expected = "output_text" if role == "assistant" else "input_text"

@@ -1,0 +1,138 @@
+"""Bad input: a 4xx in OpenAI's envelope naming the parameter, and nothing persisted or queued
+(design invariant 6). Runtime failures: a failed response, never a hang or a traceback."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import Environment, FakeRuntime, Server
+
+BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
+    ({"input": "x"}, 400, "model", "missing_required_parameter"),
+    ({"model": "fake"}, 400, "input", "missing_required_parameter"),
+    ({"model": "nope", "input": "x"}, 400, "model", "model_not_found"),
+    ({"model": "fake", "input": "x", "bogus": 1}, 400, "bogus", "unknown_parameter"),
+    ({"model": "fake", "input": "x", "temperature": 3}, 400, "temperature", "invalid_value"),
+    ({"model": "fake", "input": "x", "top_p": -0.1}, 400, "top_p", "invalid_value"),
+    ({"model": "fake", "input": "x", "max_output_tokens": 8}, 400, "max_output_tokens", "invalid_value"),
+    ({"model": "fake", "input": "x", "metadata": {f"k{i}": "v" for i in range(17)}}, 400, "metadata", "invalid_value"),
+    ({"model": "fake", "input": "x", "metadata": {"k": "v" * 513}}, 400, "metadata", "invalid_value"),
+    ({"model": "fake", "input": "x", "store": "yes"}, 400, "store", "invalid_value"),
+    ({"model": "fake", "input": []}, 400, "input", "empty_array"),
+    ({"model": "fake", "input": [{"role": "robot", "content": "x"}]}, 400, "input[0].role", "invalid_value"),
+    ({"model": "fake", "input": [{"role": "user"}]}, 400, "input[0].content", "missing_required_parameter"),
+    ({"model": "fake", "input": [{"role": "user", "content": [{"type": "output_text", "text": "x"}]}]}, 400,
+     "input[0].content[0].type", "invalid_value"),
+    ({"model": "fake", "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, 400,
+     "input[0].content[0].type", "unsupported_parameter"),
+    ({"model": "fake", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, 400,
+     "input[0].content[0].type", "unsupported_parameter"),
+    ({"model": "fake", "input": [{"type": "function_call_output", "call_id": "c", "output": "o"}]}, 400,
+     "input[0].type", "unsupported_parameter"),
+    ({"model": "fake", "input": "x", "conversation": "conv_1"}, 400, "conversation", "unsupported_parameter"),
+    ({"model": "fake", "input": "x", "prompt": {"id": "p"}}, 400, "prompt", "unsupported_parameter"),
+    ({"model": "fake", "input": "x", "tools": [{"type": "web_search"}]}, 400, "tools[0].type", "unsupported_parameter"),
+    ({"model": "fake", "input": "x", "truncation": "auto"}, 400, "truncation", "unsupported_parameter"),
+    ({"model": "fake", "input": "x", "text": {"format": {"type": "json_object"}}}, 400, "text.format.type",
+     "unsupported_parameter"),
+    ({"model": "fake", "input": "x", "include": ["nonsense"]}, 400, "include[0]", "invalid_value"),
+    ({"model": "fake", "input": "x", "previous_response_id": "resp_missing"}, 400, "previous_response_id",
+     "previous_response_not_found"),
+]
+
+
+def post(server: Server, key: str, content: bytes, content_type: str = "application/json") -> httpx.Response:
+    return httpx.post(f"{server.base_url}/responses", content=content,
+                      headers={"Authorization": f"Bearer {key}", "Content-Type": content_type})
+
+
+def stored_counts(environment: Environment) -> tuple[int, ...]:
+    [row] = environment.query("SELECT (SELECT count(*) FROM responses) a, (SELECT count(*) FROM items) b, "
+                              "(SELECT count(*) FROM response_events) c")
+    return tuple(row)
+
+
+@pytest.mark.parametrize(("body", "status", "param", "code"), BAD_BODIES)
+def test_bad_body_is_refused_naming_the_parameter_and_persists_nothing(
+        body: dict[str, Any], status: int, param: str | None, code: str | None, server: Server, api_key: str,
+        environment: Environment, fake: FakeRuntime) -> None:
+    before = stored_counts(environment)
+    answer = post(server, api_key, json.dumps(body).encode())
+    assert answer.status_code == status, answer.text
+    error = answer.json()["error"]
+    assert (error["param"], error["code"], error["type"]) == (param, code, "invalid_request_error")
+    # The message names the parameter too (OpenAI's verbatim texts for these two name the id instead).
+    assert param in error["message"] or code in ("model_not_found", "previous_response_not_found")
+    assert answer.headers["x-request-id"].startswith("req_")
+    assert stored_counts(environment) == before
+    assert fake.requests() == []  # nothing reached the model
+
+
+def test_invalid_json_is_400(server: Server, api_key: str) -> None:
+    answer = post(server, api_key, b"{not json")
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == "invalid_json"
+
+
+def test_non_json_content_type_is_415(server: Server, api_key: str) -> None:
+    answer = post(server, api_key, b"model=fake", "application/x-www-form-urlencoded")
+    assert answer.status_code == 415
+    assert answer.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_body_over_the_limit_is_413(server: Server, api_key: str) -> None:
+    answer = post(server, api_key, json.dumps({"model": "fake", "input": "x" * (17 * 1024 * 1024)}).encode())
+    assert answer.status_code == 413
+    assert "limit" in answer.json()["error"]["message"]
+
+
+def test_every_answer_has_a_request_id(server: Server, api_key: str) -> None:
+    for answer in (httpx.get(f"{server.base_url}/responses/resp_x", headers={"Authorization": f"Bearer {api_key}"}),
+                   httpx.get(f"{server.base_url}/nowhere"), httpx.get(server.base_url.removesuffix("/v1") + "/health")):
+        assert answer.headers["x-request-id"].startswith("req_")
+    nowhere = httpx.get(f"{server.base_url}/nowhere").json()
+    assert set(nowhere["error"]) == {"message", "type", "param", "code"}
+
+
+def test_unknown_response_id_is_404_in_the_envelope(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.responses.retrieve("resp_unknown")
+    assert caught.value.body == {"message": "Response with id 'resp_unknown' not found.",
+                                 "type": "invalid_request_error", "param": None, "code": None}
+
+
+def test_unreachable_runtime_fails_the_response_with_a_5xx(client: openai.OpenAI, environment: Environment) -> None:
+    with pytest.raises(openai.InternalServerError) as caught:
+        client.responses.create(model="unreachable-model", input="x")
+    assert caught.value.status_code == 502
+    assert "unreachable" in caught.value.message
+    [row] = environment.query("SELECT id, status, error FROM responses WHERE model = 'unreachable-model' "
+                              "ORDER BY created_at DESC LIMIT 1")
+    assert row["status"] == "failed"
+    assert row["id"] in caught.value.message
+    stored = client.responses.retrieve(row["id"])
+    assert stored.status == "failed" and stored.error is not None and stored.error.code == "server_error"
+
+
+def test_runtime_http_error_streams_response_failed(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    events = list(client.responses.create(model="fake", input='#fake {"status": 500}', stream=True))
+    assert [e.type for e in events] == ["response.created", "response.in_progress", "response.failed"]
+    failed = events[-1].response
+    assert failed.status == "failed" and failed.error is not None
+    assert "500" in failed.error.message
+
+
+@pytest.mark.parametrize("script", ['{"text": "a b c d", "error_after": 2}', '{"text": "a b c d", "break_after": 2}'])
+def test_mid_stream_failure_keeps_the_partial_output(script: str, client: openai.OpenAI, fake: FakeRuntime) -> None:
+    events = list(client.responses.create(model="fake", input=f"#fake {script}", stream=True))
+    assert events[-1].type == "response.failed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    failed = client.responses.retrieve(events[-1].response.id)
+    assert failed.status == "failed"
+    assert failed.output_text == "a b"
+    assert failed.output[0].status == "incomplete"
