@@ -29,5 +29,9 @@ class Settings(BaseSettings):
     worker_poll_delay: float = Field(0.01, alias="RESPONSES_WORKER_POLL_DELAY")
     job_timeout_seconds: int = Field(6 * 3600, alias="RESPONSES_JOB_TIMEOUT_SECONDS")
     lease_seconds: float = Field(30.0, alias="RESPONSES_LEASE_SECONDS")
+    # How often each worker reaps expired leases and requeues responses Redis lost, and how old
+    # a queued response must be before it counts as lost.
+    housekeeping_seconds: float = Field(5.0, alias="RESPONSES_HOUSEKEEPING_SECONDS")
+    requeue_after_seconds: float = Field(10.0, alias="RESPONSES_REQUEUE_AFTER_SECONDS")
     runtime_connect_timeout: float = Field(10.0, alias="RESPONSES_RUNTIME_CONNECT_TIMEOUT")
     runtime_read_timeout: float = Field(600.0, alias="RESPONSES_RUNTIME_READ_TIMEOUT")

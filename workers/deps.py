@@ -8,7 +8,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from redis.asyncio import Redis
+from arq.connections import ArqRedis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.catalog import Catalog
@@ -16,6 +16,7 @@ from app.db import responses as responses_db
 from app.db.engine import create_engine
 from app.redis_keys import ALIVE_PREFIX, STOP_CHANNEL
 from app.settings import Settings
+from workers import reaper
 from workers.event_log import EventWriter
 from workers.runtime import ChatRuntimeClient
 
@@ -27,7 +28,7 @@ class WorkerDeps:
     settings: Settings
     catalog: Catalog
     engine: AsyncEngine
-    redis: Redis
+    redis: ArqRedis  # arq's own pool: the queue, pub/sub and keys
     writer: EventWriter
     runtime: ChatRuntimeClient
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
@@ -38,9 +39,8 @@ class WorkerDeps:
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
-    def open(cls, settings: Settings) -> WorkerDeps:
+    def open(cls, settings: Settings, redis: ArqRedis) -> WorkerDeps:
         engine = create_engine(settings)
-        redis = Redis.from_url(settings.redis_url)
         return cls(
             settings=settings, catalog=Catalog.load(settings.models_path), engine=engine, redis=redis,
             writer=EventWriter(engine, redis),
@@ -50,14 +50,14 @@ class WorkerDeps:
     def start(self) -> None:
         self.writer.start()
         self._background += [asyncio.create_task(self._listen_for_stops(), name="stop-listener"),
-                             asyncio.create_task(self._keep_leases(), name="lease-keeper")]
+                             asyncio.create_task(self._keep_leases(), name="lease-keeper"),
+                             asyncio.create_task(self._housekeeping(), name="housekeeping")]
 
     async def close(self) -> None:
         for task in self._background:
             task.cancel()
         await self.writer.close()
         await self.runtime.aclose()
-        await self.redis.aclose()
         await self.engine.dispose()
 
     def stop_generation(self, response_id: str) -> None:
@@ -94,3 +94,13 @@ class WorkerDeps:
                     self.stop_generation(response_id)
             except Exception:
                 log.warning("could not renew leases", exc_info=True)
+
+    async def _housekeeping(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.housekeeping_seconds)
+            try:
+                await reaper.reap_expired_leases(self.engine, self.redis)
+                await reaper.requeue_lost_jobs(self.engine, self.redis, self.settings.queue_name,
+                                               self.settings.requeue_after_seconds)
+            except Exception:
+                log.warning("housekeeping failed; will retry", exc_info=True)

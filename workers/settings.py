@@ -15,7 +15,7 @@ from workers.generate import generate
 
 
 async def _startup(ctx: dict[str, Any]) -> None:
-    deps = WorkerDeps.open(ctx["settings"])
+    deps = WorkerDeps.open(ctx["settings"], ctx["redis"])
     deps.start()
     ctx["deps"] = deps
 

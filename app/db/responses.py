@@ -40,6 +40,11 @@ class Outcome:
     incomplete_details: dict[str, Any] | None = None
 
 
+def db_now(offset_seconds: float = 0.0) -> Any:
+    """Postgres's clock (plus an offset): leases and ages are judged by one clock, not each host's."""
+    return func.now() + timedelta(seconds=offset_seconds)
+
+
 def _epoch(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
@@ -99,7 +104,7 @@ async def claim(conn: AsyncConnection, response_id: str, worker_id: str, lease_s
         update(responses)
         .where(responses.c.id == response_id, responses.c.status == "queued")
         .values(status="in_progress", started_at=func.now(), worker_id=worker_id,
-                lease_expires_at=func.now() + timedelta(seconds=lease_seconds))
+                lease_expires_at=db_now(lease_seconds))
         .returning(responses)
     )).one_or_none()
     return row
@@ -146,7 +151,7 @@ async def renew_leases(conn: AsyncConnection, response_ids: Sequence[str], lease
     rows = await conn.execute(
         update(responses)
         .where(responses.c.id.in_(response_ids), responses.c.status == "in_progress")
-        .values(lease_expires_at=func.now() + timedelta(seconds=lease_seconds))
+        .values(lease_expires_at=db_now(lease_seconds))
         .returning(responses.c.id, responses.c.cancel_requested_at)
     )
     return [r.id for r in rows if r.cancel_requested_at is not None]

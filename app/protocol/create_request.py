@@ -115,6 +115,7 @@ def parse_create_request(body: dict[str, Any]) -> ValidatedCreate:
     for name in UNSUPPORTED:
         if body.get(name) is not None:
             raise errors.UnsupportedParameter(name, f"'{name}'")
+    body = {key: value for key, value in body.items() if key not in UNSUPPORTED}  # their nulls mean absent
     request = validate(CreateResponseRequest, body)
     _reject_unserved_values(request)
     return ValidatedCreate(request=request, input_items=parse_input(request.input))

@@ -1,0 +1,60 @@
+"""A foreground client that leaves stops its generation: the runtime stream is closed (the GPU
+is freed) and the stored response ends `cancelled` with what was generated so far."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import openai
+
+from tests.conftest import Environment, FakeRuntime, Server
+
+SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(60)), "delay": 0.1})
+
+
+def wait_until(predicate, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def test_leaving_a_stream_stops_the_generation(server: Server, api_key: str, client: openai.OpenAI,
+                                               fake: FakeRuntime) -> None:
+    response_id = None
+    with httpx.stream("POST", f"{server.base_url}/responses", headers={"Authorization": f"Bearer {api_key}"},
+                      json={"model": "fake", "input": SLOW, "stream": True}, timeout=30) as answer:
+        for line in answer.iter_lines():
+            if line.startswith("data: "):
+                event = json.loads(line[6:])
+                response_id = event.get("response", {}).get("id", response_id)
+                if event["type"] == "response.output_text.delta":
+                    break  # and the connection closes here
+    assert response_id is not None
+    wait_until(lambda: client.responses.retrieve(response_id).status == "cancelled")
+    wait_until(lambda: fake.stats()["streams_aborted"] == 1)
+    cancelled = client.responses.retrieve(response_id)
+    assert cancelled.output_text.startswith("w0")
+    assert len(cancelled.output_text.split()) < 60
+    assert fake.stats()["streams_finished"] == 0
+
+
+def test_leaving_a_json_request_stops_the_generation(server: Server, api_key: str, fake: FakeRuntime,
+                                                     environment: Environment) -> None:
+    def post() -> None:
+        try:
+            httpx.post(f"{server.base_url}/responses", headers={"Authorization": f"Bearer {api_key}"},
+                       json={"model": "fake", "input": SLOW}, timeout=0.8)
+        except httpx.ReadTimeout:
+            pass  # the client gives up and closes its connection
+
+    thread = threading.Thread(target=post)
+    thread.start()
+    thread.join()
+    wait_until(lambda: fake.stats()["streams_aborted"] == 1)
+    assert fake.stats()["streams_finished"] == 0
+    [latest] = environment.query("SELECT status FROM responses ORDER BY created_at DESC LIMIT 1")
+    assert latest["status"] == "cancelled"

@@ -1,0 +1,180 @@
+"""One test (at least) per design invariant that would fail if the invariant were broken."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from sqlalchemy import select, update
+
+from app.db import events as events_db
+from app.db import responses as responses_db
+from app.db.tables import responses
+from app.state import AppState
+from tests.conftest import Environment, FakeRuntime
+from tests.integration.conftest import accept, run_job
+from workers import reaper
+
+SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(40)), "delay": 0.05})
+
+
+async def events_of(state: AppState, response_id: str) -> list[dict[str, object]]:
+    async with state.engine.connect() as conn:
+        return await events_db.events_after(conn, response_id, -1, limit=100_000)
+
+
+async def status_of(state: AppState, response_id: str) -> str:
+    async with state.engine.connect() as conn:
+        row = await responses_db.get_row(conn, response_id)
+    assert row is not None
+    return str(row.status)
+
+
+async def test_same_job_delivered_twice_generates_once(state: AppState, account_id: str, open_worker,  # type: ignore[no-untyped-def]
+                                                       fake: FakeRuntime) -> None:
+    response_id = await accept(state, account_id, input="once")
+    first, second = await open_worker(), await open_worker()
+    await asyncio.gather(run_job(first, response_id), run_job(second, response_id))
+    await run_job(first, response_id)  # a late redelivery, after the end
+    assert len(fake.requests()) == 1
+    events = await events_of(state, response_id)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert [e["type"] for e in events].count("response.created") == 1
+    assert sum(e["type"] in events_db.TERMINAL_EVENT_TYPES for e in events) == 1
+    assert await status_of(state, response_id) == "completed"
+
+
+async def test_sequence_numbers_are_contiguous_and_identical_on_reread(state: AppState, account_id: str,
+                                                                       open_worker, fake: FakeRuntime,  # type: ignore[no-untyped-def]
+                                                                       ) -> None:
+    worker = await open_worker()
+    ids = [await accept(state, account_id, input=f"#fake {json.dumps({'text': 'a b c d e f g h'})}")
+           for _ in range(20)]
+    await asyncio.gather(*(run_job(worker, rid) for rid in ids))
+    assert worker.writer.batches < worker.writer.events_written  # group commit: many events per commit
+    for response_id in ids:
+        first_read = await events_of(state, response_id)
+        assert [e["sequence_number"] for e in first_read] == list(range(len(first_read)))
+        assert first_read[-1]["type"] == "response.completed"
+        assert await events_of(state, response_id) == first_read
+        async with state.engine.connect() as conn:
+            tail = await events_db.events_after(conn, response_id, 5)
+        assert tail == first_read[6:]
+
+
+async def test_a_terminal_status_never_changes(state: AppState, account_id: str, open_worker,  # type: ignore[no-untyped-def]
+                                               fake: FakeRuntime) -> None:
+    response_id = await accept(state, account_id, input="final")
+    await run_job(await open_worker(), response_id)
+    before = await events_of(state, response_id)
+    async with state.engine.begin() as conn:
+        late = responses_db.Outcome("failed", [], time.time(), error={"code": "x", "message": "late"})
+        assert await responses_db.finish(conn, response_id, late) is None
+        assert await responses_db.cancel_queued(conn, response_id) is False
+        assert await responses_db.claim(conn, response_id, "late-worker", 30) is None
+        assert await events_db.append(conn, response_id, [{"type": "response.output_text.delta"}]) == []
+    assert await status_of(state, response_id) == "completed"
+    assert await events_of(state, response_id) == before
+
+
+async def test_cancel_racing_completion_has_one_winner(state: AppState, account_id: str) -> None:
+    for _ in range(10):
+        response_id = await accept(state, account_id, input="race")
+        async with state.engine.begin() as conn:
+            assert await responses_db.claim(conn, response_id, "w", 30) is not None
+
+        async def finish_as(status: str) -> bool:
+            async with state.engine.begin() as conn:
+                outcome = responses_db.Outcome(status, [], time.time())  # type: ignore[arg-type]
+                return await responses_db.finish(conn, response_id, outcome) is not None
+
+        results = await asyncio.gather(finish_as("completed"), finish_as("cancelled"))
+        assert sorted(results) == [False, True]
+        assert await status_of(state, response_id) == ("completed" if results[0] else "cancelled")
+
+
+async def test_stopping_a_running_generation_cancels_it_with_its_partial_output(
+        state: AppState, account_id: str, open_worker, fake: FakeRuntime) -> None:  # type: ignore[no-untyped-def]
+    response_id = await accept(state, account_id, input=SLOW)
+    worker = await open_worker()
+    job = asyncio.create_task(run_job(worker, response_id))
+    while not any(e["type"] == "response.output_text.delta" for e in await events_of(state, response_id)):
+        await asyncio.sleep(0.02)
+    from app import service
+
+    await service.stop(state, response_id, stored=True)
+    await asyncio.wait_for(job, 10)
+    events = await events_of(state, response_id)
+    assert events[-1]["type"] == "response.cancelled"
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    async with state.engine.connect() as conn:
+        record = await responses_db.get_record(conn, response_id)
+    assert record is not None and record.status == "cancelled"
+    assert record.output[0]["content"][0]["text"].startswith("w0")
+
+
+async def test_a_queued_response_stopped_before_it_runs_never_runs(state: AppState, account_id: str, open_worker,  # type: ignore[no-untyped-def]
+                                                                   fake: FakeRuntime) -> None:
+    from app import service
+
+    response_id = await accept(state, account_id, input="never")
+    await service.stop(state, response_id, stored=True)
+    await run_job(await open_worker(), response_id)
+    assert fake.requests() == []
+    events = await events_of(state, response_id)
+    assert [e["type"] for e in events] == ["response.cancelled"]
+    assert await status_of(state, response_id) == "cancelled"
+
+
+async def test_a_dead_workers_response_is_failed_by_the_reaper(state: AppState, account_id: str) -> None:
+    response_id = await accept(state, account_id, input="orphan")
+    async with state.engine.begin() as conn:
+        assert await responses_db.claim(conn, response_id, "dead-worker", 30) is not None
+        await events_db.append(conn, response_id, [{"type": "response.created"}, {"type": "response.in_progress"}])
+        await conn.execute(update(responses).where(responses.c.id == response_id)
+                           .values(lease_expires_at=responses_db.db_now(-1)))
+    assert response_id in await reaper.reap_expired_leases(state.engine, state.redis)
+    assert response_id not in await reaper.reap_expired_leases(state.engine, state.redis)
+    events = await events_of(state, response_id)
+    assert [e["sequence_number"] for e in events] == [0, 1, 2]
+    assert events[-1]["type"] == "response.failed"
+    assert "stopped responding" in events[-1]["response"]["error"]["message"]  # type: ignore[index]
+    assert await status_of(state, response_id) == "failed"
+
+
+async def test_queued_responses_redis_lost_are_requeued_from_postgres(
+        state: AppState, account_id: str, environment: Environment, open_worker, fake: FakeRuntime) -> None:  # type: ignore[no-untyped-def]
+    response_id = await accept(state, account_id, input="lost job")  # persisted, never enqueued
+    async with state.engine.begin() as conn:
+        await conn.execute(update(responses).where(responses.c.id == response_id)
+                           .values(created_at=responses_db.db_now(-60)))
+    queue = environment.queue_name + ":requeue-test"  # a queue no other worker of the session reads
+    requeued = await reaper.requeue_lost_jobs(state.engine, state.redis, queue, 10)
+    assert response_id in requeued
+    from workers.settings import build_worker
+
+    worker = build_worker(environment.settings(), queue_name=queue, burst=True, poll_delay=0, handle_signals=False)
+    await worker.main()
+    await worker.close()
+    for _ in range(100):  # another worker's housekeeping may have taken it first; either way it completes
+        if await status_of(state, response_id) == "completed":
+            break
+        await asyncio.sleep(0.1)
+    assert await status_of(state, response_id) == "completed"
+    async with state.engine.connect() as conn:
+        rows = (await conn.execute(select(responses.c.id).where(responses.c.status == "queued"))).all()
+    assert response_id not in {r.id for r in rows}
+
+
+@pytest.mark.parametrize("bad", [{"input": []}, {"input": "x", "temperature": 9}, {"input": "x", "tools": [{}]}])
+async def test_bad_input_persists_nothing(state: AppState, account_id: str, bad: dict[str, object]) -> None:
+    from app import errors, service
+
+    async with state.engine.connect() as conn:
+        before = (await conn.execute(select(responses.c.id))).all()
+    with pytest.raises(errors.InvalidRequest):
+        await service.accept(state, account_id, {"model": "fake", **bad})
+    async with state.engine.connect() as conn:
+        assert (await conn.execute(select(responses.c.id))).all() == before

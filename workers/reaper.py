@@ -1,0 +1,73 @@
+"""Housekeeping that keeps invariants 1 and 4 true when processes die or Redis forgets.
+
+- Reap: a running response whose worker stopped renewing its lease is ended `failed` (with a
+  terminal event every follower receives), never silently re-run.
+- Requeue: a queued response that Redis lost (flushed, restarted) is enqueued again from Postgres;
+  the job id is the response id, so one that is still queued is not duplicated.
+
+Every worker runs both; compare-and-set and SKIP LOCKED make concurrent runs harmless.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from arq.connections import ArqRedis
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db import events as events_db
+from app.db import responses as responses_db
+from app.db.tables import responses
+from app.protocol.lifecycle import terminal_event
+from app.queue import enqueue_generate
+from app.redis_keys import events_channel
+
+log = logging.getLogger(__name__)
+
+WORKER_LOST = {"code": "server_error",
+               "message": "The worker generating this response stopped responding; the response was not finished."}
+
+
+async def reap_expired_leases(engine: AsyncEngine, redis: ArqRedis) -> list[str]:
+    """Fails every running response whose lease expired; returns their ids."""
+    published: dict[str, list[events_db.Event]] = {}
+    async with engine.begin() as conn:
+        rows = (await conn.execute(
+            select(responses)
+            .where(responses.c.status == "in_progress", responses.c.lease_expires_at < responses_db.db_now())
+            .with_for_update(skip_locked=True)
+            .limit(100)
+        )).all()
+        for row in rows:
+            outcome = responses_db.Outcome("failed", [], time.time(), error=WORKER_LOST)
+            final = responses_db.record_from_row(row, []).evolve(status="failed", error=WORKER_LOST)
+            events = await events_db.append(conn, row.id, [terminal_event(final)])
+            if events and await responses_db.finish(conn, row.id, outcome) is not None:
+                published[row.id] = events
+    for response_id, events in published.items():
+        log.warning("response %s: worker lost; failed", response_id)
+        try:
+            await redis.publish(events_channel(response_id), json.dumps(events))
+        except Exception:
+            log.warning("could not publish reaped events of %s", response_id, exc_info=True)
+    return list(published)
+
+
+async def requeue_lost_jobs(engine: AsyncEngine, redis: ArqRedis, queue_name: str, older_than_seconds: float,
+                            ) -> list[str]:
+    """Enqueues again the queued responses older than `older_than_seconds` (arq ignores the ones
+    it still has); returns the ids it handed to arq."""
+    async with engine.connect() as conn:
+        ids = (await conn.execute(
+            select(responses.c.id)
+            .where(responses.c.status == "queued",
+                   responses.c.created_at < responses_db.db_now(-older_than_seconds))
+            .order_by(responses.c.created_at)
+            .limit(1000)
+        )).scalars().all()
+    for response_id in ids:
+        await enqueue_generate(redis, response_id, queue_name)
+    return list(ids)
