@@ -1,0 +1,109 @@
+"""Background responses on the same spine: queued at once, followed or replayed from the event log,
+cancelled through the API."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import FakeRuntime, Server
+
+SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(30)), "delay": 0.05})
+
+
+def wait_for_status(client: openai.OpenAI, response_id: str, statuses: set[str], timeout: float = 15) -> str:
+    deadline = time.monotonic() + timeout
+    while (status := client.responses.retrieve(response_id).status or "") not in statuses:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.05)
+    return status
+
+
+def test_background_create_answers_queued_at_once(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    response = client.responses.create(model="fake", input=SLOW, background=True)
+    assert response.status == "queued" and response.background is True
+    assert response.output == [] and response.usage is None
+    assert wait_for_status(client, response.id, {"completed"}) == "completed"
+    assert client.responses.retrieve(response.id).output_text.split()[-1] == "w29"
+
+
+def test_background_stream_can_be_dropped_and_resumed(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    stream = client.responses.create(model="fake", input=SLOW, background=True, stream=True)
+    seen = []
+    for event in stream:
+        seen.append(event)
+        if event.sequence_number == 6:
+            break
+    stream.close()
+    assert [e.type for e in seen[:2]] == ["response.created", "response.queued"]
+    response_id = seen[0].response.id
+    resumed = list(client.responses.retrieve(response_id, stream=True, starting_after=6))
+    assert [e.sequence_number for e in resumed] == list(range(7, 7 + len(resumed)))
+    assert resumed[-1].type == "response.completed"
+    text = "".join(e.delta for e in seen + resumed if e.type == "response.output_text.delta")
+    assert text == resumed[-1].response.output_text
+    replay = list(client.responses.retrieve(response_id, stream=True))  # after the end: the whole log again
+    assert [e.model_dump(exclude={"obfuscation"}) for e in replay[7:]] == \
+        [e.model_dump(exclude={"obfuscation"}) for e in resumed]
+
+
+def test_sdk_stream_helper_resumes_by_response_id(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    response = client.responses.create(model="fake", input=SLOW, background=True, stream=True)
+    first = next(iter(response))
+    response.close()
+    with client.responses.stream(response_id=first.response.id, starting_after=3) as stream:
+        numbers = [event.sequence_number for event in stream]
+        final = stream.get_final_response()
+    assert numbers[0] == 4
+    assert final.output_text.split()[-1] == "w29"
+
+
+@pytest.mark.parametrize(("create", "message"), [
+    ({}, "not created with background=true"),
+    ({"background": True}, "not created with stream=true"),
+])
+def test_streaming_back_a_response_that_was_not_streamed_is_400(
+        create: dict[str, object], message: str, server: Server, api_key: str, client: openai.OpenAI,
+        fake: FakeRuntime) -> None:
+    response = client.responses.create(model="fake", input="x", **create)  # type: ignore[call-overload]
+    answer = httpx.get(f"{server.base_url}/responses/{response.id}", params={"stream": "true"},
+                       headers={"Authorization": f"Bearer {api_key}"})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == "stream" and message in answer.json()["error"]["message"]
+
+
+def test_cancel_a_running_background_response(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    response = client.responses.create(model="fake", input=SLOW, background=True)
+    wait_for_status(client, response.id, {"in_progress"})
+    time.sleep(0.2)
+    cancelled = client.responses.cancel(response.id)
+    assert cancelled.status == "cancelled"
+    assert 0 < len(cancelled.output_text.split()) < 30
+    assert client.responses.cancel(response.id).model_dump() == cancelled.model_dump()  # idempotent
+    time.sleep(0.3)
+    assert client.responses.retrieve(response.id).status == "cancelled"  # final, whatever came after
+
+
+def test_cancel_a_finished_background_response_returns_it_unchanged(client: openai.OpenAI,
+                                                                    fake: FakeRuntime) -> None:
+    response = client.responses.create(model="fake", input="quick", background=True)
+    wait_for_status(client, response.id, {"completed"})
+    assert client.responses.cancel(response.id).status == "completed"
+
+
+def test_cancel_of_a_foreground_response_is_400(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    response = client.responses.create(model="fake", input="x")
+    with pytest.raises(openai.BadRequestError):
+        client.responses.cancel(response.id)
+
+
+def test_previous_response_that_is_still_running_is_400(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    running = client.responses.create(model="fake", input=SLOW, background=True)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="fake", input="next", previous_response_id=running.id)
+    assert caught.value.param == "previous_response_id"
+    wait_for_status(client, running.id, {"completed"})
