@@ -1,0 +1,159 @@
+"""Streaming overhead of the stateful path, measured against the same fake runtime streamed directly.
+
+For each concurrency level it streams N responses of M tokens (a) through the whole system
+(API → Postgres → arq → worker → runtime → durable event log → Redis → SSE) and (b) straight from
+the fake Chat Completions runtime, in the same run, and reports TTFT p50/p99, tokens/s and
+their ratios, plus the durable events/s the event writer committed.
+
+    python bench/stream_benchmark.py                       # 1, 32 and 256 streams
+    python bench/stream_benchmark.py --levels 32 --tokens 128 --token-delay 0.01
+
+It needs Postgres and Redis as the tests do (DATABASE admin URL and REDIS_URL as in tests/conftest.py);
+it creates and drops its own database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.conftest import PG_ADMIN_URL, free_port, wait_for_http  # noqa: E402
+
+
+async def admin(statement: str) -> None:
+    conn = await asyncpg.connect(PG_ADMIN_URL)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@dataclass
+class Run:
+    ttfts: list[float]
+    tokens: int
+    seconds: float
+    errors: int
+
+    def row(self) -> dict[str, float]:
+        ordered = sorted(self.ttfts)
+        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else float("nan")
+        return {"ttft_p50_ms": 1000 * statistics.median(ordered) if ordered else float("nan"),
+                "ttft_p99_ms": 1000 * p99, "tokens_per_s": self.tokens / self.seconds, "errors": self.errors}
+
+
+async def stream_one(http: httpx.AsyncClient, url: str, body: dict[str, object], headers: dict[str, str],
+                     delta_marker: str) -> tuple[float, int]:
+    start = time.perf_counter()
+    first = None
+    tokens = 0
+    async with http.stream("POST", url, json=body, headers=headers) as answer:
+        answer.raise_for_status()
+        async for line in answer.aiter_lines():
+            if line.startswith("data: ") and delta_marker in line and '"content":""' not in line:
+                tokens += 1
+                first = first or time.perf_counter()
+    return (first or time.perf_counter()) - start, tokens
+
+
+async def load(url: str, body: dict[str, object], headers: dict[str, str], marker: str, concurrency: int,
+               total: int) -> Run:
+    limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
+    async with httpx.AsyncClient(timeout=300, limits=limits) as http:
+        gate = asyncio.Semaphore(concurrency)
+        ttfts: list[float] = []
+        counts = {"tokens": 0, "errors": 0}
+
+        async def one() -> None:
+            async with gate:
+                try:
+                    ttft, tokens = await stream_one(http, url, body, headers, marker)
+                    ttfts.append(ttft)
+                    counts["tokens"] += tokens
+                except Exception:
+                    counts["errors"] += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(total)))
+        return Run(ttfts, counts["tokens"], time.perf_counter() - start, counts["errors"])
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 32, 256])
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--token-delay", type=float, default=0.02, help="seconds between tokens, as a GPU paces")
+    parser.add_argument("--rounds", type=int, default=2, help="responses per stream slot at each level")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+
+    name = f"rs_bench_{os.getpid()}"
+    await admin(f'CREATE DATABASE "{name}"')
+    runtime_port, api_port = free_port(), free_port()
+    catalog = Path(tempfile.mkdtemp()) / "models.toml"
+    catalog.write_text(f'[[models]]\nid = "fake"\nruntime = "openai"\nbase_url = "http://127.0.0.1:{runtime_port}/v1"\n'
+                       f"max_output_tokens = {args.tokens * 2}\n")
+    env = {**os.environ, "DATABASE_URL": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}",
+           "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+           "RESPONSES_QUEUE": f"responses:bench:{name}", "RESPONSES_MODELS": str(catalog)}
+    cli = [sys.executable, "-m", "app.cli"]
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": ROOT, "env": env}
+    processes = [subprocess.Popen([sys.executable, "-m", "tests.fake_runtime", "--port", str(runtime_port)],
+                                  **quiet)]  # type: ignore[call-overload]
+    try:
+        subprocess.run([*cli, "migrate"], check=True, **quiet)  # type: ignore[call-overload]
+        key = subprocess.run([*cli, "keys", "create", "--account", "bench"], check=True, capture_output=True,
+                             text=True, cwd=ROOT, env=env).stdout.strip().splitlines()[-1]
+        processes.append(subprocess.Popen([*cli, "api", "--port", str(api_port)], **quiet))  # type: ignore[call-overload]
+        processes.append(subprocess.Popen([*cli, "worker"], **quiet))  # type: ignore[call-overload]
+        wait_for_http(f"http://127.0.0.1:{runtime_port}/_stats")
+        wait_for_http(f"http://127.0.0.1:{api_port}/health")
+        script = "#fake " + json.dumps({"text": " ".join(["tok"] * args.tokens), "delay": args.token_delay})
+        direct = (f"http://127.0.0.1:{runtime_port}/v1/chat/completions",
+                  {"model": "fake", "stream": True, "messages": [{"role": "user", "content": script}]}, {},
+                  '"content"')
+        full = (f"http://127.0.0.1:{api_port}/v1/responses", {"model": "fake", "input": script, "stream": True},
+                {"Authorization": f"Bearer {key}"}, "response.output_text.delta")
+        await load(*full, 4, 8)  # warm up both paths
+        await load(*direct, 4, 8)
+        results = []
+        for level in args.levels:
+            total = level * args.rounds
+            pg = await asyncpg.connect(env["DATABASE_URL"].replace("+asyncpg", ""))
+            events_before = await pg.fetchval("SELECT count(*) FROM response_events")
+            ours = await load(*full, level, total)
+            events = await pg.fetchval("SELECT count(*) FROM response_events") - events_before
+            await pg.close()
+            base = await load(*direct, level, total)
+            row = {"streams": level, "responses": total, "direct": base.row(), "responses_server": ours.row(),
+                   "durable_events_per_s": events / ours.seconds}
+            row["ttft_p50_overhead_ms"] = row["responses_server"]["ttft_p50_ms"] - row["direct"]["ttft_p50_ms"]
+            row["throughput_ratio"] = row["responses_server"]["tokens_per_s"] / row["direct"]["tokens_per_s"]
+            results.append(row)
+            print(json.dumps(row), flush=True)
+        if args.out:
+            args.out.write_text(json.dumps(results, indent=2))
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            process.wait(15)
+        await admin(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
