@@ -16,7 +16,9 @@ async def authenticate(state: AppState, request: Request) -> str:
     if scheme.lower() != "bearer" or not key:
         raise errors.AuthenticationFailed(
             "You didn't provide an API key. Provide it in an Authorization header using Bearer auth "
-            "(Authorization: Bearer YOUR_KEY).", code="missing_api_key")
+            "(Authorization: Bearer YOUR_KEY).",
+            code="missing_api_key",
+        )
     async with state.engine.begin() as conn:
         account_id = await accounts_db.account_for_key(conn, key)
     if account_id is None:

@@ -56,8 +56,9 @@ def migrate(settings: Settings) -> None:
 def _serve_api(host: str, port: int, workers: int) -> None:
     import uvicorn
 
-    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, workers=workers,
-                proxy_headers=True, log_level="info")
+    uvicorn.run(
+        "app.main:create_app", factory=True, host=host, port=port, workers=workers, proxy_headers=True, log_level="info"
+    )
 
 
 def _run_worker(settings: Settings) -> None:
@@ -81,8 +82,10 @@ async def _keys(settings: Settings, args: argparse.Namespace) -> int:
                 for k in await accounts_db.list_keys(conn):
                     state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active"
                     used = f"{k.last_used_at:%Y-%m-%d %H:%M}" if k.last_used_at else "never"
-                    print(f"{k.id}  {k.display_prefix}…  account={k.account}  created={k.created_at:%Y-%m-%d %H:%M}"
-                          f"  last_used={used}  {state}")
+                    print(
+                        f"{k.id}  {k.display_prefix}…  account={k.account}  created={k.created_at:%Y-%m-%d %H:%M}"
+                        f"  last_used={used}  {state}"
+                    )
             elif await accounts_db.revoke_key(conn, args.key) == 0:
                 print(f"no active key with id or prefix {args.key!r}", file=sys.stderr)
                 return 1

@@ -25,9 +25,7 @@ class APIError(Exception):
     type = "server_error"
     code: str | None = None
 
-    def __init__(
-        self, message: str | None = None, *, param: str | None = None, code: str | None = None
-    ) -> None:
+    def __init__(self, message: str | None = None, *, param: str | None = None, code: str | None = None) -> None:
         self.message = message or (self.__doc__ or "").strip()
         self.param = param
         if code is not None:
@@ -35,9 +33,7 @@ class APIError(Exception):
         super().__init__(self.message)
 
     def body(self) -> dict[str, Any]:
-        return {
-            "error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
-        }
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 class InvalidRequest(APIError):
@@ -53,8 +49,7 @@ class UnsupportedParameter(InvalidRequest):
     code = "unsupported_parameter"
 
     def __init__(self, param: str, what: str) -> None:
-        super().__init__(f"Unsupported parameter '{param}': {what} is not supported by this server yet.",
-                         param=param)
+        super().__init__(f"Unsupported parameter '{param}': {what} is not supported by this server yet.", param=param)
 
 
 class NotFound(InvalidRequest):

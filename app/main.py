@@ -36,13 +36,13 @@ def create_app(settings: Settings | None = None) -> Starlette:
         finally:
             await state.close()
 
-    app = Starlette(routes=[*responses.routes, *input_items.routes, *meta.routes], lifespan=lifespan,
-                    exception_handlers={errors.APIError: _api_error, HTTPException: _http_error})
+    app = Starlette(
+        routes=[*responses.routes, *input_items.routes, *meta.routes],
+        lifespan=lifespan,
+        exception_handlers={errors.APIError: _api_error, HTTPException: _http_error},
+    )
     app.add_middleware(RequestIdMiddleware)
     return app
-
-
-
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -52,8 +52,11 @@ async def _api_error(request: Request, exc: Exception) -> Response:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    error = errors.NotFound(f"Unknown route: {request.method} {request.url.path}") if exc.status_code == 404 \
+    error = (
+        errors.NotFound(f"Unknown route: {request.method} {request.url.path}")
+        if exc.status_code == 404
         else errors.InvalidRequest(f"{exc.detail}: {request.method} {request.url.path}")
+    )
     error.status_code = exc.status_code
     return JSONResponse(error.body(), status_code=exc.status_code)
 
@@ -76,8 +79,7 @@ class RequestIdMiddleware:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                message = {**message, "headers": [*message.get("headers", []),
-                                                  (b"x-request-id", request_id.encode())]}
+                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", request_id.encode())]}
             await send(message)
 
         try:
@@ -86,8 +88,13 @@ class RequestIdMiddleware:
             if started:
                 raise
             error = _unhandled(exc, request_id)
-            await send_with_id({"type": "http.response.start", "status": error.status_code,
-                                "headers": [(b"content-type", b"application/json")]})
+            await send_with_id(
+                {
+                    "type": "http.response.start",
+                    "status": error.status_code,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
             await send_with_id({"type": "http.response.body", "body": json.dumps(error.body()).encode()})
 
 
@@ -97,5 +104,3 @@ def _unhandled(exc: Exception, request_id: str) -> errors.APIError:
         return errors.ServiceUnavailable()
     log.exception("unhandled error (%s)", request_id)
     return errors.APIError(f"The server had an error while processing your request (request id {request_id}).")
-
-

@@ -23,8 +23,9 @@ def job_deserializer(data: bytes) -> dict[str, Any]:
     return result
 
 
-async def enqueue_generate(queue: ArqRedis, response_id: str, queue_name: str,
-                           ephemeral: dict[str, Any] | None = None) -> None:
+async def enqueue_generate(
+    queue: ArqRedis, response_id: str, queue_name: str, ephemeral: dict[str, Any] | None = None
+) -> None:
     """Enqueues with the response id as job id: enqueueing the same response twice is one job."""
     args: tuple[Any, ...] = (response_id,) if ephemeral is None else (response_id, ephemeral)
     try:

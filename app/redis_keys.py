@@ -12,6 +12,8 @@ GENERATE_JOB = "generate"
 
 def events_channel(response_id: str) -> str:
     return EVENTS_CHANNEL_PREFIX + response_id
+
+
 # Set (NX) by the worker that takes a store=false response: its "claim", since Postgres has no row.
 EPHEMERAL_CLAIM_PREFIX = "responses:claim:"
 # Refreshed by the worker while it generates a store=false response (no Postgres lease for those).

@@ -74,29 +74,47 @@ def _new_record(create: ValidatedCreate, model_id: str) -> ResponseRecord:
     request = create.request
     settings = echoed_settings(request, request.max_output_tokens)
     # What the client actually set, for the runtime request (defaults stay the runtime's).
-    settings["requested"] = {"temperature": request.temperature, "top_p": request.top_p,
-                             "max_output_tokens": request.max_output_tokens}
+    settings["requested"] = {
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "max_output_tokens": request.max_output_tokens,
+    }
     return ResponseRecord(
-        id=new_id("resp"), model=model_id, status="queued", created_at=time.time(),
-        instructions=request.instructions, previous_response_id=request.previous_response_id,
-        settings=settings, metadata=request.metadata or {}, store=create.store,
-        background=create.background, stream=create.stream,
+        id=new_id("resp"),
+        model=model_id,
+        status="queued",
+        created_at=time.time(),
+        instructions=request.instructions,
+        previous_response_id=request.previous_response_id,
+        settings=settings,
+        metadata=request.metadata or {},
+        store=create.store,
+        background=create.background,
+        stream=create.stream,
     )
 
 
-async def _chain_link(conn: AsyncConnection, account_id: str, previous_id: str | None,
-                      ) -> responses_db.ChainLink:
+async def _chain_link(
+    conn: AsyncConnection,
+    account_id: str,
+    previous_id: str | None,
+) -> responses_db.ChainLink:
     if previous_id is None:
         return responses_db.ChainLink(None, 0)
     previous = await responses_db.chain_link(conn, account_id, previous_id)
     if previous is None:
-        raise errors.InvalidRequest(f"Previous response with id '{previous_id}' not found.",
-                                    param="previous_response_id", code="previous_response_not_found")
+        raise errors.InvalidRequest(
+            f"Previous response with id '{previous_id}' not found.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
     if previous.status in ("queued", "in_progress"):
         raise errors.InvalidRequest(
             f"Previous response with id '{previous_id}' is still {previous.status}; "
             "continue from it once it has finished.",
-            param="previous_response_id", code="previous_response_not_finished")
+            param="previous_response_id",
+            code="previous_response_not_finished",
+        )
     return responses_db.ChainLink(previous.id, previous.chain_depth + 1)
 
 
@@ -152,8 +170,16 @@ async def delete(state: AppState, account_id: str, response_id: str) -> None:
         await signal_stop(state.redis, response_id, stored=True)
 
 
-async def input_items(state: AppState, account_id: str, response_id: str, *, order: Literal["asc", "desc"],
-                      limit: int, after: str | None, before: str | None) -> dict[str, Any]:
+async def input_items(
+    state: AppState,
+    account_id: str,
+    response_id: str,
+    *,
+    order: Literal["asc", "desc"],
+    limit: int,
+    after: str | None,
+    before: str | None,
+) -> dict[str, Any]:
     async with state.engine.connect() as conn:
         if await responses_db.get_row(conn, response_id, account_id) is None:
             raise errors.response_not_found(response_id)
@@ -161,9 +187,10 @@ async def input_items(state: AppState, account_id: str, response_id: str, *, ord
             if cursor is not None and not await items_db.in_context(conn, response_id, cursor):
                 raise errors.InvalidRequest(
                     f"Invalid '{name}': no input item with id '{cursor}' in response '{response_id}'.",
-                    param=name, code="invalid_value")
-        page = await items_db.input_items_page(conn, response_id, order=order, limit=limit, after=after,
-                                               before=before)
+                    param=name,
+                    code="invalid_value",
+                )
+        page = await items_db.input_items_page(conn, response_id, order=order, limit=limit, after=after, before=before)
     return {
         "object": "list",
         "data": page.data,
@@ -180,8 +207,13 @@ async def cancel_and_wait(state: AppState, response_id: str, timeout: float) -> 
     if row is None:
         return
     subscription = await state.hub.subscribe(response_id)
-    events = follow(state.log_source(True), subscription, response_id, row.next_sequence_number - 1,
-                    state.settings.follow_idle_seconds)
+    events = follow(
+        state.log_source(True),
+        subscription,
+        response_id,
+        row.next_sequence_number - 1,
+        state.settings.follow_idle_seconds,
+    )
     try:
         await stop(state, response_id, stored=True)
         with anyio.move_on_after(timeout):

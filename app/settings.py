@@ -13,9 +13,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
 
-    database_url: str = Field(
-        "postgresql+asyncpg://postgres@127.0.0.1:5432/responses", alias="DATABASE_URL"
-    )
+    database_url: str = Field("postgresql+asyncpg://postgres@127.0.0.1:5432/responses", alias="DATABASE_URL")
     redis_url: str = Field("redis://127.0.0.1:6379/0", alias="REDIS_URL")
     models_path: Path = Field(Path("models.toml"), alias="RESPONSES_MODELS")
     queue_name: str = Field("responses:queue", alias="RESPONSES_QUEUE")

@@ -25,8 +25,12 @@ class AppState:
 
     @classmethod
     async def open(cls, settings: Settings) -> AppState:
-        redis = await create_pool(RedisSettings.from_dsn(settings.redis_url), job_serializer=job_serializer,
-                                  job_deserializer=job_deserializer, default_queue_name=settings.queue_name)
+        redis = await create_pool(
+            RedisSettings.from_dsn(settings.redis_url),
+            job_serializer=job_serializer,
+            job_deserializer=job_deserializer,
+            default_queue_name=settings.queue_name,
+        )
         hub = EventHub(redis)
         await hub.start()
         return cls(settings, Catalog.load(settings.models_path), create_engine(settings), redis, hub)

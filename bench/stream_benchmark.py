@@ -53,12 +53,17 @@ class Run:
     def row(self) -> dict[str, float]:
         ordered = sorted(self.ttfts)
         p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else float("nan")
-        return {"ttft_p50_ms": 1000 * statistics.median(ordered) if ordered else float("nan"),
-                "ttft_p99_ms": 1000 * p99, "tokens_per_s": self.tokens / self.seconds, "errors": self.errors}
+        return {
+            "ttft_p50_ms": 1000 * statistics.median(ordered) if ordered else float("nan"),
+            "ttft_p99_ms": 1000 * p99,
+            "tokens_per_s": self.tokens / self.seconds,
+            "errors": self.errors,
+        }
 
 
-async def stream_one(http: httpx.AsyncClient, url: str, body: dict[str, object], headers: dict[str, str],
-                     delta_marker: str) -> tuple[float, int]:
+async def stream_one(
+    http: httpx.AsyncClient, url: str, body: dict[str, object], headers: dict[str, str], delta_marker: str
+) -> tuple[float, int]:
     start = time.perf_counter()
     first = None
     tokens = 0
@@ -71,8 +76,9 @@ async def stream_one(http: httpx.AsyncClient, url: str, body: dict[str, object],
     return (first or time.perf_counter()) - start, tokens
 
 
-async def load(url: str, body: dict[str, object], headers: dict[str, str], marker: str, concurrency: int,
-               total: int) -> Run:
+async def load(
+    url: str, body: dict[str, object], headers: dict[str, str], marker: str, concurrency: int, total: int
+) -> Run:
     limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
     async with httpx.AsyncClient(timeout=300, limits=limits) as http:
         gate = asyncio.Semaphore(concurrency)
@@ -106,29 +112,51 @@ async def main() -> None:
     await admin(f'CREATE DATABASE "{name}"')
     runtime_port, api_port = free_port(), free_port()
     catalog = Path(tempfile.mkdtemp()) / "models.toml"
-    catalog.write_text(f'[[models]]\nid = "fake"\nruntime = "openai"\nbase_url = "http://127.0.0.1:{runtime_port}/v1"\n'
-                       f"max_output_tokens = {args.tokens * 2}\n")
-    env = {**os.environ, "DATABASE_URL": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}",
-           "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
-           "RESPONSES_QUEUE": f"responses:bench:{name}", "RESPONSES_MODELS": str(catalog)}
+    catalog.write_text(
+        f'[[models]]\nid = "fake"\nruntime = "openai"\nbase_url = "http://127.0.0.1:{runtime_port}/v1"\n'
+        f"max_output_tokens = {args.tokens * 2}\n"
+    )
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}",
+        "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+        "RESPONSES_QUEUE": f"responses:bench:{name}",
+        "RESPONSES_MODELS": str(catalog),
+    }
     cli = [sys.executable, "-m", "app.cli"]
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": ROOT, "env": env}
-    processes = [subprocess.Popen([sys.executable, "-m", "tests.fake_runtime", "--port", str(runtime_port)],
-                                  **quiet)]  # type: ignore[call-overload]
+    processes = [subprocess.Popen([sys.executable, "-m", "tests.fake_runtime", "--port", str(runtime_port)], **quiet)]  # type: ignore[call-overload]
     try:
         subprocess.run([*cli, "migrate"], check=True, **quiet)  # type: ignore[call-overload]
-        key = subprocess.run([*cli, "keys", "create", "--account", "bench"], check=True, capture_output=True,
-                             text=True, cwd=ROOT, env=env).stdout.strip().splitlines()[-1]
+        key = (
+            subprocess.run(
+                [*cli, "keys", "create", "--account", "bench"],
+                check=True,
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                env=env,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         processes.append(subprocess.Popen([*cli, "api", "--port", str(api_port)], **quiet))  # type: ignore[call-overload]
         processes.append(subprocess.Popen([*cli, "worker"], **quiet))  # type: ignore[call-overload]
         wait_for_http(f"http://127.0.0.1:{runtime_port}/_stats")
         wait_for_http(f"http://127.0.0.1:{api_port}/health")
         script = "#fake " + json.dumps({"text": " ".join(["tok"] * args.tokens), "delay": args.token_delay})
-        direct = (f"http://127.0.0.1:{runtime_port}/v1/chat/completions",
-                  {"model": "fake", "stream": True, "messages": [{"role": "user", "content": script}]}, {},
-                  '"content"')
-        full = (f"http://127.0.0.1:{api_port}/v1/responses", {"model": "fake", "input": script, "stream": True},
-                {"Authorization": f"Bearer {key}"}, "response.output_text.delta")
+        direct: tuple[str, dict[str, object], dict[str, str], str] = (
+            f"http://127.0.0.1:{runtime_port}/v1/chat/completions",
+            {"model": "fake", "stream": True, "messages": [{"role": "user", "content": script}]},
+            {},
+            '"content"',
+        )
+        full: tuple[str, dict[str, object], dict[str, str], str] = (
+            f"http://127.0.0.1:{api_port}/v1/responses",
+            {"model": "fake", "input": script, "stream": True},
+            {"Authorization": f"Bearer {key}"},
+            "response.output_text.delta",
+        )
         await load(*full, 4, 8)  # warm up both paths
         await load(*direct, 4, 8)
         results = []
@@ -140,8 +168,13 @@ async def main() -> None:
             events = await pg.fetchval("SELECT count(*) FROM response_events") - events_before
             await pg.close()
             base = await load(*direct, level, total)
-            row = {"streams": level, "responses": total, "direct": base.row(), "responses_server": ours.row(),
-                   "durable_events_per_s": events / ours.seconds}
+            row = {
+                "streams": level,
+                "responses": total,
+                "direct": base.row(),
+                "responses_server": ours.row(),
+                "durable_events_per_s": events / ours.seconds,
+            }
             row["ttft_p50_overhead_ms"] = row["responses_server"]["ttft_p50_ms"] - row["direct"]["ttft_p50_ms"]
             row["throughput_ratio"] = row["responses_server"]["tokens_per_s"] / row["direct"]["tokens_per_s"]
             results.append(row)

@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -70,12 +71,19 @@ class Environment:
     models_path: Path
 
     def env(self, **extra: str) -> dict[str, str]:
-        return {**os.environ, "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url,
-                "RESPONSES_QUEUE": self.queue_name, "RESPONSES_MODELS": str(self.models_path),
-                "PYTHONUNBUFFERED": "1", **extra}
+        return {
+            **os.environ,
+            "DATABASE_URL": self.database_url,
+            "REDIS_URL": self.redis_url,
+            "RESPONSES_QUEUE": self.queue_name,
+            "RESPONSES_MODELS": str(self.models_path),
+            "PYTHONUNBUFFERED": "1",
+            **extra,
+        }
 
     def query(self, sql: str, *args: object) -> list[asyncpg.Record]:
         """Runs one SQL statement against the test database (for asserting what was stored)."""
+
         async def run() -> list[asyncpg.Record]:
             conn = await asyncpg.connect(self.database_url.replace("+asyncpg", ""))
             try:
@@ -86,8 +94,12 @@ class Environment:
         return asyncio.run(run())
 
     def settings(self) -> Settings:
-        return Settings(DATABASE_URL=self.database_url, REDIS_URL=self.redis_url,  # type: ignore[call-arg]
-                        RESPONSES_QUEUE=self.queue_name, RESPONSES_MODELS=self.models_path)
+        return Settings(
+            DATABASE_URL=self.database_url,
+            REDIS_URL=self.redis_url,
+            RESPONSES_QUEUE=self.queue_name,
+            RESPONSES_MODELS=self.models_path,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -125,7 +137,9 @@ base_url = "http://127.0.0.1:{free_port()}/v1"
 """)
     environment = Environment(
         database_url=f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}",
-        redis_url=f"{REDIS_BASE_URL}/0", queue_name=f"responses:test:{name}", models_path=models,
+        redis_url=f"{REDIS_BASE_URL}/0",
+        queue_name=f"responses:test:{name}",
+        models_path=models,
     )
     migrate(environment.settings())
     try:
@@ -144,14 +158,17 @@ class Server:
 def start_api(environment: Environment, port: int) -> subprocess.Popen[bytes]:
     process = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "api", "--port", str(port)],
-        cwd=ROOT, env=environment.env(RESPONSES_FOLLOW_IDLE_SECONDS="1"))
+        cwd=ROOT,
+        env=environment.env(RESPONSES_FOLLOW_IDLE_SECONDS="1"),
+    )
     wait_for_http(f"http://127.0.0.1:{port}/health", process)
     return process
 
 
 def start_worker(environment: Environment) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "app.cli", "worker"], cwd=ROOT,
-                            env=environment.env(RESPONSES_LEASE_SECONDS="3"))
+    return subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "worker"], cwd=ROOT, env=environment.env(RESPONSES_LEASE_SECONDS="3")
+    )
 
 
 @pytest.fixture(scope="session")
@@ -168,8 +185,14 @@ def server(environment: Environment) -> Iterator[Server]:
 
 
 def create_key(environment: Environment, account: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "app.cli", "keys", "create", "--account", account],
-                         cwd=ROOT, env=environment.env(), check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "app.cli", "keys", "create", "--account", account],
+        cwd=ROOT,
+        env=environment.env(),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -202,8 +225,8 @@ class FakeRuntime:
     def reset(self) -> None:
         httpx.delete(f"{self.url}/_requests")
 
-    def requests(self) -> list[dict[str, object]]:
-        result: list[dict[str, object]] = httpx.get(f"{self.url}/_requests").json()
+    def requests(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = httpx.get(f"{self.url}/_requests").json()
         return result
 
     def stats(self) -> dict[str, int]:

@@ -41,7 +41,7 @@ def _script(body: dict[str, Any]) -> dict[str, Any]:
     last = users[-1]["content"] if users else ""
     first_line = last.split("\n", 1)[0]
     if first_line.startswith("#fake "):
-        script: dict[str, Any] = json.loads(first_line[len("#fake "):])
+        script: dict[str, Any] = json.loads(first_line[len("#fake ") :])
         return script
     return {"text": f"Echo: {last}"}
 
@@ -54,8 +54,13 @@ def _chunks(script: dict[str, Any]) -> list[str]:
 
 
 def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> str:
-    payload = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()),
-               "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    payload = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return f"data: {json.dumps(payload)}\n\n"
 
 
@@ -64,20 +69,23 @@ async def chat_completions(request: Request) -> Response:
     received.append(body)
     script = _script(body)
     if "status" in script:
-        return JSONResponse({"error": {"message": "scripted failure", "type": "server_error"}},
-                            status_code=script["status"])
+        return JSONResponse(
+            {"error": {"message": "scripted failure", "type": "server_error"}}, status_code=script["status"]
+        )
     chunks = _chunks(script)
     limit = body.get("max_tokens")
     finish = script.get("finish_reason", "stop")
     if limit is not None and len(chunks) > limit:
         chunks, finish = chunks[:limit], "length"
     prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-    return StreamingResponse(_stream(body.get("model", ""), chunks, finish, script, prompt_tokens),
-                             media_type="text/event-stream")
+    return StreamingResponse(
+        _stream(body.get("model", ""), chunks, finish, script, prompt_tokens), media_type="text/event-stream"
+    )
 
 
-async def _stream(model: str, chunks: list[str], finish: str, script: dict[str, Any],
-                  prompt_tokens: int) -> AsyncIterator[str]:
+async def _stream(
+    model: str, chunks: list[str], finish: str, script: dict[str, Any], prompt_tokens: int
+) -> AsyncIterator[str]:
     stats["streams_started"] += 1
     try:
         yield _chunk(model, {"role": "assistant", "content": ""})
@@ -93,9 +101,12 @@ async def _stream(model: str, chunks: list[str], finish: str, script: dict[str, 
             yield _chunk(model, {"content": text})
         yield _chunk(model, {}, finish)
         if not script.get("no_usage"):
-            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(chunks),
-                     "total_tokens": prompt_tokens + len(chunks),
-                     "prompt_tokens_details": {"cached_tokens": script.get("cached_tokens", 0)}}
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": len(chunks),
+                "total_tokens": prompt_tokens + len(chunks),
+                "prompt_tokens_details": {"cached_tokens": script.get("cached_tokens", 0)},
+            }
             yield f"data: {json.dumps({'id': 'chatcmpl-fake', 'choices': [], 'usage': usage})}\n\n"
         yield "data: [DONE]\n\n"
         stats["streams_finished"] += 1
@@ -117,11 +128,13 @@ async def stats_view(request: Request) -> Response:
     return JSONResponse(stats)
 
 
-app = Starlette(routes=[
-    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-    Route("/_requests", requests_log, methods=["GET", "DELETE"]),
-    Route("/_stats", stats_view, methods=["GET"]),
-])
+app = Starlette(
+    routes=[
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/_requests", requests_log, methods=["GET", "DELETE"]),
+        Route("/_stats", stats_view, methods=["GET"]),
+    ]
+)
 
 
 def main() -> None:

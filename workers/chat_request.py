@@ -31,8 +31,7 @@ def chat_request(record: ResponseRecord, context: list[Item], model: ModelEntry)
         "messages": messages,
         "stream": True,
         "stream_options": {"include_usage": True},
-        "max_tokens": min(requested.get("max_output_tokens") or model.max_output_tokens,
-                          model.max_output_tokens),
+        "max_tokens": min(requested.get("max_output_tokens") or model.max_output_tokens, model.max_output_tokens),
     }
     # Only what the client set: the runtime's own defaults (the model's generation config) win otherwise.
     if requested.get("temperature") is not None:

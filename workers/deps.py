@@ -42,16 +42,21 @@ class WorkerDeps:
     def open(cls, settings: Settings, redis: ArqRedis) -> WorkerDeps:
         engine = create_engine(settings)
         return cls(
-            settings=settings, catalog=Catalog.load(settings.models_path), engine=engine, redis=redis,
+            settings=settings,
+            catalog=Catalog.load(settings.models_path),
+            engine=engine,
+            redis=redis,
             writer=EventWriter(engine, redis),
             runtime=ChatRuntimeClient(settings.runtime_connect_timeout, settings.runtime_read_timeout),
         )
 
     def start(self) -> None:
         self.writer.start()
-        self._background += [asyncio.create_task(self._listen_for_stops(), name="stop-listener"),
-                             asyncio.create_task(self._keep_leases(), name="lease-keeper"),
-                             asyncio.create_task(self._housekeeping(), name="housekeeping")]
+        self._background += [
+            asyncio.create_task(self._listen_for_stops(), name="stop-listener"),
+            asyncio.create_task(self._keep_leases(), name="lease-keeper"),
+            asyncio.create_task(self._housekeeping(), name="housekeeping"),
+        ]
 
     async def close(self) -> None:
         for task in self._background:
@@ -88,8 +93,7 @@ class WorkerDeps:
                 for response_id in list(self.ephemeral):
                     await self.redis.expire(ALIVE_PREFIX + response_id, int(self.settings.lease_seconds) + 1)
                 async with self.engine.begin() as conn:
-                    stops = await responses_db.renew_leases(conn, list(self.running),
-                                                            self.settings.lease_seconds)
+                    stops = await responses_db.renew_leases(conn, list(self.running), self.settings.lease_seconds)
                 for response_id in stops:
                     self.stop_generation(response_id)
             except Exception:
@@ -100,7 +104,8 @@ class WorkerDeps:
             await asyncio.sleep(self.settings.housekeeping_seconds)
             try:
                 await reaper.reap_expired_leases(self.engine, self.redis)
-                await reaper.requeue_lost_jobs(self.engine, self.redis, self.settings.queue_name,
-                                               self.settings.requeue_after_seconds)
+                await reaper.requeue_lost_jobs(
+                    self.engine, self.redis, self.settings.queue_name, self.settings.requeue_after_seconds
+                )
             except Exception:
                 log.warning("housekeeping failed; will retry", exc_info=True)

@@ -57,8 +57,9 @@ async def _claim_stored(deps: WorkerDeps, response_id: str) -> Generation | None
 
 
 async def _claim_ephemeral(deps: WorkerDeps, response_id: str, job: dict[str, Any]) -> Generation | None:
-    claimed = await deps.redis.set(EPHEMERAL_CLAIM_PREFIX + response_id, deps.worker_id, nx=True,
-                                   ex=deps.settings.job_timeout_seconds)
+    claimed = await deps.redis.set(
+        EPHEMERAL_CLAIM_PREFIX + response_id, deps.worker_id, nx=True, ex=deps.settings.job_timeout_seconds
+    )
     if not claimed:
         return None
     await deps.redis.set(ALIVE_PREFIX + response_id, deps.worker_id, ex=int(deps.settings.lease_seconds) + 1)
@@ -87,9 +88,14 @@ async def _run(deps: WorkerDeps, generation: Generation) -> None:
     finally:
         deps.running.pop(record.id, None)
     closing, outcome = _ending(task, translator)
-    final = record.evolve(status=outcome.status, output=outcome.output, usage=outcome.usage,
-                          error=outcome.error, incomplete_details=outcome.incomplete_details,
-                          completed_at=outcome.completed_at)
+    final = record.evolve(
+        status=outcome.status,
+        output=outcome.output,
+        usage=outcome.usage,
+        error=outcome.error,
+        incomplete_details=outcome.incomplete_details,
+        completed_at=outcome.completed_at,
+    )
     if not await deps.writer.finish(record.id, [*closing, terminal_event(final)], outcome):
         log.info("response %s ended elsewhere first; its %s is discarded", record.id, outcome.status)
     if record.id in deps.ephemeral:
@@ -107,8 +113,10 @@ async def _stream(deps: WorkerDeps, generation: Generation, translator: StreamTr
             deps.writer.append(generation.record.id, events)
 
 
-def _ending(task: asyncio.Task[None], translator: StreamTranslator,
-            ) -> tuple[list[Event], responses_db.Outcome]:
+def _ending(
+    task: asyncio.Task[None],
+    translator: StreamTranslator,
+) -> tuple[list[Event], responses_db.Outcome]:
     now = time.time()
     if task.cancelled():
         return [], responses_db.Outcome("cancelled", translator.partial_output(), now)
@@ -117,11 +125,15 @@ def _ending(task: asyncio.Task[None], translator: StreamTranslator,
         if not isinstance(error, RuntimeFailure):
             log.error("generation failed", exc_info=error)
         message = str(error) if isinstance(error, RuntimeFailure) else "internal error during generation"
-        return [], responses_db.Outcome("failed", translator.partial_output(), now,
-                                        error={"code": "server_error", "message": message})
+        return [], responses_db.Outcome(
+            "failed", translator.partial_output(), now, error={"code": "server_error", "message": message}
+        )
     events, output = translator.close()
     reason = translator.incomplete_reason
     return events, responses_db.Outcome(
-        "incomplete" if reason else "completed", output, now, usage=translator.usage_object(),
+        "incomplete" if reason else "completed",
+        output,
+        now,
+        usage=translator.usage_object(),
         incomplete_details={"reason": reason} if reason else None,
     )

@@ -27,20 +27,24 @@ from app.redis_keys import events_channel
 
 log = logging.getLogger(__name__)
 
-WORKER_LOST = {"code": "server_error",
-               "message": "The worker generating this response stopped responding; the response was not finished."}
+WORKER_LOST = {
+    "code": "server_error",
+    "message": "The worker generating this response stopped responding; the response was not finished.",
+}
 
 
 async def reap_expired_leases(engine: AsyncEngine, redis: ArqRedis) -> list[str]:
     """Fails every running response whose lease expired; returns their ids."""
     published: dict[str, list[events_db.Event]] = {}
     async with engine.begin() as conn:
-        rows = (await conn.execute(
-            select(responses)
-            .where(responses.c.status == "in_progress", responses.c.lease_expires_at < responses_db.db_now())
-            .with_for_update(skip_locked=True)
-            .limit(100)
-        )).all()
+        rows = (
+            await conn.execute(
+                select(responses)
+                .where(responses.c.status == "in_progress", responses.c.lease_expires_at < responses_db.db_now())
+                .with_for_update(skip_locked=True)
+                .limit(100)
+            )
+        ).all()
         for row in rows:
             outcome = responses_db.Outcome("failed", [], time.time(), error=WORKER_LOST)
             final = responses_db.record_from_row(row, []).evolve(status="failed", error=WORKER_LOST)
@@ -56,18 +60,30 @@ async def reap_expired_leases(engine: AsyncEngine, redis: ArqRedis) -> list[str]
     return list(published)
 
 
-async def requeue_lost_jobs(engine: AsyncEngine, redis: ArqRedis, queue_name: str, older_than_seconds: float,
-                            ) -> list[str]:
+async def requeue_lost_jobs(
+    engine: AsyncEngine,
+    redis: ArqRedis,
+    queue_name: str,
+    older_than_seconds: float,
+) -> list[str]:
     """Enqueues again the queued responses older than `older_than_seconds` (arq ignores the ones
     it still has); returns the ids it handed to arq."""
     async with engine.connect() as conn:
-        ids = (await conn.execute(
-            select(responses.c.id)
-            .where(responses.c.status == "queued",
-                   responses.c.created_at < responses_db.db_now(-older_than_seconds))
-            .order_by(responses.c.created_at)
-            .limit(1000)
-        )).scalars().all()
+        ids = (
+            (
+                await conn.execute(
+                    select(responses.c.id)
+                    .where(
+                        responses.c.status == "queued",
+                        responses.c.created_at < responses_db.db_now(-older_than_seconds),
+                    )
+                    .order_by(responses.c.created_at)
+                    .limit(1000)
+                )
+            )
+            .scalars()
+            .all()
+        )
     for response_id in ids:
         await enqueue_generate(redis, response_id, queue_name)
     return list(ids)

@@ -27,30 +27,53 @@ class TextMessageState:
 
     def item(self, status: str) -> Item:
         content = [{"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}]
-        return {"id": self.id, "type": "message", "status": status, "role": "assistant",
-                "content": content}
+        return {"id": self.id, "type": "message", "status": status, "role": "assistant", "content": content}
 
     def started(self) -> list[Event]:
         return [
-            {"type": "response.output_item.added", "output_index": self.output_index,
-             "item": {**self.item("in_progress"), "content": []}},
-            {"type": "response.content_part.added", "item_id": self.id, "output_index": self.output_index,
-             "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": [],
-                                          "logprobs": []}},
+            {
+                "type": "response.output_item.added",
+                "output_index": self.output_index,
+                "item": {**self.item("in_progress"), "content": []},
+            },
+            {
+                "type": "response.content_part.added",
+                "item_id": self.id,
+                "output_index": self.output_index,
+                "content_index": 0,
+                "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+            },
         ]
 
     def delta(self, text: str) -> Event:
         self.text += text
-        return {"type": "response.output_text.delta", "item_id": self.id, "output_index": self.output_index,
-                "content_index": 0, "delta": text, "logprobs": []}
+        return {
+            "type": "response.output_text.delta",
+            "item_id": self.id,
+            "output_index": self.output_index,
+            "content_index": 0,
+            "delta": text,
+            "logprobs": [],
+        }
 
     def done(self, status: str) -> list[Event]:
         item = self.item(status)
         return [
-            {"type": "response.output_text.done", "item_id": self.id, "output_index": self.output_index,
-             "content_index": 0, "text": self.text, "logprobs": []},
-            {"type": "response.content_part.done", "item_id": self.id, "output_index": self.output_index,
-             "content_index": 0, "part": item["content"][0]},
+            {
+                "type": "response.output_text.done",
+                "item_id": self.id,
+                "output_index": self.output_index,
+                "content_index": 0,
+                "text": self.text,
+                "logprobs": [],
+            },
+            {
+                "type": "response.content_part.done",
+                "item_id": self.id,
+                "output_index": self.output_index,
+                "content_index": 0,
+                "part": item["content"][0],
+            },
             {"type": "response.output_item.done", "output_index": self.output_index, "item": item},
         ]
 

@@ -41,11 +41,13 @@ async def create_key(conn: AsyncConnection, account_name: str) -> tuple[KeyInfo,
     """Returns the key's info and the key itself, which is shown once and never stored."""
     account_id = await ensure_account(conn, account_name)
     key = KEY_PREFIX + secrets.token_urlsafe(32)
-    row = (await conn.execute(
-        insert(api_keys)
-        .values(id=new_id("key"), account_id=account_id, key_hash=hash_key(key), display_prefix=key[:12])
-        .returning(api_keys)
-    )).one()
+    row = (
+        await conn.execute(
+            insert(api_keys)
+            .values(id=new_id("key"), account_id=account_id, key_hash=hash_key(key), display_prefix=key[:12])
+            .returning(api_keys)
+        )
+    ).one()
     return KeyInfo(row.id, account_name, row.display_prefix, row.created_at, None, None), key
 
 
@@ -55,8 +57,7 @@ async def list_keys(conn: AsyncConnection) -> list[KeyInfo]:
         .join(accounts, accounts.c.id == api_keys.c.account_id)
         .order_by(api_keys.c.created_at)
     )
-    return [KeyInfo(r.id, r.account, r.display_prefix, r.created_at, r.last_used_at, r.revoked_at)
-            for r in rows]
+    return [KeyInfo(r.id, r.account, r.display_prefix, r.created_at, r.last_used_at, r.revoked_at) for r in rows]
 
 
 async def revoke_key(conn: AsyncConnection, key_id_or_prefix: str) -> int:
@@ -72,17 +73,21 @@ async def revoke_key(conn: AsyncConnection, key_id_or_prefix: str) -> int:
 
 async def account_for_key(conn: AsyncConnection, key: str) -> str | None:
     """The account id of a live key, or None. Touches last_used_at at most once a minute."""
-    row = (await conn.execute(
-        select(api_keys.c.id, api_keys.c.account_id, api_keys.c.last_used_at)
-        .where(api_keys.c.key_hash == hash_key(key), api_keys.c.revoked_at.is_(None))
-    )).one_or_none()
+    row = (
+        await conn.execute(
+            select(api_keys.c.id, api_keys.c.account_id, api_keys.c.last_used_at).where(
+                api_keys.c.key_hash == hash_key(key), api_keys.c.revoked_at.is_(None)
+            )
+        )
+    ).one_or_none()
     if row is None:
         return None
     await conn.execute(
         update(api_keys)
         .where(api_keys.c.id == row.id)
-        .where((api_keys.c.last_used_at.is_(None))
-               | (api_keys.c.last_used_at < func.now() - text("interval '1 minute'")))
+        .where(
+            (api_keys.c.last_used_at.is_(None)) | (api_keys.c.last_used_at < func.now() - text("interval '1 minute'"))
+        )
         .values(last_used_at=func.now())
     )
     return str(row.account_id)

@@ -17,8 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.db.tables import response_events
 
 Event = dict[str, Any]
-TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed",
-                                  "response.cancelled"})
+TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed", "response.cancelled"})
 
 
 async def allocate(conn: AsyncConnection, counts: Mapping[str, int]) -> dict[str, int]:
@@ -50,8 +49,10 @@ async def insert_rows(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> 
 
 
 def rows_of(response_id: str, events: Sequence[Event]) -> list[dict[str, Any]]:
-    return [{"response_id": response_id, "sequence_number": e["sequence_number"], "type": e["type"],
-             "payload": e} for e in events]
+    return [
+        {"response_id": response_id, "sequence_number": e["sequence_number"], "type": e["type"], "payload": e}
+        for e in events
+    ]
 
 
 async def append(conn: AsyncConnection, response_id: str, events: Sequence[Event]) -> list[Event]:
@@ -64,8 +65,12 @@ async def append(conn: AsyncConnection, response_id: str, events: Sequence[Event
     return stamped
 
 
-async def events_after(conn: AsyncConnection, response_id: str, after: int, limit: int = 1000,
-                       ) -> list[Event]:
+async def events_after(
+    conn: AsyncConnection,
+    response_id: str,
+    after: int,
+    limit: int = 1000,
+) -> list[Event]:
     rows = await conn.execute(
         select(response_events.c.payload)
         .where(response_events.c.response_id == response_id, response_events.c.sequence_number > after)

@@ -19,8 +19,7 @@ from app.ids import new_id
 Item = dict[str, Any]
 Side = Literal["input", "output"]
 
-_ID_PREFIX: dict[str, Any] = {"message": "msg", "function_call": "fc", "function_call_output": "fco",
-                              "reasoning": "rs"}
+_ID_PREFIX: dict[str, Any] = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
 
 def with_new_id(item: Item) -> Item:
@@ -31,11 +30,20 @@ async def insert_items(conn: AsyncConnection, response_id: str, side: Side, new_
     """Stores items that carry their ids already (output items get theirs while streaming)."""
     if not new_items:
         return
-    await conn.execute(insert(items), [
-        {"id": item["id"], "response_id": response_id, "side": side, "position": position,
-         "type": item["type"], "payload": {k: v for k, v in item.items() if k != "id"}}
-        for position, item in enumerate(new_items)
-    ])
+    await conn.execute(
+        insert(items),
+        [
+            {
+                "id": item["id"],
+                "response_id": response_id,
+                "side": side,
+                "position": position,
+                "type": item["type"],
+                "payload": {k: v for k, v in item.items() if k != "id"},
+            }
+            for position, item in enumerate(new_items)
+        ],
+    )
 
 
 async def output_items(conn: AsyncConnection, response_id: str) -> list[Item]:
@@ -62,8 +70,12 @@ context AS (
 """
 
 
-async def context_items(conn: AsyncConnection, response_id: str, *, own_output: bool = False,
-                        ) -> list[Item]:
+async def context_items(
+    conn: AsyncConnection,
+    response_id: str,
+    *,
+    own_output: bool = False,
+) -> list[Item]:
     """What the model sees for this response: the chain's inputs and outputs, then its own input
     (and its own output too with `own_output`, as the context a new turn continues from)."""
     rows = await conn.execute(
@@ -79,26 +91,49 @@ class Page:
     has_more: bool
 
 
-async def input_items_page(conn: AsyncConnection, response_id: str, *, order: Literal["asc", "desc"],
-                           limit: int, after: str | None, before: str | None) -> Page:
+async def input_items_page(
+    conn: AsyncConnection,
+    response_id: str,
+    *,
+    order: Literal["asc", "desc"],
+    limit: int,
+    after: str | None,
+    before: str | None,
+) -> Page:
     """One keyset page of a response's input items (its whole chain context)."""
     forward, backward = (">", "<") if order == "asc" else ("<", ">")
     direction = "ASC" if order == "asc" else "DESC"
     conditions = ["TRUE"]
     if after is not None:
-        conditions.append(f"(depth, side, position) {forward} "
-                          "(SELECT depth, side, position FROM context WHERE id = :after)")
+        conditions.append(
+            f"(depth, side, position) {forward} (SELECT depth, side, position FROM context WHERE id = :after)"
+        )
     if before is not None:
-        conditions.append(f"(depth, side, position) {backward} "
-                          "(SELECT depth, side, position FROM context WHERE id = :before)")
-    query = (_CONTEXT_CTE + f"SELECT id, payload FROM context WHERE {' AND '.join(conditions)} "
-             f"ORDER BY depth {direction}, side {direction}, position {direction} LIMIT :limit")
-    rows = (await conn.execute(text(query), {"response_id": response_id, "after": after, "before": before,
-                                             "limit": limit + 1, "exclude_own_output": True})).all()
+        conditions.append(
+            f"(depth, side, position) {backward} (SELECT depth, side, position FROM context WHERE id = :before)"
+        )
+    query = (
+        _CONTEXT_CTE + f"SELECT id, payload FROM context WHERE {' AND '.join(conditions)} "
+        f"ORDER BY depth {direction}, side {direction}, position {direction} LIMIT :limit"
+    )
+    rows = (
+        await conn.execute(
+            text(query),
+            {
+                "response_id": response_id,
+                "after": after,
+                "before": before,
+                "limit": limit + 1,
+                "exclude_own_output": True,
+            },
+        )
+    ).all()
     return Page([{"id": r.id, **r.payload} for r in rows[:limit]], has_more=len(rows) > limit)
 
 
 async def in_context(conn: AsyncConnection, response_id: str, item_id: str) -> bool:
-    row = await conn.execute(text(_CONTEXT_CTE + "SELECT 1 FROM context WHERE id = :item_id"),
-                             {"response_id": response_id, "item_id": item_id, "exclude_own_output": True})
+    row = await conn.execute(
+        text(_CONTEXT_CTE + "SELECT 1 FROM context WHERE id = :item_id"),
+        {"response_id": response_id, "item_id": item_id, "exclude_own_output": True},
+    )
     return row.first() is not None

@@ -51,28 +51,52 @@ def _epoch(value: datetime | None) -> float | None:
 
 def record_from_row(row: DbRow, output: list[dict[str, Any]]) -> ResponseRecord:
     return ResponseRecord(
-        id=row.id, model=row.model, status=row.status, created_at=row.created_at.timestamp(),
-        instructions=row.instructions, previous_response_id=row.previous_response_id,
-        settings=row.settings, metadata=row.metadata, store=row.store, background=row.background,
-        stream=row.stream, completed_at=_epoch(row.completed_at), error=row.error,
-        incomplete_details=row.incomplete_details, usage=row.usage, output=output,
+        id=row.id,
+        model=row.model,
+        status=row.status,
+        created_at=row.created_at.timestamp(),
+        instructions=row.instructions,
+        previous_response_id=row.previous_response_id,
+        settings=row.settings,
+        metadata=row.metadata,
+        store=row.store,
+        background=row.background,
+        stream=row.stream,
+        completed_at=_epoch(row.completed_at),
+        error=row.error,
+        incomplete_details=row.incomplete_details,
+        usage=row.usage,
+        output=output,
     )
 
 
-async def insert_response(conn: AsyncConnection, record: ResponseRecord, account_id: str,
-                          link: ChainLink, next_sequence_number: int = 0) -> None:
-    await conn.execute(insert(responses).values(
-        id=record.id, account_id=account_id, model=record.model, status=record.status,
-        background=record.background, stream=record.stream, store=record.store,
-        instructions=record.instructions, metadata=record.metadata, settings=record.settings,
-        previous_response_id=record.previous_response_id, context_parent_id=link.parent_id,
-        chain_depth=link.depth, created_at=func.to_timestamp(record.created_at),
-        next_sequence_number=next_sequence_number,
-    ))
+async def insert_response(
+    conn: AsyncConnection, record: ResponseRecord, account_id: str, link: ChainLink, next_sequence_number: int = 0
+) -> None:
+    await conn.execute(
+        insert(responses).values(
+            id=record.id,
+            account_id=account_id,
+            model=record.model,
+            status=record.status,
+            background=record.background,
+            stream=record.stream,
+            store=record.store,
+            instructions=record.instructions,
+            metadata=record.metadata,
+            settings=record.settings,
+            previous_response_id=record.previous_response_id,
+            context_parent_id=link.parent_id,
+            chain_depth=link.depth,
+            created_at=func.to_timestamp(record.created_at),
+            next_sequence_number=next_sequence_number,
+        )
+    )
 
 
-async def get_row(conn: AsyncConnection, response_id: str, account_id: str | None = None, *,
-                  for_update: bool = False) -> DbRow | None:
+async def get_row(
+    conn: AsyncConnection, response_id: str, account_id: str | None = None, *, for_update: bool = False
+) -> DbRow | None:
     """The row, or None; scoped to `account_id` when given (the API always gives it)."""
     query = select(responses).where(responses.c.id == response_id)
     if account_id is not None:
@@ -82,8 +106,11 @@ async def get_row(conn: AsyncConnection, response_id: str, account_id: str | Non
     return (await conn.execute(query)).one_or_none()
 
 
-async def get_record(conn: AsyncConnection, response_id: str, account_id: str | None = None,
-                     ) -> ResponseRecord | None:
+async def get_record(
+    conn: AsyncConnection,
+    response_id: str,
+    account_id: str | None = None,
+) -> ResponseRecord | None:
     row = await get_row(conn, response_id, account_id)
     if row is None:
         return None
@@ -91,36 +118,52 @@ async def get_record(conn: AsyncConnection, response_id: str, account_id: str | 
 
 
 async def chain_link(conn: AsyncConnection, account_id: str, previous_id: str) -> DbRow | None:
-    return (await conn.execute(
-        select(responses.c.id, responses.c.chain_depth, responses.c.status)
-        .where(responses.c.id == previous_id, responses.c.account_id == account_id)
-    )).one_or_none()
+    return (
+        await conn.execute(
+            select(responses.c.id, responses.c.chain_depth, responses.c.status).where(
+                responses.c.id == previous_id, responses.c.account_id == account_id
+            )
+        )
+    ).one_or_none()
 
 
-async def claim(conn: AsyncConnection, response_id: str, worker_id: str, lease_seconds: float,
-                ) -> DbRow | None:
+async def claim(
+    conn: AsyncConnection,
+    response_id: str,
+    worker_id: str,
+    lease_seconds: float,
+) -> DbRow | None:
     """queued → in_progress for one worker (design invariant 4). None: someone else has it, or it ended."""
-    row: DbRow | None = (await conn.execute(
-        update(responses)
-        .where(responses.c.id == response_id, responses.c.status == "queued")
-        .values(status="in_progress", started_at=func.now(), worker_id=worker_id,
-                lease_expires_at=db_now(lease_seconds))
-        .returning(responses)
-    )).one_or_none()
+    row: DbRow | None = (
+        await conn.execute(
+            update(responses)
+            .where(responses.c.id == response_id, responses.c.status == "queued")
+            .values(
+                status="in_progress", started_at=func.now(), worker_id=worker_id, lease_expires_at=db_now(lease_seconds)
+            )
+            .returning(responses)
+        )
+    ).one_or_none()
     return row
 
 
 async def finish(conn: AsyncConnection, response_id: str, outcome: Outcome) -> DbRow | None:
     """in_progress → a terminal status, with its output; None when it had already ended."""
-    row: DbRow | None = (await conn.execute(
-        update(responses)
-        .where(responses.c.id == response_id, responses.c.status == "in_progress")
-        .values(status=outcome.status, usage=outcome.usage, error=outcome.error,
+    row: DbRow | None = (
+        await conn.execute(
+            update(responses)
+            .where(responses.c.id == response_id, responses.c.status == "in_progress")
+            .values(
+                status=outcome.status,
+                usage=outcome.usage,
+                error=outcome.error,
                 incomplete_details=outcome.incomplete_details,
                 completed_at=func.to_timestamp(outcome.completed_at),
-                lease_expires_at=None)
-        .returning(responses)
-    )).one_or_none()
+                lease_expires_at=None,
+            )
+            .returning(responses)
+        )
+    ).one_or_none()
     if row is not None:
         await items_db.insert_items(conn, response_id, "output", outcome.output)
     return row
@@ -145,8 +188,11 @@ async def cancel_queued(conn: AsyncConnection, response_id: str) -> bool:
     return result.rowcount == 1
 
 
-async def renew_leases(conn: AsyncConnection, response_ids: Sequence[str], lease_seconds: float,
-                       ) -> list[str]:
+async def renew_leases(
+    conn: AsyncConnection,
+    response_ids: Sequence[str],
+    lease_seconds: float,
+) -> list[str]:
     """Extends the running responses' leases; returns those whose stop was requested."""
     rows = await conn.execute(
         update(responses)
@@ -164,7 +210,8 @@ async def delete_response(conn: AsyncConnection, response_id: str, account_id: s
     if row is None:
         return False
     await conn.execute(
-        update(responses).where(responses.c.context_parent_id == response_id)
+        update(responses)
+        .where(responses.c.context_parent_id == response_id)
         .values(context_parent_id=row.context_parent_id)
     )
     await conn.execute(delete(responses).where(responses.c.id == response_id))

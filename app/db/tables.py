@@ -36,12 +36,18 @@ metadata = MetaData(
 
 
 def _now() -> Column[object]:
-    return Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now(),
-                  comment="when the row was created")
+    return Column(
+        "created_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=func.now(),
+        comment="when the row was created",
+    )
 
 
 accounts = Table(
-    "accounts", metadata,
+    "accounts",
+    metadata,
     Column("id", Text, primary_key=True, comment="acct_… id"),
     Column("name", Text, nullable=False, unique=True, comment="operator-chosen account name"),
     _now(),
@@ -49,11 +55,13 @@ accounts = Table(
 )
 
 api_keys = Table(
-    "api_keys", metadata,
+    "api_keys",
+    metadata,
     Column("id", Text, primary_key=True, comment="key_… id"),
     Column("account_id", Text, ForeignKey("accounts.id", ondelete="CASCADE"), nullable=False, index=True),
-    Column("key_hash", Text, nullable=False, unique=True,
-           comment="hex SHA-256 of the key; the key itself is never stored"),
+    Column(
+        "key_hash", Text, nullable=False, unique=True, comment="hex SHA-256 of the key; the key itself is never stored"
+    ),
     Column("display_prefix", Text, nullable=False, comment="first characters of the key, to tell keys apart"),
     _now(),
     Column("last_used_at", DateTime(timezone=True), comment="updated at most once a minute"),
@@ -64,12 +72,18 @@ api_keys = Table(
 STATUSES = ("queued", "in_progress", "completed", "incomplete", "failed", "cancelled")
 
 responses = Table(
-    "responses", metadata,
+    "responses",
+    metadata,
     Column("id", Text, primary_key=True, comment="resp_… id"),
     Column("account_id", Text, ForeignKey("accounts.id", ondelete="CASCADE"), nullable=False),
     Column("model", Text, nullable=False, comment="catalog id of the model"),
-    Column("status", Text, nullable=False, server_default="queued",
-           comment="queued → in_progress → completed|incomplete|failed|cancelled; terminal never changes"),
+    Column(
+        "status",
+        Text,
+        nullable=False,
+        server_default="queued",
+        comment="queued → in_progress → completed|incomplete|failed|cancelled; terminal never changes",
+    ),
     Column("background", Boolean, nullable=False, comment="created with background=true"),
     Column("stream", Boolean, nullable=False, comment="created with stream=true"),
     Column("store", Boolean, nullable=False, server_default=text("true"), comment="created with store (default true)"),
@@ -77,8 +91,12 @@ responses = Table(
     Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb"), comment="client metadata"),
     Column("settings", JSONB, nullable=False, comment="echoed request settings (temperature, top_p, text, …)"),
     Column("previous_response_id", Text, comment="as the client sent it; may name a since-deleted response"),
-    Column("context_parent_id", Text, ForeignKey("responses.id", ondelete="SET NULL"),
-           comment="the nearest live ancestor: the link walked to rebuild context (skips deleted turns)"),
+    Column(
+        "context_parent_id",
+        Text,
+        ForeignKey("responses.id", ondelete="SET NULL"),
+        comment="the nearest live ancestor: the link walked to rebuild context (skips deleted turns)",
+    ),
     Column("chain_depth", Integer, nullable=False, server_default="0", comment="turns before this one in its chain"),
     Column("usage", JSONB, comment="token usage, set when the response ends"),
     Column("error", JSONB, comment="{code, message} of a failed response"),
@@ -89,18 +107,28 @@ responses = Table(
     Column("cancel_requested_at", DateTime(timezone=True), comment="a cancel (or client disconnect) asked it to stop"),
     Column("worker_id", Text, comment="the worker that claimed it"),
     Column("lease_expires_at", DateTime(timezone=True), comment="the claiming worker's heartbeat deadline"),
-    Column("next_sequence_number", Integer, nullable=False, server_default="0",
-           comment="sequence number the next event of this response gets"),
+    Column(
+        "next_sequence_number",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="sequence number the next event of this response gets",
+    ),
     CheckConstraint(f"status IN ({', '.join(repr(s) for s in STATUSES)})", name="status"),
     Index(None, "account_id", "created_at"),
     Index(None, "context_parent_id"),
-    Index("ix_responses_active", "status", "lease_expires_at",
-          postgresql_where=text("status IN ('queued', 'in_progress')")),
+    Index(
+        "ix_responses_active",
+        "status",
+        "lease_expires_at",
+        postgresql_where=text("status IN ('queued', 'in_progress')"),
+    ),
     comment="One row per stored response. Its items and events hang off it.",
 )
 
 items = Table(
-    "items", metadata,
+    "items",
+    metadata,
     Column("id", Text, primary_key=True, comment="msg_…/fc_…/rs_… id, assigned by the server"),
     Column("response_id", Text, ForeignKey("responses.id", ondelete="CASCADE"), nullable=False),
     Column("side", Text, nullable=False, comment="input: sent by the client; output: generated"),
@@ -113,7 +141,8 @@ items = Table(
 )
 
 response_events = Table(
-    "response_events", metadata,
+    "response_events",
+    metadata,
     Column("response_id", Text, ForeignKey("responses.id", ondelete="CASCADE"), nullable=False),
     Column("sequence_number", Integer, nullable=False, comment="0, 1, 2, … per response, no gaps"),
     Column("type", Text, nullable=False, comment="SSE event type, e.g. response.output_text.delta"),

@@ -11,9 +11,14 @@ from app.protocol.input_items import Item, parse_input
 from app.protocol.validation import validate
 
 INCLUDABLE = {
-    "file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
-    "message.input_image.image_url", "computer_call_output.output.image_url",
-    "code_interpreter_call.outputs", "reasoning.encrypted_content", "message.output_text.logprobs",
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
 }
 
 # OpenAI parameters this server recognises but does not serve yet: 400 unsupported_parameter.
@@ -123,6 +128,8 @@ def parse_create_request(body: dict[str, Any]) -> ValidatedCreate:
 
 def _reject_unserved_values(request: CreateResponseRequest) -> None:
     """Values that are valid for OpenAI but would be silently ignored here: refuse them instead."""
+    if request.background and request.store is False:
+        raise errors.UnsupportedParameter("store", "background=true with store=false")
     if request.tools:
         raise errors.UnsupportedParameter("tools[0].type", f"a tool of type '{request.tools[0].get('type')}'")
     if request.tool_choice not in (None, "auto", "none"):
@@ -137,8 +144,9 @@ def _reject_unserved_values(request: CreateResponseRequest) -> None:
         raise errors.UnsupportedParameter("top_logprobs", "top_logprobs")
     for index, name in enumerate(request.include or []):
         if name not in INCLUDABLE:
-            raise errors.InvalidRequest(f"Invalid 'include[{index}]': unknown value '{name}'.",
-                                        param=f"include[{index}]", code="invalid_value")
+            raise errors.InvalidRequest(
+                f"Invalid 'include[{index}]': unknown value '{name}'.", param=f"include[{index}]", code="invalid_value"
+            )
         if name == "message.output_text.logprobs":
             raise errors.UnsupportedParameter(f"include[{index}]", "logprobs")
 

@@ -19,11 +19,28 @@ Item = dict[str, Any]
 # Known to OpenAI, not served here yet: a clear 400 rather than a silent drop.
 UNSUPPORTED_CONTENT_TYPES = {"input_image", "input_file", "input_audio"}
 UNSUPPORTED_ITEM_TYPES = {
-    "function_call", "function_call_output", "reasoning", "item_reference", "compaction",
-    "computer_call", "computer_call_output", "web_search_call", "file_search_call",
-    "image_generation_call", "code_interpreter_call", "local_shell_call", "local_shell_call_output",
-    "shell_call", "shell_call_output", "apply_patch_call", "apply_patch_call_output", "mcp_call",
-    "mcp_list_tools", "mcp_approval_request", "mcp_approval_response", "custom_tool_call",
+    "function_call",
+    "function_call_output",
+    "reasoning",
+    "item_reference",
+    "compaction",
+    "computer_call",
+    "computer_call_output",
+    "web_search_call",
+    "file_search_call",
+    "image_generation_call",
+    "code_interpreter_call",
+    "local_shell_call",
+    "local_shell_call_output",
+    "shell_call",
+    "shell_call_output",
+    "apply_patch_call",
+    "apply_patch_call_output",
+    "mcp_call",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "mcp_approval_response",
+    "custom_tool_call",
     "custom_tool_call_output",
 }
 
@@ -59,30 +76,32 @@ def parse_input(value: str | list[Any]) -> list[Item]:
     if isinstance(value, str):
         return [user_message(value)]
     if not value:
-        raise errors.InvalidRequest("Invalid 'input': empty array. Expected at least one item.",
-                                    param="input", code="empty_array")
+        raise errors.InvalidRequest(
+            "Invalid 'input': empty array. Expected at least one item.", param="input", code="empty_array"
+        )
     return [_parse_item(raw, f"input[{i}]") for i, raw in enumerate(value)]
 
 
 def user_message(text: str) -> Item:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}],
-            "status": "completed"}
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}], "status": "completed"}
 
 
 def _parse_item(raw: Any, param: str) -> Item:
     if not isinstance(raw, dict):
-        raise errors.InvalidRequest(f"Invalid '{param}': expected an object.", param=param,
-                                    code="invalid_type")
+        raise errors.InvalidRequest(f"Invalid '{param}': expected an object.", param=param, code="invalid_type")
     item_type = raw.get("type", "message")
     if item_type in UNSUPPORTED_ITEM_TYPES:
         raise errors.UnsupportedParameter(f"{param}.type", f"an input item of type '{item_type}'")
     if item_type != "message":
-        raise errors.InvalidRequest(f"Invalid '{param}.type': unknown item type '{item_type}'.",
-                                    param=f"{param}.type", code="invalid_value")
+        raise errors.InvalidRequest(
+            f"Invalid '{param}.type': unknown item type '{item_type}'.", param=f"{param}.type", code="invalid_value"
+        )
     message = validate(_Message, raw, prefix=param)
-    parts = message.content if isinstance(message.content, list) else [
-        {"type": "output_text" if message.role == "assistant" else "input_text", "text": message.content}
-    ]
+    parts = (
+        message.content
+        if isinstance(message.content, list)
+        else [{"type": "output_text" if message.role == "assistant" else "input_text", "text": message.content}]
+    )
     content = [_parse_part(part, message.role, f"{param}.content[{j}]") for j, part in enumerate(parts)]
     item: Item = {"type": "message", "role": message.role, "content": content, "status": "completed"}
     if message.phase is not None:
@@ -92,8 +111,7 @@ def _parse_item(raw: Any, param: str) -> Item:
 
 def _parse_part(raw: Any, role: str, param: str) -> Item:
     if not isinstance(raw, dict):
-        raise errors.InvalidRequest(f"Invalid '{param}': expected an object.", param=param,
-                                    code="invalid_type")
+        raise errors.InvalidRequest(f"Invalid '{param}': expected an object.", param=param, code="invalid_type")
     part_type = raw.get("type")
     if part_type in UNSUPPORTED_CONTENT_TYPES:
         raise errors.UnsupportedParameter(f"{param}.type", f"content of type '{part_type}'")
@@ -103,7 +121,8 @@ def _parse_part(raw: Any, role: str, param: str) -> Item:
     if part_type != expected:
         raise errors.InvalidRequest(
             f"Invalid '{param}.type': '{part_type}' is not valid in a {role} message; expected '{expected}'.",
-            param=f"{param}.type", code="invalid_value",
+            param=f"{param}.type",
+            code="invalid_value",
         )
     text = validate(_TextPart, raw, prefix=param).text
     if role == "assistant":

@@ -47,8 +47,7 @@ def render(record: ResponseRecord) -> dict[str, Any]:
         "status": record.status,
         "background": record.background,
         # OpenAI sets completed_at for completed responses only.
-        "completed_at": int(record.completed_at) if record.completed_at and record.status == "completed"
-        else None,
+        "completed_at": int(record.completed_at) if record.completed_at and record.status == "completed" else None,
         "error": record.error,
         "frequency_penalty": s["frequency_penalty"],
         "incomplete_details": record.incomplete_details,
@@ -80,8 +79,9 @@ def render(record: ResponseRecord) -> dict[str, Any]:
     }
 
 
-def usage_object(input_tokens: int, output_tokens: int, cached_tokens: int = 0,
-                 reasoning_tokens: int = 0) -> dict[str, Any]:
+def usage_object(
+    input_tokens: int, output_tokens: int, cached_tokens: int = 0, reasoning_tokens: int = 0
+) -> dict[str, Any]:
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {"cached_tokens": cached_tokens},

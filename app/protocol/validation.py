@@ -32,10 +32,11 @@ def validate(model: type[ModelT], data: Mapping[str, Any], prefix: str = "") -> 
         loc = tuple(p for p in first["loc"] if isinstance(p, int) or ("[" not in p and p not in ("str",)))
         param = param_path(loc, prefix)
         if first["type"] == "missing":
-            raise errors.InvalidRequest(f"Missing required parameter: '{param}'.", param=param,
-                                        code="missing_required_parameter") from None
+            raise errors.InvalidRequest(
+                f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
+            ) from None
         if first["type"] == "extra_forbidden":
-            raise errors.InvalidRequest(f"Unknown parameter: '{param}'.", param=param,
-                                        code="unknown_parameter") from None
-        raise errors.InvalidRequest(f"Invalid '{param}': {first['msg']}.", param=param,
-                                    code="invalid_value") from None
+            raise errors.InvalidRequest(
+                f"Unknown parameter: '{param}'.", param=param, code="unknown_parameter"
+            ) from None
+        raise errors.InvalidRequest(f"Invalid '{param}': {first['msg']}.", param=param, code="invalid_value") from None

@@ -20,8 +20,13 @@ async def list_input_items(request: Request) -> JSONResponse:
     order = cast(Literal["asc", "desc"], query_choice(request, "order", ("asc", "desc"), "desc"))
     limit = query_int(request, "limit", default=20, low=1, high=100) or 20
     page = await service.input_items(
-        state, account_id, request.path_params["response_id"], order=order, limit=limit,
-        after=request.query_params.get("after") or None, before=request.query_params.get("before") or None,
+        state,
+        account_id,
+        request.path_params["response_id"],
+        order=order,
+        limit=limit,
+        after=request.query_params.get("after") or None,
+        before=request.query_params.get("before") or None,
     )
     return JSONResponse(page)
 

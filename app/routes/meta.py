@@ -27,18 +27,22 @@ async def health(request: Request) -> JSONResponse:
     except Exception as exc:
         checks["redis"] = f"unavailable: {type(exc).__name__}"
     healthy = all(v == "ok" for v in checks.values())
-    return JSONResponse({"status": "ok" if healthy else "unavailable", **checks},
-                        status_code=200 if healthy else 503)
+    return JSONResponse({"status": "ok" if healthy else "unavailable", **checks}, status_code=200 if healthy else 503)
 
 
 async def list_models(request: Request) -> JSONResponse:
     state: AppState = request.app.state.responses
     await authenticate(state, request)
     entries = {entry.id: entry for entry in state.catalog.by_name.values()}
-    return JSONResponse({"object": "list", "data": [
-        {"id": model_id, "object": "model", "created": 0, "owned_by": "responses-server"}
-        for model_id in sorted(entries)
-    ]})
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": [
+                {"id": model_id, "object": "model", "created": 0, "owned_by": "responses-server"}
+                for model_id in sorted(entries)
+            ],
+        }
+    )
 
 
 routes = [

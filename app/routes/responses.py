@@ -43,15 +43,17 @@ async def create(request: Request) -> Response | ASGIApp:
     except BaseException:
         await subscription.close()
         raise
-    events = follow(state.log_source(accepted.stored), subscription, record.id, -1,
-                    state.settings.follow_idle_seconds)
+    events = follow(state.log_source(accepted.stored), subscription, record.id, -1, state.settings.follow_idle_seconds)
     # A background response outlives its connection; a foreground one stops when its client leaves.
     on_disconnect = partial(service.stop, state, record.id, accepted.stored)
     if record.stream:
         options = body.get("stream_options") or {}
-        return EventStreamResponse(events, obfuscate=options.get("include_obfuscation") is not False,
-                                   on_disconnect=None if record.background else on_disconnect,
-                                   on_error=_error_event)
+        return EventStreamResponse(
+            events,
+            obfuscate=options.get("include_obfuscation") is not False,
+            on_disconnect=None if record.background else on_disconnect,
+            on_error=_error_event,
+        )
     return FinalResponse(events, on_disconnect)
 
 
@@ -65,17 +67,27 @@ async def retrieve(request: Request) -> Response | ASGIApp:
     if not record.background:
         raise errors.InvalidRequest(
             "This response cannot be streamed because it was not created with background=true.",
-            param="stream", code="invalid_request_error")
+            param="stream",
+            code="invalid_request_error",
+        )
     if not record.stream:
         raise errors.InvalidRequest(
             "This response cannot be streamed because it was not created with stream=true.",
-            param="stream", code="invalid_request_error")
+            param="stream",
+            code="invalid_request_error",
+        )
     after = query_int(request, "starting_after", default=-1, low=-1)
     subscription = await state.hub.subscribe(record.id)
-    events = follow(state.log_source(True), subscription, record.id, after if after is not None else -1,
-                    state.settings.follow_idle_seconds)
-    return EventStreamResponse(events, obfuscate=query_bool(request, "include_obfuscation", True),
-                               on_error=_error_event)
+    events = follow(
+        state.log_source(True),
+        subscription,
+        record.id,
+        after if after is not None else -1,
+        state.settings.follow_idle_seconds,
+    )
+    return EventStreamResponse(
+        events, obfuscate=query_bool(request, "include_obfuscation", True), on_error=_error_event
+    )
 
 
 async def cancel(request: Request) -> Response:
@@ -84,8 +96,11 @@ async def cancel(request: Request) -> Response:
     response_id = request.path_params["response_id"]
     record = await service.retrieve(state, account_id, response_id)
     if not record.background:
-        raise errors.InvalidRequest("Only responses created with background=true can be cancelled.",
-                                    param="response_id", code="invalid_request_error")
+        raise errors.InvalidRequest(
+            "Only responses created with background=true can be cancelled.",
+            param="response_id",
+            code="invalid_request_error",
+        )
     if record.status in ACTIVE_STATUSES:
         await service.cancel_and_wait(state, record.id, CANCEL_WAIT_SECONDS)
         record = await service.retrieve(state, account_id, response_id)

@@ -19,8 +19,7 @@ Event = dict[str, Any]
 
 
 class FinalResponse:
-    def __init__(self, events: AsyncIterator[Event | None],
-                 on_disconnect: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, events: AsyncIterator[Event | None], on_disconnect: Callable[[], Awaitable[None]]) -> None:
         self.events = events
         self.on_disconnect = on_disconnect
 
@@ -44,8 +43,9 @@ class FinalResponse:
                 await self.on_disconnect()
             return
         status, body = _answer(terminal)
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
+        )
         await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 
     async def _terminal(self) -> Event:
@@ -65,5 +65,6 @@ def _answer(terminal: Event) -> tuple[int, dict[str, Any]]:
     error = response.get("error") or {}
     failure = errors.GenerationFailed(
         f"Response {response['id']} failed: {error.get('message', 'unknown error')}",
-        code=error.get("code") or "server_error")
+        code=error.get("code") or "server_error",
+    )
     return failure.status_code, failure.body()

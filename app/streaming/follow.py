@@ -32,8 +32,9 @@ class LogSource:
     stored: bool
 
 
-async def follow(source: LogSource, subscription: Subscription, response_id: str, after: int,
-                 idle_seconds: float) -> AsyncIterator[Event | None]:
+async def follow(
+    source: LogSource, subscription: Subscription, response_id: str, after: int, idle_seconds: float
+) -> AsyncIterator[Event | None]:
     """Yields events after `after` in order, and None after each idle period (a keep-alive
     moment); ends after the terminal event. Closes the subscription when done."""
     last = after
@@ -87,7 +88,8 @@ async def _on_idle(source: LogSource, response_id: str, last: int) -> list[Event
         return events
     alive = await source.redis.exists(ALIVE_PREFIX + response_id)
     queued = await source.redis.exists(ARQ_JOB_PREFIX + response_id) and not await source.redis.exists(
-        ARQ_IN_PROGRESS_PREFIX + response_id)
+        ARQ_IN_PROGRESS_PREFIX + response_id
+    )
     if not alive and not queued:
         raise FollowLost("the worker generating this store=false response was lost")
     return []

@@ -40,20 +40,31 @@ class EventStreamResponse:
     """Streams `events` (None means "send a keep-alive"); runs `on_disconnect` if the client
     leaves before the stream ends."""
 
-    def __init__(self, events: AsyncIterator[Event | None], *, obfuscate: bool,
-                 on_disconnect: Callable[[], Awaitable[None]] | None = None,
-                 on_error: Callable[[Exception], Event] | None = None) -> None:
+    def __init__(
+        self,
+        events: AsyncIterator[Event | None],
+        *,
+        obfuscate: bool,
+        on_disconnect: Callable[[], Awaitable[None]] | None = None,
+        on_error: Callable[[Exception], Event] | None = None,
+    ) -> None:
         self.events = events
         self.obfuscate = obfuscate
         self.on_disconnect = on_disconnect
         self.on_error = on_error
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-        ]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream; charset=utf-8"),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-accel-buffering", b"no"),
+                ],
+            }
+        )
         disconnected = False
         async with anyio.create_task_group() as group:
 
@@ -84,5 +95,4 @@ class EventStreamResponse:
             # Headers are out: a failure can only be told in-band.
             if self.on_error is None:
                 raise
-            await send({"type": "http.response.body", "body": encode(self.on_error(exc), False),
-                        "more_body": True})
+            await send({"type": "http.response.body", "body": encode(self.on_error(exc), False), "more_body": True})

@@ -12,11 +12,23 @@ import pytest
 from tests.conftest import ROOT, Environment, FakeRuntime, Server, create_key
 
 
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer"}, {"Authorization": "Basic abc"},
-                                     {"Authorization": "Bearer sk-rs-not-a-real-key-at-all"}])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer"},
+        {"Authorization": "Basic abc"},
+        {"Authorization": "Bearer sk-rs-not-a-real-key-at-all"},
+    ],
+)
 def test_missing_or_wrong_key_is_401(headers: dict[str, str], server: Server) -> None:
-    for method, path in [("POST", "/responses"), ("GET", "/responses/resp_x"), ("DELETE", "/responses/resp_x"),
-                         ("GET", "/responses/resp_x/input_items"), ("POST", "/responses/resp_x/cancel")]:
+    for method, path in [
+        ("POST", "/responses"),
+        ("GET", "/responses/resp_x"),
+        ("DELETE", "/responses/resp_x"),
+        ("GET", "/responses/resp_x/input_items"),
+        ("POST", "/responses/resp_x/cancel"),
+    ]:
         answer = httpx.request(method, server.base_url + path, headers=headers, json={})
         assert answer.status_code == 401, (method, path)
         error = answer.json()["error"]
@@ -36,11 +48,22 @@ def test_revoked_key_is_refused(server: Server, environment: Environment, fake: 
     key = create_key(environment, "revocable")
     client = openai.OpenAI(base_url=server.base_url, api_key=key, max_retries=0)
     client.responses.create(model="fake", input="works")
-    listed = subprocess.run([sys.executable, "-m", "app.cli", "keys", "list"], cwd=ROOT, env=environment.env(),
-                            check=True, capture_output=True, text=True).stdout
+    listed = subprocess.run(
+        [sys.executable, "-m", "app.cli", "keys", "list"],
+        cwd=ROOT,
+        env=environment.env(),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert key[:12] in listed and key not in listed
-    subprocess.run([sys.executable, "-m", "app.cli", "keys", "revoke", key[:12]], cwd=ROOT, env=environment.env(),
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "app.cli", "keys", "revoke", key[:12]],
+        cwd=ROOT,
+        env=environment.env(),
+        check=True,
+        capture_output=True,
+    )
     with pytest.raises(openai.AuthenticationError):
         client.responses.create(model="fake", input="refused")
 
@@ -54,15 +77,20 @@ def test_keys_are_stored_only_as_hashes(environment: Environment) -> None:
     assert hashlib.sha256(key.encode()).hexdigest() in {r["key_hash"] for r in rows}
 
 
-def test_another_account_sees_404_everywhere(client: openai.OpenAI, other_client: openai.OpenAI,
-                                             fake: FakeRuntime, server: Server, other_api_key: str) -> None:
+def test_another_account_sees_404_everywhere(
+    client: openai.OpenAI, other_client: openai.OpenAI, fake: FakeRuntime, server: Server, other_api_key: str
+) -> None:
     mine = client.responses.create(model="fake", input="private")
     unknown = "resp_" + "f" * 48
     for response_id in (mine.id, unknown):
         with pytest.raises(openai.NotFoundError) as caught:
             other_client.responses.retrieve(response_id)
-        assert caught.value.body == {"message": f"Response with id '{response_id}' not found.",  # same words
-                                     "type": "invalid_request_error", "param": None, "code": None}
+        assert caught.value.body == {
+            "message": f"Response with id '{response_id}' not found.",  # same words
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
+        }
         with pytest.raises(openai.NotFoundError):
             other_client.responses.input_items.list(response_id)
         with pytest.raises(openai.NotFoundError):
@@ -75,9 +103,9 @@ def test_another_account_sees_404_everywhere(client: openai.OpenAI, other_client
     assert client.responses.retrieve(mine.id).output_text == "Echo: private"  # untouched by the attempts
 
 
-def test_a_second_key_of_the_same_account_sees_its_responses(client: openai.OpenAI, fake: FakeRuntime,
-                                                             server: Server, environment: Environment,
-                                                             account_name: str) -> None:
+def test_a_second_key_of_the_same_account_sees_its_responses(
+    client: openai.OpenAI, fake: FakeRuntime, server: Server, environment: Environment, account_name: str
+) -> None:
     response = client.responses.create(model="fake", input="shared")
     second = openai.OpenAI(base_url=server.base_url, api_key=create_key(environment, account_name), max_retries=0)
     assert second.responses.retrieve(response.id).output_text == "Echo: shared"

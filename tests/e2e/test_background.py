@@ -47,8 +47,9 @@ def test_background_stream_can_be_dropped_and_resumed(client: openai.OpenAI, fak
     text = "".join(e.delta for e in seen + resumed if e.type == "response.output_text.delta")
     assert text == resumed[-1].response.output_text
     replay = list(client.responses.retrieve(response_id, stream=True))  # after the end: the whole log again
-    assert [e.model_dump(exclude={"obfuscation"}) for e in replay[7:]] == \
-        [e.model_dump(exclude={"obfuscation"}) for e in resumed]
+    assert [e.model_dump(exclude={"obfuscation"}) for e in replay[7:]] == [
+        e.model_dump(exclude={"obfuscation"}) for e in resumed
+    ]
 
 
 def test_sdk_stream_helper_resumes_by_response_id(client: openai.OpenAI, fake: FakeRuntime) -> None:
@@ -62,16 +63,22 @@ def test_sdk_stream_helper_resumes_by_response_id(client: openai.OpenAI, fake: F
     assert final.output_text.split()[-1] == "w29"
 
 
-@pytest.mark.parametrize(("create", "message"), [
-    ({}, "not created with background=true"),
-    ({"background": True}, "not created with stream=true"),
-])
+@pytest.mark.parametrize(
+    ("background", "message"),
+    [
+        (False, "not created with background=true"),
+        (True, "not created with stream=true"),
+    ],
+)
 def test_streaming_back_a_response_that_was_not_streamed_is_400(
-        create: dict[str, object], message: str, server: Server, api_key: str, client: openai.OpenAI,
-        fake: FakeRuntime) -> None:
-    response = client.responses.create(model="fake", input="x", **create)  # type: ignore[call-overload]
-    answer = httpx.get(f"{server.base_url}/responses/{response.id}", params={"stream": "true"},
-                       headers={"Authorization": f"Bearer {api_key}"})
+    background: bool, message: str, server: Server, api_key: str, client: openai.OpenAI, fake: FakeRuntime
+) -> None:
+    response = client.responses.create(model="fake", input="x", background=background)
+    answer = httpx.get(
+        f"{server.base_url}/responses/{response.id}",
+        params={"stream": "true"},
+        headers={"Authorization": f"Bearer {api_key}"},
+    )
     assert answer.status_code == 400
     assert answer.json()["error"]["param"] == "stream" and message in answer.json()["error"]["message"]
 
@@ -88,8 +95,7 @@ def test_cancel_a_running_background_response(client: openai.OpenAI, fake: FakeR
     assert client.responses.retrieve(response.id).status == "cancelled"  # final, whatever came after
 
 
-def test_cancel_a_finished_background_response_returns_it_unchanged(client: openai.OpenAI,
-                                                                    fake: FakeRuntime) -> None:
+def test_cancel_a_finished_background_response_returns_it_unchanged(client: openai.OpenAI, fake: FakeRuntime) -> None:
     response = client.responses.create(model="fake", input="quick", background=True)
     wait_for_status(client, response.id, {"completed"})
     assert client.responses.cancel(response.id).status == "completed"

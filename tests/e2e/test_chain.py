@@ -10,37 +10,41 @@ from tests.conftest import Environment, FakeRuntime, Server
 
 
 def sent_contents(fake: FakeRuntime, index: int = -1) -> list[tuple[str, str]]:
-    return [(m["role"], m["content"]) for m in fake.requests()[index]["messages"]]  # type: ignore[index]
+    return [(m["role"], m["content"]) for m in fake.requests()[index]["messages"]]
 
 
-def test_chain_gives_the_model_every_turn_and_not_old_instructions(client: openai.OpenAI,
-                                                                   fake: FakeRuntime) -> None:
+def test_chain_gives_the_model_every_turn_and_not_old_instructions(client: openai.OpenAI, fake: FakeRuntime) -> None:
     first = client.responses.create(model="fake", input="one", instructions="First rules.")
     second = client.responses.create(model="fake", input="two", previous_response_id=first.id)
-    client.responses.create(model="fake", input="three", previous_response_id=second.id,
-                            instructions="Third rules.")
+    client.responses.create(model="fake", input="three", previous_response_id=second.id, instructions="Third rules.")
     assert sent_contents(fake, 1) == [("user", "one"), ("assistant", "Echo: one"), ("user", "two")]
     assert sent_contents(fake, 2) == [
-        ("system", "Third rules."), ("user", "one"), ("assistant", "Echo: one"), ("user", "two"),
-        ("assistant", "Echo: two"), ("user", "three")]
+        ("system", "Third rules."),
+        ("user", "one"),
+        ("assistant", "Echo: one"),
+        ("user", "two"),
+        ("assistant", "Echo: two"),
+        ("user", "three"),
+    ]
     assert second.previous_response_id == first.id
 
 
-def test_context_is_stored_once_not_copied_per_turn(client: openai.OpenAI, fake: FakeRuntime,
-                                                    environment: Environment) -> None:
-    previous = None
+def test_context_is_stored_once_not_copied_per_turn(
+    client: openai.OpenAI, fake: FakeRuntime, environment: Environment
+) -> None:
+    previous: str | None = None
     ids = []
     for turn in range(5):
-        previous = client.responses.create(model="fake", input=f"turn {turn}", previous_response_id=previous)
-        previous = previous.id
+        previous = client.responses.create(model="fake", input=f"turn {turn}", previous_response_id=previous).id
         ids.append(previous)
     rows = environment.query("SELECT count(*) AS n FROM items WHERE response_id = ANY($1)", ids)
     assert rows[0]["n"] == 10  # one input and one output per turn, however long the chain
 
 
 @pytest.mark.parametrize("case", ["unknown", "foreign", "unstored", "deleted"])
-def test_previous_response_that_cannot_be_used_is_400(case: str, client: openai.OpenAI,
-                                                      other_client: openai.OpenAI, fake: FakeRuntime) -> None:
+def test_previous_response_that_cannot_be_used_is_400(
+    case: str, client: openai.OpenAI, other_client: openai.OpenAI, fake: FakeRuntime
+) -> None:
     if case == "unknown":
         previous_id = "resp_" + "0" * 48
     elif case == "foreign":
@@ -54,19 +58,23 @@ def test_previous_response_that_cannot_be_used_is_400(case: str, client: openai.
         client.responses.create(model="fake", input="next", previous_response_id=previous_id)
     assert caught.value.code == "previous_response_not_found"
     assert caught.value.param == "previous_response_id"
-    assert caught.value.body["message"] == f"Previous response with id '{previous_id}' not found."  # type: ignore[index]
+    assert caught.value.body["message"] == f"Previous response with id '{previous_id}' not found."
 
 
 def test_input_items_list_the_whole_context_newest_first(client: openai.OpenAI, fake: FakeRuntime) -> None:
     first = client.responses.create(model="fake", input="one")
-    second = client.responses.create(model="fake", previous_response_id=first.id,
-                                     input=[{"role": "user", "content": "two"}, {"role": "user", "content": "2b"}])
+    second = client.responses.create(
+        model="fake",
+        previous_response_id=first.id,
+        input=[{"role": "user", "content": "two"}, {"role": "user", "content": "2b"}],
+    )
     page = client.responses.input_items.list(second.id)
-    texts = [item.content[0].text for item in page.data]  # type: ignore[union-attr]
+    texts = [item.content[0].text for item in page.data]
     assert texts == ["2b", "two", "Echo: one", "one"]
     assert page.data[2].id == first.output[0].id  # the stored output item, with its own id
     assert page.has_more is False
-    assert page.first_id == page.data[0].id and page.last_id == page.data[-1].id
+    listing = page.model_dump()  # first_id / last_id are not on the SDK's page type, but on the wire
+    assert listing["first_id"] == page.data[0].id and listing["last_id"] == page.data[-1].id
     asc = client.responses.input_items.list(second.id, order="asc")
     assert [i.id for i in asc.data] == [i.id for i in reversed(page.data)]
     user_item = page.data[0].model_dump()
@@ -84,37 +92,52 @@ def test_input_items_pagination_walks_every_item(client: openai.OpenAI, fake: Fa
     response = client.responses.create(model="fake", input=[{"role": "user", "content": f"m{i}"} for i in range(7)])
     page = client.responses.input_items.list(response.id, limit=3, order="asc")
     assert len(page.data) == 3 and page.has_more is True
-    walked = [item.content[0].text for item in page]  # type: ignore[union-attr]  # the SDK follows `after`
+    walked = [item.content[0].text for item in page]  # the SDK follows `after`
     assert walked == [f"m{i}" for i in range(7)]
     after = client.responses.input_items.list(response.id, limit=2, order="asc", after=page.data[2].id)
-    assert [i.content[0].text for i in after.data] == ["m3", "m4"]  # type: ignore[union-attr]
+    assert [i.content[0].text for i in after.data] == ["m3", "m4"]
 
 
-def test_input_items_accepts_before_for_older_clients(server: Server, api_key: str, client: openai.OpenAI,
-                                                      fake: FakeRuntime) -> None:
+def test_input_items_accepts_before_for_older_clients(
+    server: Server, api_key: str, client: openai.OpenAI, fake: FakeRuntime
+) -> None:
     response = client.responses.create(model="fake", input=[{"role": "user", "content": f"m{i}"} for i in range(4)])
     items = client.responses.input_items.list(response.id, order="asc").data
-    body = httpx.get(f"{server.base_url}/responses/{response.id}/input_items",
-                     params={"order": "asc", "before": items[2].id},
-                     headers={"Authorization": f"Bearer {api_key}"}).json()
+    body = httpx.get(
+        f"{server.base_url}/responses/{response.id}/input_items",
+        params={"order": "asc", "before": items[2].id},
+        headers={"Authorization": f"Bearer {api_key}"},
+    ).json()
     assert [i["id"] for i in body["data"]] == [items[0].id, items[1].id]
 
 
-@pytest.mark.parametrize(("params", "param"), [
-    ({"limit": 0}, "limit"), ({"limit": 101}, "limit"), ({"limit": "ten"}, "limit"),
-    ({"order": "sideways"}, "order"), ({"after": "msg_nope"}, "after"), ({"before": "msg_nope"}, "before"),
-])
-def test_input_items_bad_parameters_are_400(params: dict[str, object], param: str, server: Server, api_key: str,
-                                            client: openai.OpenAI, fake: FakeRuntime) -> None:
+@pytest.mark.parametrize(
+    ("params", "param"),
+    [
+        ({"limit": 0}, "limit"),
+        ({"limit": 101}, "limit"),
+        ({"limit": "ten"}, "limit"),
+        ({"order": "sideways"}, "order"),
+        ({"after": "msg_nope"}, "after"),
+        ({"before": "msg_nope"}, "before"),
+    ],
+)
+def test_input_items_bad_parameters_are_400(
+    params: dict[str, str | int], param: str, server: Server, api_key: str, client: openai.OpenAI, fake: FakeRuntime
+) -> None:
     response = client.responses.create(model="fake", input="x")
-    answer = httpx.get(f"{server.base_url}/responses/{response.id}/input_items", params=params,
-                       headers={"Authorization": f"Bearer {api_key}"})
+    answer = httpx.get(
+        f"{server.base_url}/responses/{response.id}/input_items",
+        params=params,
+        headers={"Authorization": f"Bearer {api_key}"},
+    )
     assert answer.status_code == 400
     assert answer.json()["error"]["param"] == param
 
 
-def test_delete_then_everything_about_it_is_gone(client: openai.OpenAI, fake: FakeRuntime,
-                                                 environment: Environment, server: Server, api_key: str) -> None:
+def test_delete_then_everything_about_it_is_gone(
+    client: openai.OpenAI, fake: FakeRuntime, environment: Environment, server: Server, api_key: str
+) -> None:
     response = client.responses.create(model="fake", input="to delete")
     answer = httpx.delete(f"{server.base_url}/responses/{response.id}", headers={"Authorization": f"Bearer {api_key}"})
     assert answer.status_code == 200
@@ -136,8 +159,13 @@ def test_deleting_a_middle_turn_keeps_the_rest_of_the_chain(client: openai.OpenA
     third = client.responses.create(model="fake", input="three", previous_response_id=second.id)
     client.responses.delete(second.id)
     assert client.responses.retrieve(third.id).previous_response_id == second.id  # echoed as sent
-    texts = [i.content[0].text for i in client.responses.input_items.list(third.id, order="asc")]  # type: ignore[union-attr]
+    texts = [i.content[0].text for i in client.responses.input_items.list(third.id, order="asc")]
     assert texts == ["one", "Echo: one", "three"]
     client.responses.create(model="fake", input="four", previous_response_id=third.id)
-    assert sent_contents(fake) == [("user", "one"), ("assistant", "Echo: one"), ("user", "three"),
-                                   ("assistant", "Echo: three"), ("user", "four")]
+    assert sent_contents(fake) == [
+        ("user", "one"),
+        ("assistant", "Echo: one"),
+        ("user", "three"),
+        ("assistant", "Echo: three"),
+        ("user", "four"),
+    ]

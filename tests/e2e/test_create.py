@@ -11,17 +11,44 @@ import pytest
 from tests.conftest import Environment, FakeRuntime, Server
 
 EVERY_FIELD = [
-    "id", "object", "created_at", "status", "background", "completed_at", "error", "frequency_penalty",
-    "incomplete_details", "instructions", "max_output_tokens", "max_tool_calls", "model", "output",
-    "parallel_tool_calls", "presence_penalty", "previous_response_id", "prompt_cache_key",
-    "prompt_cache_retention", "reasoning", "safety_identifier", "service_tier", "store", "temperature", "text",
-    "tool_choice", "tools", "top_logprobs", "top_p", "truncation", "usage", "user", "metadata",
+    "id",
+    "object",
+    "created_at",
+    "status",
+    "background",
+    "completed_at",
+    "error",
+    "frequency_penalty",
+    "incomplete_details",
+    "instructions",
+    "max_output_tokens",
+    "max_tool_calls",
+    "model",
+    "output",
+    "parallel_tool_calls",
+    "presence_penalty",
+    "previous_response_id",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "reasoning",
+    "safety_identifier",
+    "service_tier",
+    "store",
+    "temperature",
+    "text",
+    "tool_choice",
+    "tools",
+    "top_logprobs",
+    "top_p",
+    "truncation",
+    "usage",
+    "user",
+    "metadata",
 ]
 
 
 def raw_create(server: Server, key: str, **body: object) -> httpx.Response:
-    return httpx.post(f"{server.base_url}/responses", json=body, headers={"Authorization": f"Bearer {key}"},
-                      timeout=30)
+    return httpx.post(f"{server.base_url}/responses", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30)
 
 
 def test_create_returns_every_field_of_a_completed_response(server: Server, api_key: str, fake: FakeRuntime) -> None:
@@ -38,8 +65,9 @@ def test_create_returns_every_field_of_a_completed_response(server: Server, api_
     [message] = body["output"]
     assert message["type"] == "message" and message["role"] == "assistant" and message["status"] == "completed"
     assert message["id"].startswith("msg_")
-    assert message["content"] == [{"type": "output_text", "text": "Echo: hello world", "annotations": [],
-                                   "logprobs": []}]
+    assert message["content"] == [
+        {"type": "output_text", "text": "Echo: hello world", "annotations": [], "logprobs": []}
+    ]
     usage = body["usage"]
     assert usage["input_tokens"] == 2 and usage["output_tokens"] == 3
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
@@ -48,21 +76,27 @@ def test_create_returns_every_field_of_a_completed_response(server: Server, api_
 
 
 def test_sdk_create_and_retrieve_agree(client: openai.OpenAI, fake: FakeRuntime) -> None:
-    created = client.responses.create(model="fake-model", input="ping", temperature=0.5, top_p=0.9,
-                                      max_output_tokens=32, metadata={"run": "1"})
+    created = client.responses.create(
+        model="fake-model", input="ping", temperature=0.5, top_p=0.9, max_output_tokens=32, metadata={"run": "1"}
+    )
     assert created.output_text == "Echo: ping"
     assert (created.temperature, created.top_p, created.max_output_tokens) == (0.5, 0.9, 32)
     retrieved = client.responses.retrieve(created.id)
     assert retrieved.model_dump() == created.model_dump()
 
 
-def test_runtime_gets_instructions_then_system_and_developer_messages(client: openai.OpenAI,
-                                                                      fake: FakeRuntime) -> None:
-    client.responses.create(model="fake", instructions="Be brief.", temperature=0.2, top_p=0, input=[
-        {"role": "system", "content": "System one."},
-        {"role": "user", "content": "question"},
-        {"role": "developer", "content": [{"type": "input_text", "text": "Developer two."}]},
-    ])
+def test_runtime_gets_instructions_then_system_and_developer_messages(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    client.responses.create(
+        model="fake",
+        instructions="Be brief.",
+        temperature=0.2,
+        top_p=0,
+        input=[
+            {"role": "system", "content": "System one."},
+            {"role": "user", "content": "question"},
+            {"role": "developer", "content": [{"type": "input_text", "text": "Developer two."}]},
+        ],
+    )
     [sent] = fake.requests()
     assert sent["model"] == "fake-upstream"
     assert sent["messages"] == [
@@ -103,9 +137,15 @@ def test_stream_events_follow_openai_order(client: openai.OpenAI, fake: FakeRunt
     events = list(client.responses.create(model="fake", input="one two three", stream=True))
     types = [e.type for e in events]
     assert types == [
-        "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
-        *["response.output_text.delta"] * 4, "response.output_text.done", "response.content_part.done",
-        "response.output_item.done", "response.completed",
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * 4,
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
     ]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert events[0].response.status == "in_progress" and events[0].response.output == []
@@ -125,8 +165,12 @@ def test_stream_helper_accumulates_the_final_response(client: openai.OpenAI, fak
 
 
 def test_sse_wire_format(server: Server, api_key: str, fake: FakeRuntime) -> None:
-    with httpx.stream("POST", f"{server.base_url}/responses", headers={"Authorization": f"Bearer {api_key}"},
-                      json={"model": "fake", "input": "a b", "stream": True}) as response:
+    with httpx.stream(
+        "POST",
+        f"{server.base_url}/responses",
+        headers={"Authorization": f"Bearer {api_key}"},
+        json={"model": "fake", "input": "a b", "stream": True},
+    ) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         blocks = response.read().decode().strip().split("\n\n")
     for block in blocks:
@@ -137,15 +181,17 @@ def test_sse_wire_format(server: Server, api_key: str, fake: FakeRuntime) -> Non
 
 
 def test_obfuscation_can_be_turned_off(client: openai.OpenAI, fake: FakeRuntime) -> None:
-    events = list(client.responses.create(model="fake", input="a b", stream=True,
-                                          stream_options={"include_obfuscation": False}))
+    events = list(
+        client.responses.create(model="fake", input="a b", stream=True, stream_options={"include_obfuscation": False})
+    )
     assert not any("obfuscation" in e.model_dump() for e in events)
 
 
-def test_store_false_writes_nothing_and_cannot_be_retrieved(client: openai.OpenAI, fake: FakeRuntime,
-                                                            environment: Environment) -> None:
+def test_store_false_writes_nothing_and_cannot_be_retrieved(
+    client: openai.OpenAI, fake: FakeRuntime, environment: Environment
+) -> None:
     response = client.responses.create(model="fake", input="secret words", store=False)
-    assert response.store is False and response.output_text == "Echo: secret words"
+    assert response.model_dump()["store"] is False and response.output_text == "Echo: secret words"
     streamed = list(client.responses.create(model="fake", input="secret stream", store=False, stream=True))
     assert streamed[-1].type == "response.completed"
     assert [e.sequence_number for e in streamed] == list(range(len(streamed)))
@@ -162,7 +208,10 @@ def test_store_false_can_continue_a_stored_chain(client: openai.OpenAI, fake: Fa
     second = client.responses.create(model="fake", input="what colour?", previous_response_id=first.id, store=False)
     assert second.previous_response_id == first.id
     assert [m["content"] for m in fake.requests()[1]["messages"]] == [
-        "remember blue", "Echo: remember blue", "what colour?"]
+        "remember blue",
+        "Echo: remember blue",
+        "what colour?",
+    ]
 
 
 def test_empty_answer_is_one_empty_message(client: openai.OpenAI, fake: FakeRuntime) -> None:

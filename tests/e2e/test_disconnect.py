@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 
 import httpx
 import openai
@@ -15,18 +16,24 @@ from tests.conftest import Environment, FakeRuntime, Server
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(60)), "delay": 0.1})
 
 
-def wait_until(predicate, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
+def wait_until(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.05)
 
 
-def test_leaving_a_stream_stops_the_generation(server: Server, api_key: str, client: openai.OpenAI,
-                                               fake: FakeRuntime) -> None:
+def test_leaving_a_stream_stops_the_generation(
+    server: Server, api_key: str, client: openai.OpenAI, fake: FakeRuntime
+) -> None:
     response_id = None
-    with httpx.stream("POST", f"{server.base_url}/responses", headers={"Authorization": f"Bearer {api_key}"},
-                      json={"model": "fake", "input": SLOW, "stream": True}, timeout=30) as answer:
+    with httpx.stream(
+        "POST",
+        f"{server.base_url}/responses",
+        headers={"Authorization": f"Bearer {api_key}"},
+        json={"model": "fake", "input": SLOW, "stream": True},
+        timeout=30,
+    ) as answer:
         for line in answer.iter_lines():
             if line.startswith("data: "):
                 event = json.loads(line[6:])
@@ -42,12 +49,17 @@ def test_leaving_a_stream_stops_the_generation(server: Server, api_key: str, cli
     assert fake.stats()["streams_finished"] == 0
 
 
-def test_leaving_a_json_request_stops_the_generation(server: Server, api_key: str, fake: FakeRuntime,
-                                                     environment: Environment) -> None:
+def test_leaving_a_json_request_stops_the_generation(
+    server: Server, api_key: str, fake: FakeRuntime, environment: Environment
+) -> None:
     def post() -> None:
         try:
-            httpx.post(f"{server.base_url}/responses", headers={"Authorization": f"Bearer {api_key}"},
-                       json={"model": "fake", "input": SLOW}, timeout=0.8)
+            httpx.post(
+                f"{server.base_url}/responses",
+                headers={"Authorization": f"Bearer {api_key}"},
+                json={"model": "fake", "input": SLOW},
+                timeout=0.8,
+            )
         except httpx.ReadTimeout:
             pass  # the client gives up and closes its connection
 

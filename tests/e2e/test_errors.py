@@ -26,41 +26,78 @@ BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
     ({"model": "fake", "input": []}, 400, "input", "empty_array"),
     ({"model": "fake", "input": [{"role": "robot", "content": "x"}]}, 400, "input[0].role", "invalid_value"),
     ({"model": "fake", "input": [{"role": "user"}]}, 400, "input[0].content", "missing_required_parameter"),
-    ({"model": "fake", "input": [{"role": "user", "content": [{"type": "output_text", "text": "x"}]}]}, 400,
-     "input[0].content[0].type", "invalid_value"),
-    ({"model": "fake", "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, 400,
-     "input[0].content[0].type", "unsupported_parameter"),
-    ({"model": "fake", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, 400,
-     "input[0].content[0].type", "unsupported_parameter"),
-    ({"model": "fake", "input": [{"type": "function_call_output", "call_id": "c", "output": "o"}]}, 400,
-     "input[0].type", "unsupported_parameter"),
+    (
+        {"model": "fake", "input": [{"role": "user", "content": [{"type": "output_text", "text": "x"}]}]},
+        400,
+        "input[0].content[0].type",
+        "invalid_value",
+    ),
+    (
+        {"model": "fake", "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+        400,
+        "input[0].content[0].type",
+        "unsupported_parameter",
+    ),
+    (
+        {"model": "fake", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+        400,
+        "input[0].content[0].type",
+        "unsupported_parameter",
+    ),
+    (
+        {"model": "fake", "input": [{"type": "function_call_output", "call_id": "c", "output": "o"}]},
+        400,
+        "input[0].type",
+        "unsupported_parameter",
+    ),
     ({"model": "fake", "input": "x", "conversation": "conv_1"}, 400, "conversation", "unsupported_parameter"),
     ({"model": "fake", "input": "x", "prompt": {"id": "p"}}, 400, "prompt", "unsupported_parameter"),
     ({"model": "fake", "input": "x", "tools": [{"type": "web_search"}]}, 400, "tools[0].type", "unsupported_parameter"),
     ({"model": "fake", "input": "x", "truncation": "auto"}, 400, "truncation", "unsupported_parameter"),
-    ({"model": "fake", "input": "x", "text": {"format": {"type": "json_object"}}}, 400, "text.format.type",
-     "unsupported_parameter"),
+    (
+        {"model": "fake", "input": "x", "text": {"format": {"type": "json_object"}}},
+        400,
+        "text.format.type",
+        "unsupported_parameter",
+    ),
     ({"model": "fake", "input": "x", "include": ["nonsense"]}, 400, "include[0]", "invalid_value"),
-    ({"model": "fake", "input": "x", "previous_response_id": "resp_missing"}, 400, "previous_response_id",
-     "previous_response_not_found"),
+    ({"model": "fake", "input": "x", "background": True, "store": False}, 400, "store", "unsupported_parameter"),
+    (
+        {"model": "fake", "input": "x", "previous_response_id": "resp_missing"},
+        400,
+        "previous_response_id",
+        "previous_response_not_found",
+    ),
 ]
 
 
 def post(server: Server, key: str, content: bytes, content_type: str = "application/json") -> httpx.Response:
-    return httpx.post(f"{server.base_url}/responses", content=content,
-                      headers={"Authorization": f"Bearer {key}", "Content-Type": content_type})
+    return httpx.post(
+        f"{server.base_url}/responses",
+        content=content,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": content_type},
+    )
 
 
 def stored_counts(environment: Environment) -> tuple[int, ...]:
-    [row] = environment.query("SELECT (SELECT count(*) FROM responses) a, (SELECT count(*) FROM items) b, "
-                              "(SELECT count(*) FROM response_events) c")
+    [row] = environment.query(
+        "SELECT (SELECT count(*) FROM responses) a, (SELECT count(*) FROM items) b, "
+        "(SELECT count(*) FROM response_events) c"
+    )
     return tuple(row)
 
 
 @pytest.mark.parametrize(("body", "status", "param", "code"), BAD_BODIES)
 def test_bad_body_is_refused_naming_the_parameter_and_persists_nothing(
-        body: dict[str, Any], status: int, param: str | None, code: str | None, server: Server, api_key: str,
-        environment: Environment, fake: FakeRuntime) -> None:
+    body: dict[str, Any],
+    status: int,
+    param: str | None,
+    code: str | None,
+    server: Server,
+    api_key: str,
+    environment: Environment,
+    fake: FakeRuntime,
+) -> None:
     before = stored_counts(environment)
     answer = post(server, api_key, json.dumps(body).encode())
     assert answer.status_code == status, answer.text
@@ -92,8 +129,11 @@ def test_body_over_the_limit_is_413(server: Server, api_key: str) -> None:
 
 
 def test_every_answer_has_a_request_id(server: Server, api_key: str) -> None:
-    for answer in (httpx.get(f"{server.base_url}/responses/resp_x", headers={"Authorization": f"Bearer {api_key}"}),
-                   httpx.get(f"{server.base_url}/nowhere"), httpx.get(server.base_url.removesuffix("/v1") + "/health")):
+    for answer in (
+        httpx.get(f"{server.base_url}/responses/resp_x", headers={"Authorization": f"Bearer {api_key}"}),
+        httpx.get(f"{server.base_url}/nowhere"),
+        httpx.get(server.base_url.removesuffix("/v1") + "/health"),
+    ):
         assert answer.headers["x-request-id"].startswith("req_")
     nowhere = httpx.get(f"{server.base_url}/nowhere").json()
     assert set(nowhere["error"]) == {"message", "type", "param", "code"}
@@ -102,8 +142,12 @@ def test_every_answer_has_a_request_id(server: Server, api_key: str) -> None:
 def test_unknown_response_id_is_404_in_the_envelope(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as caught:
         client.responses.retrieve("resp_unknown")
-    assert caught.value.body == {"message": "Response with id 'resp_unknown' not found.",
-                                 "type": "invalid_request_error", "param": None, "code": None}
+    assert caught.value.body == {
+        "message": "Response with id 'resp_unknown' not found.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
 
 
 def test_unreachable_runtime_fails_the_response_with_a_5xx(client: openai.OpenAI, environment: Environment) -> None:
@@ -111,8 +155,9 @@ def test_unreachable_runtime_fails_the_response_with_a_5xx(client: openai.OpenAI
         client.responses.create(model="unreachable-model", input="x")
     assert caught.value.status_code == 502
     assert "unreachable" in caught.value.message
-    [row] = environment.query("SELECT id, status, error FROM responses WHERE model = 'unreachable-model' "
-                              "ORDER BY created_at DESC LIMIT 1")
+    [row] = environment.query(
+        "SELECT id, status, error FROM responses WHERE model = 'unreachable-model' ORDER BY created_at DESC LIMIT 1"
+    )
     assert row["status"] == "failed"
     assert row["id"] in caught.value.message
     stored = client.responses.retrieve(row["id"])

@@ -31,14 +31,20 @@ async def account_id(state: AppState) -> str:
         return await accounts_db.ensure_account(conn, f"integration-{secrets.token_hex(3)}")
 
 
+OpenWorker = Callable[[], Awaitable[WorkerDeps]]
+
+
 @pytest.fixture
-async def open_worker(environment: Environment) -> AsyncIterator[Callable[[], Awaitable[WorkerDeps]]]:
+async def open_worker(environment: Environment) -> AsyncIterator[OpenWorker]:
     """Opens as many independent workers (as if separate processes) as a test asks for."""
     opened: list[tuple[WorkerDeps, ArqRedis]] = []
 
     async def open_one() -> WorkerDeps:
-        redis = await create_pool(RedisSettings.from_dsn(environment.redis_url), job_serializer=job_serializer,
-                                  job_deserializer=job_deserializer)
+        redis = await create_pool(
+            RedisSettings.from_dsn(environment.redis_url),
+            job_serializer=job_serializer,
+            job_deserializer=job_deserializer,
+        )
         deps = WorkerDeps.open(environment.settings(), redis)
         deps.start()
         opened.append((deps, redis))

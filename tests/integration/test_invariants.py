@@ -12,9 +12,10 @@ from sqlalchemy import select, update
 from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.tables import responses
+from app.protocol.response_object import Status
 from app.state import AppState
 from tests.conftest import Environment, FakeRuntime
-from tests.integration.conftest import accept, run_job
+from tests.integration.conftest import OpenWorker, accept, run_job
 from workers import reaper
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(40)), "delay": 0.05})
@@ -32,8 +33,9 @@ async def status_of(state: AppState, response_id: str) -> str:
     return str(row.status)
 
 
-async def test_same_job_delivered_twice_generates_once(state: AppState, account_id: str, open_worker,  # type: ignore[no-untyped-def]
-                                                       fake: FakeRuntime) -> None:
+async def test_same_job_delivered_twice_generates_once(
+    state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime
+) -> None:
     response_id = await accept(state, account_id, input="once")
     first, second = await open_worker(), await open_worker()
     await asyncio.gather(run_job(first, response_id), run_job(second, response_id))
@@ -46,12 +48,14 @@ async def test_same_job_delivered_twice_generates_once(state: AppState, account_
     assert await status_of(state, response_id) == "completed"
 
 
-async def test_sequence_numbers_are_contiguous_and_identical_on_reread(state: AppState, account_id: str,
-                                                                       open_worker, fake: FakeRuntime,  # type: ignore[no-untyped-def]
-                                                                       ) -> None:
+async def test_sequence_numbers_are_contiguous_and_identical_on_reread(
+    state: AppState,
+    account_id: str,
+    open_worker: OpenWorker,
+    fake: FakeRuntime,
+) -> None:
     worker = await open_worker()
-    ids = [await accept(state, account_id, input=f"#fake {json.dumps({'text': 'a b c d e f g h'})}")
-           for _ in range(20)]
+    ids = [await accept(state, account_id, input=f"#fake {json.dumps({'text': 'a b c d e f g h'})}") for _ in range(20)]
     await asyncio.gather(*(run_job(worker, rid) for rid in ids))
     assert worker.writer.batches < worker.writer.events_written  # group commit: many events per commit
     for response_id in ids:
@@ -64,8 +68,9 @@ async def test_sequence_numbers_are_contiguous_and_identical_on_reread(state: Ap
         assert tail == first_read[6:]
 
 
-async def test_a_terminal_status_never_changes(state: AppState, account_id: str, open_worker,  # type: ignore[no-untyped-def]
-                                               fake: FakeRuntime) -> None:
+async def test_a_terminal_status_never_changes(
+    state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime
+) -> None:
     response_id = await accept(state, account_id, input="final")
     await run_job(await open_worker(), response_id)
     before = await events_of(state, response_id)
@@ -79,24 +84,28 @@ async def test_a_terminal_status_never_changes(state: AppState, account_id: str,
     assert await events_of(state, response_id) == before
 
 
+async def _finish_as(state: AppState, response_id: str, status: Status) -> bool:
+    async with state.engine.begin() as conn:
+        outcome = responses_db.Outcome(status, [], time.time())
+        return await responses_db.finish(conn, response_id, outcome) is not None
+
+
 async def test_cancel_racing_completion_has_one_winner(state: AppState, account_id: str) -> None:
     for _ in range(10):
         response_id = await accept(state, account_id, input="race")
         async with state.engine.begin() as conn:
             assert await responses_db.claim(conn, response_id, "w", 30) is not None
 
-        async def finish_as(status: str) -> bool:
-            async with state.engine.begin() as conn:
-                outcome = responses_db.Outcome(status, [], time.time())  # type: ignore[arg-type]
-                return await responses_db.finish(conn, response_id, outcome) is not None
-
-        results = await asyncio.gather(finish_as("completed"), finish_as("cancelled"))
+        results = await asyncio.gather(
+            _finish_as(state, response_id, "completed"), _finish_as(state, response_id, "cancelled")
+        )
         assert sorted(results) == [False, True]
         assert await status_of(state, response_id) == ("completed" if results[0] else "cancelled")
 
 
 async def test_stopping_a_running_generation_cancels_it_with_its_partial_output(
-        state: AppState, account_id: str, open_worker, fake: FakeRuntime) -> None:  # type: ignore[no-untyped-def]
+    state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime
+) -> None:
     response_id = await accept(state, account_id, input=SLOW)
     worker = await open_worker()
     job = asyncio.create_task(run_job(worker, response_id))
@@ -115,8 +124,9 @@ async def test_stopping_a_running_generation_cancels_it_with_its_partial_output(
     assert record.output[0]["content"][0]["text"].startswith("w0")
 
 
-async def test_a_queued_response_stopped_before_it_runs_never_runs(state: AppState, account_id: str, open_worker,  # type: ignore[no-untyped-def]
-                                                                   fake: FakeRuntime) -> None:
+async def test_a_queued_response_stopped_before_it_runs_never_runs(
+    state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime
+) -> None:
     from app import service
 
     response_id = await accept(state, account_id, input="never")
@@ -133,23 +143,26 @@ async def test_a_dead_workers_response_is_failed_by_the_reaper(state: AppState, 
     async with state.engine.begin() as conn:
         assert await responses_db.claim(conn, response_id, "dead-worker", 30) is not None
         await events_db.append(conn, response_id, [{"type": "response.created"}, {"type": "response.in_progress"}])
-        await conn.execute(update(responses).where(responses.c.id == response_id)
-                           .values(lease_expires_at=responses_db.db_now(-1)))
+        await conn.execute(
+            update(responses).where(responses.c.id == response_id).values(lease_expires_at=responses_db.db_now(-1))
+        )
     assert response_id in await reaper.reap_expired_leases(state.engine, state.redis)
     assert response_id not in await reaper.reap_expired_leases(state.engine, state.redis)
     events = await events_of(state, response_id)
     assert [e["sequence_number"] for e in events] == [0, 1, 2]
     assert events[-1]["type"] == "response.failed"
-    assert "stopped responding" in events[-1]["response"]["error"]["message"]  # type: ignore[index]
+    assert "stopped responding" in events[-1]["response"]["error"]["message"]
     assert await status_of(state, response_id) == "failed"
 
 
 async def test_queued_responses_redis_lost_are_requeued_from_postgres(
-        state: AppState, account_id: str, environment: Environment, open_worker, fake: FakeRuntime) -> None:  # type: ignore[no-untyped-def]
+    state: AppState, account_id: str, environment: Environment, open_worker: OpenWorker, fake: FakeRuntime
+) -> None:
     response_id = await accept(state, account_id, input="lost job")  # persisted, never enqueued
     async with state.engine.begin() as conn:
-        await conn.execute(update(responses).where(responses.c.id == response_id)
-                           .values(created_at=responses_db.db_now(-60)))
+        await conn.execute(
+            update(responses).where(responses.c.id == response_id).values(created_at=responses_db.db_now(-60))
+        )
     queue = environment.queue_name + ":requeue-test"  # a queue no other worker of the session reads
     requeued = await reaper.requeue_lost_jobs(state.engine, state.redis, queue, 10)
     assert response_id in requeued

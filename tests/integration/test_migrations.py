@@ -3,8 +3,9 @@ and `downgrade base` removes everything it made."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -32,7 +33,7 @@ def _differences(connection: Connection) -> list[object]:
 
 
 async def test_upgrade_head_matches_the_table_definitions(empty_database_url: str) -> None:
-    settings = Settings(DATABASE_URL=empty_database_url)  # type: ignore[call-arg]
+    settings = Settings(DATABASE_URL=empty_database_url)
     await _in_thread(migrate, settings)
     engine = create_async_engine(empty_database_url)
     async with engine.connect() as conn:
@@ -51,7 +52,7 @@ async def test_downgrade_base_removes_everything(empty_database_url: str) -> Non
 
     import migrations
 
-    settings = Settings(DATABASE_URL=empty_database_url)  # type: ignore[call-arg]
+    settings = Settings(DATABASE_URL=empty_database_url)
     await _in_thread(migrate, settings)
     config = Config()
     config.set_main_option("script_location", migrations.__path__[0])
@@ -64,8 +65,6 @@ async def test_downgrade_base_removes_everything(empty_database_url: str) -> Non
     assert tables == {"alembic_version"}
 
 
-async def _in_thread(function, *args: object) -> None:  # type: ignore[no-untyped-def]
+async def _in_thread(function: Callable[..., None], *args: object) -> None:
     # Alembic's env.py runs its own event loop, which cannot nest inside the test's.
-    import asyncio
-
     await asyncio.to_thread(function, *args)

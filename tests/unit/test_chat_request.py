@@ -15,20 +15,37 @@ MODEL = ModelEntry(id="m", runtime="openai", base_url="http://x/v1", upstream_mo
 
 
 def record(instructions: str | None = None, **requested: Any) -> ResponseRecord:
-    return ResponseRecord(id="resp_1", model="m", status="in_progress", created_at=0, instructions=instructions,
-                          previous_response_id=None, settings={"requested": requested}, metadata={}, store=True,
-                          background=False, stream=False)
+    return ResponseRecord(
+        id="resp_1",
+        model="m",
+        status="in_progress",
+        created_at=0,
+        instructions=instructions,
+        previous_response_id=None,
+        settings={"requested": requested},
+        metadata={},
+        store=True,
+        background=False,
+        stream=False,
+    )
 
 
 def test_system_prompt_is_instructions_then_system_and_developer_messages_in_order() -> None:
-    context = parse_input([
-        {"role": "developer", "content": "D1"}, {"role": "user", "content": "U1"},
-        {"role": "assistant", "content": "A1"}, {"role": "system", "content": "S2"}, {"role": "user", "content": "U2"},
-    ])
+    context = parse_input(
+        [
+            {"role": "developer", "content": "D1"},
+            {"role": "user", "content": "U1"},
+            {"role": "assistant", "content": "A1"},
+            {"role": "system", "content": "S2"},
+            {"role": "user", "content": "U2"},
+        ]
+    )
     body = chat_request(record("I"), context, MODEL)
     assert body["messages"] == [
-        {"role": "system", "content": "I\n\nD1\n\nS2"}, {"role": "user", "content": "U1"},
-        {"role": "assistant", "content": "A1"}, {"role": "user", "content": "U2"},
+        {"role": "system", "content": "I\n\nD1\n\nS2"},
+        {"role": "user", "content": "U1"},
+        {"role": "assistant", "content": "A1"},
+        {"role": "user", "content": "U2"},
     ]
 
 
@@ -39,13 +56,16 @@ def test_no_system_message_without_instructions_or_system_items() -> None:
     assert body["stream_options"] == {"include_usage": True}
 
 
-@pytest.mark.parametrize(("requested", "expected"), [
-    ({}, {"max_tokens": 100}),
-    ({"max_output_tokens": 20}, {"max_tokens": 20}),
-    ({"max_output_tokens": 5000}, {"max_tokens": 100}),
-    ({"top_p": 0}, {"max_tokens": 100, "top_p": 1e-9}),
-    ({"top_p": 0.5, "temperature": 0}, {"max_tokens": 100, "top_p": 0.5, "temperature": 0}),
-])
+@pytest.mark.parametrize(
+    ("requested", "expected"),
+    [
+        ({}, {"max_tokens": 100}),
+        ({"max_output_tokens": 20}, {"max_tokens": 20}),
+        ({"max_output_tokens": 5000}, {"max_tokens": 100}),
+        ({"top_p": 0}, {"max_tokens": 100, "top_p": 1e-9}),
+        ({"top_p": 0.5, "temperature": 0}, {"max_tokens": 100, "top_p": 0.5, "temperature": 0}),
+    ],
+)
 def test_sampling_settings(requested: dict[str, Any], expected: dict[str, Any]) -> None:
     body = chat_request(record(**requested), parse_input("x"), MODEL)
     sampling = {k: body[k] for k in ("max_tokens", "top_p", "temperature") if k in body}
@@ -53,6 +73,7 @@ def test_sampling_settings(requested: dict[str, Any], expected: dict[str, Any]) 
 
 
 def test_multipart_content_is_joined() -> None:
-    context = parse_input([{"role": "user", "content": [{"type": "input_text", "text": "a"},
-                                                        {"type": "input_text", "text": "b"}]}])
+    context = parse_input(
+        [{"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}]}]
+    )
     assert chat_request(record(), context, MODEL)["messages"] == [{"role": "user", "content": "ab"}]
