@@ -62,7 +62,11 @@ def _serve_api(host: str, port: int, workers: int) -> None:
 
 
 def _run_worker(settings: Settings) -> None:
+    import uvloop
+
     from workers.settings import build_worker
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
     build_worker(settings).run()
 

@@ -43,6 +43,45 @@ async def admin(statement: str) -> None:
         await conn.close()
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def cpu_of_named(names: tuple[str, ...]) -> float:
+    """CPU time of every process with one of these command names (all Postgres backends, say)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        if text[text.index("(") + 1 : text.rindex(")")] in names:
+            total += cpu_seconds(int(stat.parent.name))
+    return total
+
+
+class CpuMeter:
+    """CPU seconds spent by each part of the system during one measured phase."""
+
+    def __init__(self, processes: dict[str, int]) -> None:
+        self.processes = processes
+
+    def snapshot(self) -> dict[str, float]:
+        shot = {name: cpu_seconds(pid) for name, pid in self.processes.items()}
+        shot["postgres"] = cpu_of_named(("postgres",))
+        shot["redis"] = cpu_of_named(("redis-server",))
+        return shot
+
+    @staticmethod
+    def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        return {name: round(after[name] - before[name], 2) for name in before}
+
+
 @dataclass
 class Run:
     ttfts: list[float]
@@ -159,21 +198,28 @@ async def main() -> None:
         )
         await load(*full, 4, 8)  # warm up both paths
         await load(*direct, 4, 8)
+        pids = {"fake_runtime": processes[0].pid, "api": processes[1].pid, "worker": processes[2].pid}
+        meter = CpuMeter({**pids, "client": os.getpid()})
         results = []
         for level in args.levels:
             total = level * args.rounds
             pg = await asyncpg.connect(env["DATABASE_URL"].replace("+asyncpg", ""))
             events_before = await pg.fetchval("SELECT count(*) FROM response_events")
+            cpu_before = meter.snapshot()
             ours = await load(*full, level, total)
+            cpu_ours = CpuMeter.spent(cpu_before, meter.snapshot())
             events = await pg.fetchval("SELECT count(*) FROM response_events") - events_before
             await pg.close()
+            cpu_before = meter.snapshot()
             base = await load(*direct, level, total)
+            cpu_direct = CpuMeter.spent(cpu_before, meter.snapshot())
             row = {
                 "streams": level,
                 "responses": total,
                 "direct": base.row(),
                 "responses_server": ours.row(),
                 "durable_events_per_s": events / ours.seconds,
+                "cpu_seconds": {"responses_server": cpu_ours, "direct": cpu_direct},
             }
             row["ttft_p50_overhead_ms"] = row["responses_server"]["ttft_p50_ms"] - row["direct"]["ttft_p50_ms"]
             row["throughput_ratio"] = row["responses_server"]["tokens_per_s"] / row["direct"]["tokens_per_s"]

@@ -72,22 +72,18 @@ async def revoke_key(conn: AsyncConnection, key_id_or_prefix: str) -> int:
 
 
 async def account_for_key(conn: AsyncConnection, key: str) -> str | None:
-    """The account id of a live key, or None. Touches last_used_at at most once a minute."""
-    row = (
-        await conn.execute(
-            select(api_keys.c.id, api_keys.c.account_id, api_keys.c.last_used_at).where(
-                api_keys.c.key_hash == hash_key(key), api_keys.c.revoked_at.is_(None)
-            )
-        )
-    ).one_or_none()
-    if row is None:
-        return None
-    await conn.execute(
-        update(api_keys)
-        .where(api_keys.c.id == row.id)
-        .where(
-            (api_keys.c.last_used_at.is_(None)) | (api_keys.c.last_used_at < func.now() - text("interval '1 minute'"))
-        )
-        .values(last_used_at=func.now())
+    """The account id of a live key, or None; one statement, which also touches last_used_at
+    (at most once a minute, so a busy key does not rewrite its row on every request)."""
+    row = (await conn.execute(_ACCOUNT_FOR_KEY, {"key_hash": hash_key(key)})).one_or_none()
+    return None if row is None else str(row.account_id)
+
+
+_ACCOUNT_FOR_KEY = text("""
+    WITH live AS (
+        SELECT id, account_id, last_used_at FROM api_keys WHERE key_hash = :key_hash AND revoked_at IS NULL
+    ), touched AS (
+        UPDATE api_keys SET last_used_at = now() FROM live
+        WHERE api_keys.id = live.id AND (live.last_used_at IS NULL OR live.last_used_at < now() - interval '1 minute')
     )
-    return str(row.account_id)
+    SELECT account_id FROM live
+""")

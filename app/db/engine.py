@@ -8,5 +8,6 @@ from app.settings import Settings
 
 
 def create_engine(settings: Settings) -> AsyncEngine:
-    # pool_pre_ping: a Postgres restart must cost one failed request, not a pool of dead sockets.
-    return create_async_engine(settings.database_url, pool_size=20, max_overflow=20, pool_pre_ping=True)
+    # No pre-ping (a round trip per checkout): a connection broken by a Postgres restart fails
+    # its one request (503) and the pool discards it.
+    return create_async_engine(settings.database_url, pool_size=20, max_overflow=40)

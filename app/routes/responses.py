@@ -43,7 +43,15 @@ async def create(request: Request) -> Response | ASGIApp:
     except BaseException:
         await subscription.close()
         raise
-    events = follow(state.log_source(accepted.stored), subscription, record.id, -1, state.settings.follow_idle_seconds)
+    # A foreground response has no event before its job runs; a background one has two already.
+    events = follow(
+        state.log_source(accepted.stored),
+        subscription,
+        record.id,
+        -1,
+        state.settings.follow_idle_seconds,
+        log_is_empty=not record.background,
+    )
     # A background response outlives its connection; a foreground one stops when its client leaves.
     on_disconnect = partial(service.stop, state, record.id, accepted.stored)
     if record.stream:

@@ -33,13 +33,22 @@ class LogSource:
 
 
 async def follow(
-    source: LogSource, subscription: Subscription, response_id: str, after: int, idle_seconds: float
+    source: LogSource,
+    subscription: Subscription,
+    response_id: str,
+    after: int,
+    idle_seconds: float,
+    *,
+    log_is_empty: bool = False,
 ) -> AsyncIterator[Event | None]:
     """Yields events after `after` in order, and None after each idle period (a keep-alive
-    moment); ends after the terminal event. Closes the subscription when done."""
+    moment); ends after the terminal event. Closes the subscription when done.
+
+    `log_is_empty`: the caller subscribed before the response could have any event (it created
+    it and has not enqueued it yet), so the first read of the log can be skipped."""
     last = after
     try:
-        if source.stored:
+        if source.stored and not log_is_empty:
             for event in await _read_log(source, response_id, last):
                 yield event
                 last = event["sequence_number"]

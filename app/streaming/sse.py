@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import string
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -17,14 +16,13 @@ import anyio
 from starlette.types import Receive, Scope, Send
 
 Event = dict[str, Any]
-_ALPHABET = string.ascii_letters + string.digits
 _OBFUSCATION_TARGET = 16  # pad short deltas so event sizes do not reveal token lengths
 
 
 def encode(event: Event, obfuscate: bool) -> bytes:
     if obfuscate and event["type"].endswith(".delta"):
         padding = max(1, _OBFUSCATION_TARGET - len(event.get("delta", "")))
-        event = {**event, "obfuscation": "".join(secrets.choice(_ALPHABET) for _ in range(padding))}
+        event = {**event, "obfuscation": secrets.token_urlsafe(padding)[:padding]}
     return f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n".encode()
 
 
