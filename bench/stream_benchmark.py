@@ -103,29 +103,42 @@ class Run:
 async def stream_one(
     http: httpx.AsyncClient, url: str, body: dict[str, object], headers: dict[str, str], delta_marker: str
 ) -> tuple[float, int]:
+    """Streams one answer; returns its time to first token and its token count (the fake's words,
+    counted in the text, since the server may coalesce several tokens into one delta)."""
     start = time.perf_counter()
     first = None
     tokens = 0
     async with http.stream("POST", url, json=body, headers=headers) as answer:
         answer.raise_for_status()
         async for line in answer.aiter_lines():
-            if line.startswith("data: ") and delta_marker in line and '"content":""' not in line:
-                tokens += 1
-                first = first or time.perf_counter()
+            if line.startswith("data: ") and delta_marker in line:
+                event = json.loads(line[6:])
+                text = event["delta"] if "delta" in event else event["choices"][0]["delta"].get("content") or ""
+                if text:
+                    tokens += text.count("tok")
+                    first = first or time.perf_counter()
     return (first or time.perf_counter()) - start, tokens
 
 
 async def load(
-    url: str, body: dict[str, object], headers: dict[str, str], marker: str, concurrency: int, total: int
+    url: str,
+    body: dict[str, object],
+    headers: dict[str, str],
+    marker: str,
+    concurrency: int,
+    rounds: int,
+    ramp: float,
 ) -> Run:
+    """`concurrency` slots each stream `rounds` answers back to back; slot i starts at i·ramp/concurrency,
+    so with ramp = one answer's duration the streams overlap as steady traffic would (ramp 0: a burst)."""
     limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
     async with httpx.AsyncClient(timeout=300, limits=limits) as http:
-        gate = asyncio.Semaphore(concurrency)
         ttfts: list[float] = []
         counts = {"tokens": 0, "errors": 0}
 
-        async def one() -> None:
-            async with gate:
+        async def slot(index: int) -> None:
+            await asyncio.sleep(index * ramp / concurrency)
+            for _ in range(rounds):
                 try:
                     ttft, tokens = await stream_one(http, url, body, headers, marker)
                     ttfts.append(ttft)
@@ -134,7 +147,7 @@ async def load(
                     counts["errors"] += 1
 
         start = time.perf_counter()
-        await asyncio.gather(*(one() for _ in range(total)))
+        await asyncio.gather(*(slot(i) for i in range(concurrency)))
         return Run(ttfts, counts["tokens"], time.perf_counter() - start, counts["errors"])
 
 
@@ -143,7 +156,8 @@ async def main() -> None:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 32, 256])
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--token-delay", type=float, default=0.02, help="seconds between tokens, as a GPU paces")
-    parser.add_argument("--rounds", type=int, default=2, help="responses per stream slot at each level")
+    parser.add_argument("--rounds", type=int, default=3, help="answers each stream slot streams, back to back")
+    parser.add_argument("--burst", action="store_true", help="start every stream at once instead of staggered")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
@@ -196,8 +210,9 @@ async def main() -> None:
             {"Authorization": f"Bearer {key}"},
             "response.output_text.delta",
         )
-        await load(*full, 4, 8)  # warm up both paths
-        await load(*direct, 4, 8)
+        ramp = 0.0 if args.burst else args.tokens * args.token_delay
+        await load(*full, 4, 2, 0.0)  # warm up both paths
+        await load(*direct, 4, 2, 0.0)
         pids = {"fake_runtime": processes[0].pid, "api": processes[1].pid, "worker": processes[2].pid}
         meter = CpuMeter({**pids, "client": os.getpid()})
         results = []
@@ -206,12 +221,12 @@ async def main() -> None:
             pg = await asyncpg.connect(env["DATABASE_URL"].replace("+asyncpg", ""))
             events_before = await pg.fetchval("SELECT count(*) FROM response_events")
             cpu_before = meter.snapshot()
-            ours = await load(*full, level, total)
+            ours = await load(*full, level, args.rounds, ramp)
             cpu_ours = CpuMeter.spent(cpu_before, meter.snapshot())
             events = await pg.fetchval("SELECT count(*) FROM response_events") - events_before
             await pg.close()
             cpu_before = meter.snapshot()
-            base = await load(*direct, level, total)
+            base = await load(*direct, level, args.rounds, ramp)
             cpu_direct = CpuMeter.spent(cpu_before, meter.snapshot())
             row = {
                 "streams": level,

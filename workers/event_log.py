@@ -29,7 +29,7 @@ from app.redis_keys import events_channel
 log = logging.getLogger(__name__)
 
 COMMIT_RETRY_SECONDS = 60.0
-MIN_FLUSH_INTERVAL = 0.005
+MIN_FLUSH_INTERVAL = 0.01
 
 
 @dataclass
