@@ -29,13 +29,14 @@ from app.redis_keys import events_channel
 log = logging.getLogger(__name__)
 
 COMMIT_RETRY_SECONDS = 60.0
-MIN_FLUSH_INTERVAL = 0.01
+BUSY_COMMIT_SECONDS = 0.003  # an idle local commit takes about 1 ms
 MAX_FLUSH_INTERVAL = 0.05
 
 
 def pause_after(flush_seconds: float) -> float:
-    """How long from one flush's start to the next: slow commits mean a loaded machine."""
-    return min(MAX_FLUSH_INTERVAL, max(MIN_FLUSH_INTERVAL, 4 * flush_seconds))
+    """How long from one flush's start to the next. A fast commit means an idle machine: flush
+    again as soon as anything arrives. A slow one means load: let the next batch gather."""
+    return 0.0 if flush_seconds < BUSY_COMMIT_SECONDS else min(MAX_FLUSH_INTERVAL, 4 * flush_seconds)
 
 
 @dataclass
