@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     worker_poll_delay: float = Field(0.01, alias="RESPONSES_WORKER_POLL_DELAY")
     job_timeout_seconds: int = Field(6 * 3600, alias="RESPONSES_JOB_TIMEOUT_SECONDS")
     lease_seconds: float = Field(30.0, alias="RESPONSES_LEASE_SECONDS")
+    # On SIGTERM a worker takes no new job and lets running generations finish this long; the
+    # ones still running then end `failed`. Queued responses stay queued for the next worker.
+    shutdown_grace_seconds: int = Field(25, alias="RESPONSES_SHUTDOWN_GRACE_SECONDS")
     # How often each worker reaps expired leases and requeues responses Redis lost, and how old
     # a queued response must be before it counts as lost.
     housekeeping_seconds: float = Field(5.0, alias="RESPONSES_HOUSEKEEPING_SECONDS")

@@ -155,19 +155,21 @@ class Server:
     worker: subprocess.Popen[bytes]
 
 
-def start_api(environment: Environment, port: int) -> subprocess.Popen[bytes]:
+def start_api(environment: Environment, port: int, **env: str) -> subprocess.Popen[bytes]:
     process = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "api", "--port", str(port)],
         cwd=ROOT,
-        env=environment.env(RESPONSES_FOLLOW_IDLE_SECONDS="1"),
+        env=environment.env(**{"RESPONSES_FOLLOW_IDLE_SECONDS": "1", **env}),
     )
     wait_for_http(f"http://127.0.0.1:{port}/health", process)
     return process
 
 
-def start_worker(environment: Environment) -> subprocess.Popen[bytes]:
+def start_worker(environment: Environment, **env: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "worker"], cwd=ROOT, env=environment.env(RESPONSES_LEASE_SECONDS="3")
+        [sys.executable, "-m", "app.cli", "worker"],
+        cwd=ROOT,
+        env=environment.env(**{"RESPONSES_LEASE_SECONDS": "3", "RESPONSES_SHUTDOWN_GRACE_SECONDS": "2", **env}),
     )
 
 

@@ -83,11 +83,19 @@ async def _run(deps: WorkerDeps, generation: Generation) -> None:
     try:
         await asyncio.wait({task})
     except asyncio.CancelledError:
-        task.cancel()  # the job itself was cancelled (shutdown): the reaper ends the response
+        # The job itself was cancelled: the worker is shutting down past its grace period, or
+        # arq timed the job out. End the response cleanly now rather than leave it to the reaper.
+        task.cancel()
+        await asyncio.shield(_finish(deps, record, [], _interrupted(translator)))
         raise
     finally:
         deps.running.pop(record.id, None)
-    closing, outcome = _ending(task, translator)
+    await _finish(deps, record, *_ending(task, translator))
+
+
+async def _finish(
+    deps: WorkerDeps, record: ResponseRecord, closing: list[Event], outcome: responses_db.Outcome
+) -> None:
     final = record.evolve(
         status=outcome.status,
         output=outcome.output,
@@ -101,6 +109,11 @@ async def _run(deps: WorkerDeps, generation: Generation) -> None:
     if record.id in deps.ephemeral:
         deps.ephemeral.discard(record.id)
         await deps.redis.delete(ALIVE_PREFIX + record.id)
+
+
+def _interrupted(translator: StreamTranslator) -> responses_db.Outcome:
+    error = {"code": "server_error", "message": "The worker shut down before this response finished."}
+    return responses_db.Outcome("failed", translator.partial_output(), time.time(), error=error)
 
 
 async def _stream(deps: WorkerDeps, generation: Generation, translator: StreamTranslator) -> None:

@@ -59,6 +59,7 @@ def build_worker(settings: Settings, **overrides: Any) -> Worker:
         "max_jobs": settings.worker_max_jobs,
         "poll_delay": settings.worker_poll_delay,
         "job_timeout": settings.job_timeout_seconds,
+        "job_completion_wait": settings.shutdown_grace_seconds,
         # Postgres holds the outcome; a kept arq result would only block re-enqueueing the same id.
         "keep_result": 0,
         "job_serializer": job_serializer,

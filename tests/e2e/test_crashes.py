@@ -1,0 +1,149 @@
+"""Crashes with real processes: a response, once accepted, is never lost, never run twice, and
+every follower sees it end. Each test runs its own API and workers on a private queue."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+
+import openai
+import pytest
+import redis
+
+from tests.conftest import Environment, FakeRuntime, create_key, free_port, start_api, start_worker
+
+SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(200)), "delay": 0.05})
+FAST_HOUSEKEEPING = {
+    "RESPONSES_LEASE_SECONDS": "2",
+    "RESPONSES_HOUSEKEEPING_SECONDS": "0.5",
+    "RESPONSES_REQUEUE_AFTER_SECONDS": "1",
+}
+
+
+class Stack:
+    """One API and any number of workers, sharing a queue no other test reads."""
+
+    def __init__(self, environment: Environment) -> None:
+        self.environment = environment
+        self.env = {"RESPONSES_QUEUE": f"responses:crash:{secrets.token_hex(4)}", **FAST_HOUSEKEEPING}
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.port = free_port()
+        self.api = self.start_api()
+        self.client = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{self.port}/v1",
+            api_key=create_key(environment, "crashes"),
+            max_retries=0,
+            timeout=30,
+        )
+
+    def start_api(self) -> subprocess.Popen[bytes]:
+        process = start_api(self.environment, self.port, **self.env)
+        self.processes.append(process)
+        return process
+
+    def start_worker(self) -> subprocess.Popen[bytes]:
+        process = start_worker(self.environment, **self.env)
+        self.processes.append(process)
+        return process
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait(10)
+
+
+@pytest.fixture
+def stack(environment: Environment) -> Iterator[Stack]:
+    stack = Stack(environment)
+    yield stack
+    stack.close()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def test_worker_killed_mid_generation_fails_the_response_for_every_follower(stack: Stack, fake: FakeRuntime) -> None:
+    worker = stack.start_worker()
+    created = stack.client.responses.create(model="fake", input=SLOW, background=True, stream=True)
+    seen = []
+    for event in created:
+        seen.append(event)
+        if event.type == "response.output_text.delta" and len(seen) > 8:
+            break
+    created.close()
+    response_id = seen[0].response.id
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(10)
+    stack.start_worker()  # its housekeeping finds the expired lease
+    follower = list(stack.client.responses.retrieve(response_id, stream=True, starting_after=len(seen) - 1))
+    numbers = [e.sequence_number for e in seen + follower]
+    assert numbers == list(range(len(numbers)))  # no gap, no duplicate, across the crash
+    assert follower[-1].type == "response.failed"
+    failed = stack.client.responses.retrieve(response_id)
+    assert failed.status == "failed" and failed.error is not None
+    assert "stopped responding" in failed.error.message
+    time.sleep(1.5)  # a requeue or redelivery would show up as a second runtime request
+    assert len(fake.requests()) == 1  # never re-run
+    assert stack.client.responses.retrieve(response_id).status == "failed"
+
+
+def test_api_restart_mid_stream_resumes_every_remaining_event_once(stack: Stack, fake: FakeRuntime) -> None:
+    stack.start_worker()
+    script = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(40)), "delay": 0.03})
+    created = stack.client.responses.create(
+        model="fake", input=script, background=True, stream=True, stream_options={"include_obfuscation": False}
+    )
+    seen = []
+    for event in created:
+        seen.append(event)
+        if len(seen) == 6:
+            break
+    stack.api.kill()
+    stack.api.wait(10)
+    stack.api = stack.start_api()  # same port, new process
+    resumed = list(stack.client.responses.retrieve(seen[0].response.id, stream=True, starting_after=5))
+    numbers = [e.sequence_number for e in seen + resumed]
+    assert numbers == list(range(len(numbers)))
+    assert resumed[-1].type == "response.completed"
+    text = "".join(e.delta for e in seen + resumed if e.type == "response.output_text.delta")
+    assert text == " ".join(f"w{i}" for i in range(40)) == resumed[-1].response.output_text
+
+
+def test_queued_jobs_that_redis_lost_are_requeued_and_complete(
+    stack: Stack, fake: FakeRuntime, environment: Environment
+) -> None:
+    created = [stack.client.responses.create(model="fake", input=f"lost {i}", background=True) for i in range(3)]
+    connection = redis.Redis.from_url(environment.redis_url)
+    queue = stack.env["RESPONSES_QUEUE"]
+    assert connection.zcard(queue) == 3
+    connection.delete(queue, *(f"arq:job:{r.id}" for r in created))  # Redis forgets them
+    stack.start_worker()
+    for response in created:
+        wait_until(lambda r=response: stack.client.responses.retrieve(r.id).status == "completed")  # type: ignore[misc]
+    assert sorted(r["messages"][-1]["content"] for r in fake.requests()) == ["lost 0", "lost 1", "lost 2"]
+
+
+def test_graceful_shutdown_fails_running_generations_and_leaves_queued_ones(stack: Stack, fake: FakeRuntime) -> None:
+    worker = stack.start_worker()
+    running = stack.client.responses.create(model="fake", input=SLOW, background=True)
+    wait_until(lambda: stack.client.responses.retrieve(running.id).status == "in_progress")
+    worker.send_signal(signal.SIGTERM)
+    wait_until(lambda: worker.poll() is not None, timeout=15)
+    ended = stack.client.responses.retrieve(running.id)
+    assert ended.status == "failed" and ended.error is not None
+    assert "shut down" in ended.error.message
+    queued = stack.client.responses.create(model="fake", input="after shutdown", background=True)
+    time.sleep(0.5)
+    assert stack.client.responses.retrieve(queued.id).status == "queued"  # no worker: it waits
+    stack.start_worker()
+    wait_until(lambda: stack.client.responses.retrieve(queued.id).status == "completed")
+    assert stack.client.responses.retrieve(running.id).status == "failed"  # and is not re-run
