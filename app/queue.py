@@ -10,7 +10,7 @@ from arq.connections import ArqRedis
 from redis.exceptions import RedisError
 
 from app import errors
-from app.redis_keys import EPHEMERAL_CLAIM_PREFIX, GENERATE_JOB, STOP_CHANNEL
+from app.redis_keys import EPHEMERAL_CLAIM_PREFIX, GENERATE_JOB, STOP_CHANNEL, wake_channel
 
 
 def job_serializer(job: dict[str, Any]) -> bytes:
@@ -30,6 +30,7 @@ async def enqueue_generate(
     args: tuple[Any, ...] = (response_id,) if ephemeral is None else (response_id, ephemeral)
     try:
         await queue.enqueue_job(GENERATE_JOB, *args, _job_id=response_id, _queue_name=queue_name)
+        await queue.publish(wake_channel(queue_name), response_id)
     except (RedisError, OSError) as exc:
         raise errors.ServiceUnavailable("The job queue (Redis) is unavailable; please retry.") from exc
 

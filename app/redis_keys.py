@@ -21,3 +21,9 @@ ALIVE_PREFIX = "responses:alive:"
 # arq's own keys (arq.constants), read to tell whether a job is still waiting in the queue.
 ARQ_JOB_PREFIX = "arq:job:"
 ARQ_IN_PROGRESS_PREFIX = "arq:in-progress:"
+# Published after each enqueue, so workers start the job at once instead of at their next poll.
+WAKE_CHANNEL_PREFIX = "responses:wake:"
+
+
+def wake_channel(queue_name: str) -> str:
+    return WAKE_CHANNEL_PREFIX + queue_name

@@ -47,13 +47,11 @@ async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Acce
     async with state.engine.begin() as conn:
         link = await _chain_link(conn, account_id, create.request.previous_response_id)
         if create.store:
-            # A background response is visible (and followable) at once: its first events are
-            # written with it.
-            opening = [lifecycle_event("response.created", record), lifecycle_event("response.queued", record)]
-            opening = events_db.stamp(opening, 0) if record.background else []
-            await responses_db.insert_response(conn, record, account_id, link, len(opening))
+            await responses_db.insert_response(conn, record, account_id, link)
             await items_db.insert_items(conn, record.id, "input", input_items)
-            await events_db.insert_rows(conn, events_db.rows_of(record.id, opening))
+            if record.background:  # visible (and followable) at once: its first events come with it
+                opening = [lifecycle_event("response.created", record), lifecycle_event("response.queued", record)]
+                await events_db.append(conn, record.id, opening)
     return Accepted(record, input_items)
 
 

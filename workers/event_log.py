@@ -29,14 +29,14 @@ from app.redis_keys import events_channel
 log = logging.getLogger(__name__)
 
 COMMIT_RETRY_SECONDS = 60.0
-BUSY_COMMIT_SECONDS = 0.003  # an idle local commit takes about 1 ms
+BUSY_BATCH_RESPONSES = 16  # a batch carrying this many responses' events means load
 MAX_FLUSH_INTERVAL = 0.05
 
 
-def pause_after(flush_seconds: float) -> float:
-    """How long from one flush's start to the next. A fast commit means an idle machine: flush
-    again as soon as anything arrives. A slow one means load: let the next batch gather."""
-    return 0.0 if flush_seconds < BUSY_COMMIT_SECONDS else min(MAX_FLUSH_INTERVAL, 4 * flush_seconds)
+def pause_after(batch_responses: int, flush_seconds: float) -> float:
+    """How long from one flush's start to the next. While few responses stream, flush again as
+    soon as anything arrives; when many do, let the next batch gather a few commit-times."""
+    return 0.0 if batch_responses < BUSY_BATCH_RESPONSES else min(MAX_FLUSH_INTERVAL, 4 * flush_seconds)
 
 
 @dataclass
@@ -70,6 +70,7 @@ class EventWriter:
         self._ephemeral_next: dict[str, int] = {}
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
+        self._last_batch_size = 0
         self.batches = 0  # counters for the benchmark and operators
         self.events_written = 0
 
@@ -113,7 +114,7 @@ class EventWriter:
             # Pace the flushes: a commit costs about the same CPU for 1 event as for 100, so under
             # load the next batch gathers for longer (and text deltas coalesce), while an idle
             # writer still flushes the moment events arrive.
-            await asyncio.sleep(max(0.0, pause_after(took) - took))
+            await asyncio.sleep(max(0.0, pause_after(self._last_batch_size, took) - took))
 
     async def _flush_pending(self) -> None:
         self._wake.clear()
@@ -121,6 +122,7 @@ class EventWriter:
 
     async def _flush(self) -> None:
         batch, self._pending = self._pending, {}
+        self._last_batch_size = len(batch)
         stored = {rid: p for rid, p in batch.items() if rid not in self._ephemeral_next}
         try:
             committed = await self._commit_with_retry(stored) if stored else {}
@@ -155,18 +157,19 @@ class EventWriter:
                 delay = min(delay * 2, 2.0)
 
     async def _commit(self, batch: dict[str, _Pending]) -> dict[str, list[Event]]:
-        committed: dict[str, list[Event]] = {}
-        async with self._engine.begin() as conn:
-            firsts = await events_db.allocate(conn, {rid: len(p.events) for rid, p in batch.items()})
-            rows = []
-            for rid, first in firsts.items():
-                committed[rid] = events_db.stamp(batch[rid].events, first)
-                rows += events_db.rows_of(rid, committed[rid])
-            await events_db.insert_rows(conn, rows)
-            for rid in firsts:
-                outcome = batch[rid].outcome
-                if outcome is not None and await responses_db.finish(conn, rid, outcome) is None:
-                    del committed[rid]  # unreachable while we hold the row lock; kept as a guard
+        events = {rid: p.events for rid, p in batch.items()}
+        finishing = {rid: p.outcome for rid, p in batch.items() if p.outcome is not None}
+        if finishing:  # a terminal status and its event commit together, or neither does
+            async with self._engine.begin() as conn:
+                firsts = await events_db.append_many(conn, events)
+                for rid, outcome in finishing.items():
+                    if rid in firsts and await responses_db.finish(conn, rid, outcome) is None:
+                        del firsts[rid]  # unreachable while we hold the row lock; kept as a guard
+        else:  # one statement, atomic by itself: no BEGIN/COMMIT round trips on the token path
+            async with self._engine.connect() as conn:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                firsts = await events_db.append_many(conn, events)
+        committed = {rid: events_db.stamp(events[rid], first) for rid, first in firsts.items()}
         self.batches += 1
         self.events_written += sum(len(e) for e in committed.values())
         return committed

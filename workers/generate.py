@@ -46,7 +46,9 @@ async def generate(ctx: dict[str, Any], response_id: str, ephemeral: dict[str, A
 
 
 async def _claim_stored(deps: WorkerDeps, response_id: str) -> Generation | None:
-    async with deps.engine.begin() as conn:
+    # Autocommit: the claim is one atomic statement, and the context it reads next is immutable.
+    async with deps.engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
         row = await responses_db.claim(conn, response_id, deps.worker_id, deps.settings.lease_seconds)
         if row is None:
             log.info("response %s: already claimed or ended; nothing to do", response_id)

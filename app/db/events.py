@@ -1,17 +1,18 @@
 """The durable event log: `response_events`, numbered per response from 0 without gaps.
 
 Sequence numbers are allocated from `responses.next_sequence_number` by an UPDATE that only
-matches active responses. That one statement both serialises writers of the same response (it
-takes the row lock) and drops late events of a response that already ended: nothing can follow
-a terminal event (design invariants 2 and 3).
+matches active responses, in the same statement that inserts the events. It serialises writers
+of the same response (it takes the row lock) and drops late events of a response that already
+ended: nothing can follow a terminal event (design invariants 2 and 3).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select, text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import response_events
@@ -20,20 +21,45 @@ Event = dict[str, Any]
 TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed", "response.cancelled"})
 
 
-async def allocate(conn: AsyncConnection, counts: Mapping[str, int]) -> dict[str, int]:
-    """Reserves `counts[id]` sequence numbers for each active response; returns each one's first.
-    Responses that are no longer active are absent from the result."""
-    if not counts:
-        return {}
-    ids, ns = zip(*sorted(counts.items()), strict=True)  # sorted: a fixed lock order, no deadlocks
-    rows = await conn.execute(
-        text("""
-            UPDATE responses r SET next_sequence_number = r.next_sequence_number + v.n
-            FROM unnest(CAST(:ids AS text[]), CAST(:ns AS int[])) AS v(id, n)
-            WHERE r.id = v.id AND r.status IN ('queued', 'in_progress')
-            RETURNING r.id, r.next_sequence_number - v.n AS first
-        """).bindparams(bindparam("ids", list(ids)), bindparam("ns", list(ns))),
+# One statement numbers and inserts the events of many responses: atomic without a transaction
+# around it (no BEGIN/COMMIT round trips), and a number is never allocated without its event.
+_APPEND = text("""
+    WITH batch AS (
+        SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
+                             CAST(:payloads AS jsonb[])) AS e(response_id, position, type, payload)
+    ), counts AS (
+        SELECT response_id, count(*)::int AS n FROM batch GROUP BY response_id
+    ), allocated AS (
+        UPDATE responses r SET next_sequence_number = r.next_sequence_number + c.n
+        FROM counts c
+        WHERE r.id = c.response_id AND r.status IN ('queued', 'in_progress')
+        RETURNING r.id, r.next_sequence_number - c.n AS first
+    ), inserted AS (
+        INSERT INTO response_events (response_id, sequence_number, type, payload)
+        SELECT b.response_id, a.first + b.position, b.type,
+               jsonb_set(b.payload, '{sequence_number}', to_jsonb(a.first + b.position))
+        FROM batch b JOIN allocated a ON a.id = b.response_id
     )
+    SELECT id, first FROM allocated
+""")
+
+
+async def append_many(conn: AsyncConnection, events_by_response: Mapping[str, Sequence[Event]]) -> dict[str, int]:
+    """Numbers and stores the events of many responses; returns the first number given to each.
+    Responses that are no longer active are absent from the result, and their events dropped."""
+    ids: list[str] = []
+    positions: list[int] = []
+    types: list[str] = []
+    payloads: list[str] = []
+    for response_id, events in events_by_response.items():
+        for position, event in enumerate(events):
+            ids.append(response_id)
+            positions.append(position)
+            types.append(event["type"])
+            payloads.append(json.dumps(event))
+    if not ids:
+        return {}
+    rows = await conn.execute(_APPEND, {"ids": ids, "positions": positions, "types": types, "payloads": payloads})
     return {r.id: r.first for r in rows}
 
 
@@ -42,27 +68,10 @@ def stamp(events: Sequence[Event], first: int) -> list[Event]:
     return [{**event, "sequence_number": first + i} for i, event in enumerate(events)]
 
 
-async def insert_rows(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
-    """Inserts stamped events of any number of responses in one statement."""
-    if rows:
-        await conn.execute(insert(response_events), list(rows))
-
-
-def rows_of(response_id: str, events: Sequence[Event]) -> list[dict[str, Any]]:
-    return [
-        {"response_id": response_id, "sequence_number": e["sequence_number"], "type": e["type"], "payload": e}
-        for e in events
-    ]
-
-
 async def append(conn: AsyncConnection, response_id: str, events: Sequence[Event]) -> list[Event]:
-    """Allocates and inserts in one go; [] when the response is no longer active."""
-    first = (await allocate(conn, {response_id: len(events)})).get(response_id)
-    if first is None:
-        return []
-    stamped = stamp(events, first)
-    await insert_rows(conn, rows_of(response_id, stamped))
-    return stamped
+    """Numbers and stores one response's events; [] when the response is no longer active."""
+    first = (await append_many(conn, {response_id: events})).get(response_id)
+    return [] if first is None else stamp(events, first)
 
 
 async def events_after(

@@ -70,9 +70,7 @@ def record_from_row(row: DbRow, output: list[dict[str, Any]]) -> ResponseRecord:
     )
 
 
-async def insert_response(
-    conn: AsyncConnection, record: ResponseRecord, account_id: str, link: ChainLink, next_sequence_number: int = 0
-) -> None:
+async def insert_response(conn: AsyncConnection, record: ResponseRecord, account_id: str, link: ChainLink) -> None:
     await conn.execute(
         insert(responses).values(
             id=record.id,
@@ -89,7 +87,6 @@ async def insert_response(
             context_parent_id=link.parent_id,
             chain_depth=link.depth,
             created_at=func.to_timestamp(record.created_at),
-            next_sequence_number=next_sequence_number,
         )
     )
 
