@@ -18,6 +18,7 @@ from app.db import events as events_db
 from app.db import items as items_db
 from app.db import responses as responses_db
 from app.ids import new_id
+from app.protocol.accumulate import output_so_far
 from app.protocol.create_request import ValidatedCreate, echoed_settings, parse_create_request
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.response_object import ResponseRecord
@@ -119,6 +120,8 @@ async def _chain_link(
 async def retrieve(state: AppState, account_id: str, response_id: str) -> ResponseRecord:
     async with state.engine.connect() as conn:
         record = await responses_db.get_record(conn, response_id, account_id)
+        if record is not None and record.status == "in_progress":  # its output so far, from its log
+            record = record.evolve(output=output_so_far(await events_db.events_after(conn, response_id, -1, None)))
     if record is None:
         raise errors.response_not_found(response_id)
     return record

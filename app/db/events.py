@@ -78,8 +78,9 @@ async def events_after(
     conn: AsyncConnection,
     response_id: str,
     after: int,
-    limit: int = 1000,
+    limit: int | None = 1000,
 ) -> list[Event]:
+    """Events after sequence number `after`, in order; at most `limit` (None: all)."""
     rows = await conn.execute(
         select(response_events.c.payload)
         .where(response_events.c.response_id == response_id, response_events.c.sequence_number > after)

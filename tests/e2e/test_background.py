@@ -113,3 +113,42 @@ def test_previous_response_that_is_still_running_is_400(client: openai.OpenAI, f
         client.responses.create(model="fake", input="next", previous_response_id=running.id)
     assert caught.value.param == "previous_response_id"
     wait_for_status(client, running.id, {"completed"})
+
+
+def test_polling_a_running_response_shows_its_output_so_far(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    response = client.responses.create(model="fake", input=SLOW, background=True)
+    deadline = time.monotonic() + 15
+    while not (polled := client.responses.retrieve(response.id)).output_text:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert polled.status == "in_progress"
+    assert polled.output[0].status == "in_progress"
+    assert polled.output_text.startswith("w0")
+    assert wait_for_status(client, response.id, {"completed"}) == "completed"
+
+
+def test_a_follower_sees_the_cancellation(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    response = client.responses.create(model="fake", input=SLOW, background=True, stream=True)
+    first = next(iter(response))
+    response.close()
+    wait_for_status(client, first.response.id, {"in_progress"})
+    follower = client.responses.retrieve(first.response.id, stream=True, starting_after=0)
+    client.responses.cancel(first.response.id)
+    events = list(follower)
+    # Not an SDK event type (OpenAI documents none for this), so the SDK keeps it as plain data.
+    last = events[-1].model_dump()
+    assert last["type"] == "response.cancelled" and last["response"]["status"] == "cancelled"
+    assert [e.sequence_number for e in events] == list(range(1, len(events) + 1))
+
+
+def test_deleting_a_running_background_response_stops_it_first(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    response = client.responses.create(model="fake", input=SLOW, background=True)
+    wait_for_status(client, response.id, {"in_progress"})
+    client.responses.delete(response.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(response.id)
+    deadline = time.monotonic() + 10
+    while fake.stats()["streams_aborted"] < 1:  # the generation was stopped, not left running
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert fake.stats()["streams_finished"] == 0

@@ -1,0 +1,24 @@
+"""Folding a response's event log back into its output items: what a running response has
+produced so far (OpenAI shows partial output when a background response is polled)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+Event = dict[str, Any]
+Item = dict[str, Any]
+
+
+def output_so_far(events: Iterable[Event]) -> list[Item]:
+    items: dict[int, Item] = {}
+    for event in events:
+        kind = event["type"]
+        if kind in ("response.output_item.added", "response.output_item.done"):
+            items[event["output_index"]] = copy.deepcopy(event["item"])
+        elif kind == "response.content_part.added":
+            items[event["output_index"]].setdefault("content", []).append(dict(event["part"]))
+        elif kind == "response.output_text.delta":
+            items[event["output_index"]]["content"][event["content_index"]]["text"] += event["delta"]
+    return [items[index] for index in sorted(items)]
