@@ -35,12 +35,12 @@ async def enqueue_generate(
         raise errors.ServiceUnavailable("The job queue (Redis) is unavailable; please retry.") from exc
 
 
-async def signal_stop(queue: ArqRedis, response_id: str, stored: bool) -> None:
+async def signal_stop(queue: ArqRedis, response_id: str, persisted: bool) -> None:
     """Tells whichever worker runs the response to stop. A store=false response not yet taken
     is pre-empted by taking its claim first; a stored one is also flagged in Postgres, which
     the worker's lease keeper reads should this message be lost."""
     try:
-        if not stored and await queue.set(EPHEMERAL_CLAIM_PREFIX + response_id, "stopped", nx=True, ex=3600):
+        if not persisted and await queue.set(EPHEMERAL_CLAIM_PREFIX + response_id, "stopped", nx=True, ex=3600):
             return
         await queue.publish(STOP_CHANNEL, response_id)
     except (RedisError, OSError):

@@ -30,14 +30,16 @@ from app.streaming.follow import follow
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """A response that passed validation and was persisted (when stored), not yet enqueued."""
+    """A response that passed validation and was persisted (unless ephemeral), not yet enqueued."""
 
     record: ResponseRecord
     input_items: list[dict[str, Any]]
 
     @property
-    def stored(self) -> bool:
-        return self.record.store
+    def persisted(self) -> bool:
+        """In Postgres: stored responses, and background ones for their polling window even
+        with store=false. Only a foreground store=false response lives in transit alone."""
+        return self.record.store or self.record.background
 
 
 async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Accepted:
@@ -47,7 +49,7 @@ async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Acce
     input_items = [items_db.with_new_id(item) for item in create.input_items]
     async with state.engine.begin() as conn:
         link = await _chain_link(conn, account_id, create.request.previous_response_id)
-        if create.store:
+        if create.store or create.background:
             await responses_db.insert_response(conn, record, account_id, link)
             await items_db.insert_items(conn, record.id, "input", input_items)
             if record.background:  # visible (and followable) at once: its first events come with it
@@ -59,11 +61,11 @@ async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Acce
 async def enqueue(state: AppState, accepted: Accepted) -> None:
     """Hands the response to the workers; if the queue is down, the response is withdrawn and
     the client gets a 503, so nothing half-accepted stays behind."""
-    ephemeral = None if accepted.stored else {"record": asdict(accepted.record), "input": accepted.input_items}
+    ephemeral = None if accepted.persisted else {"record": asdict(accepted.record), "input": accepted.input_items}
     try:
         await enqueue_generate(state.redis, accepted.record.id, state.settings.queue_name, ephemeral)
     except errors.ServiceUnavailable:
-        if accepted.stored:
+        if accepted.persisted:
             async with state.engine.begin() as conn:
                 await responses_db.delete_response(conn, accepted.record.id, None)
         raise
@@ -127,15 +129,15 @@ async def retrieve(state: AppState, account_id: str, response_id: str) -> Respon
     return record
 
 
-async def stop(state: AppState, response_id: str, stored: bool) -> None:
+async def stop(state: AppState, response_id: str, persisted: bool) -> None:
     """Stops an active response (cancel, client gone, delete): a queued one is cancelled here
     with its terminal event; a running one is flagged and its worker told."""
-    if stored:
+    if persisted:
         async with state.engine.begin() as conn:
             published = await _stop_in(conn, response_id)
         if published:
             await _publish(state, response_id, published)
-    await signal_stop(state.redis, response_id, stored)
+    await signal_stop(state.redis, response_id, persisted)
 
 
 async def _stop_in(conn: AsyncConnection, response_id: str) -> list[events_db.Event]:
@@ -168,7 +170,7 @@ async def delete(state: AppState, account_id: str, response_id: str) -> None:
             await _stop_in(conn, response_id)
         await responses_db.delete_response(conn, response_id, account_id)
     if active:
-        await signal_stop(state.redis, response_id, stored=True)
+        await signal_stop(state.redis, response_id, persisted=True)
 
 
 async def input_items(
@@ -216,7 +218,7 @@ async def cancel_and_wait(state: AppState, response_id: str, timeout: float) -> 
         state.settings.follow_idle_seconds,
     )
     try:
-        await stop(state, response_id, stored=True)
+        await stop(state, response_id, persisted=True)
         with anyio.move_on_after(timeout):
             async for _ in events:
                 pass

@@ -34,5 +34,13 @@ class Settings(BaseSettings):
     # a queued response must be before it counts as lost.
     housekeeping_seconds: float = Field(5.0, alias="RESPONSES_HOUSEKEEPING_SECONDS")
     requeue_after_seconds: float = Field(10.0, alias="RESPONSES_REQUEUE_AFTER_SECONDS")
+    # Retention (a periodic job in every worker): stored responses live this many days; background
+    # store=false ones this long after they end (their polling window); a background stream's
+    # event log this many hours after it ends (then it can no longer be streamed back). The event
+    # log of a foreground response, which nothing can replay, goes a minute after it ends.
+    retention_days: float = Field(30.0, alias="RESPONSES_RETENTION_DAYS")
+    unstored_background_seconds: float = Field(600.0, alias="RESPONSES_UNSTORED_BACKGROUND_SECONDS")
+    stream_log_hours: float = Field(24.0, alias="RESPONSES_STREAM_LOG_HOURS")
+    retention_interval_seconds: float = Field(60.0, alias="RESPONSES_RETENTION_INTERVAL_SECONDS")
     runtime_connect_timeout: float = Field(10.0, alias="RESPONSES_RUNTIME_CONNECT_TIMEOUT")
     runtime_read_timeout: float = Field(600.0, alias="RESPONSES_RUNTIME_READ_TIMEOUT")

@@ -40,5 +40,5 @@ class AppState:
         await self.redis.aclose()
         await self.engine.dispose()
 
-    def log_source(self, stored: bool) -> LogSource:
-        return LogSource(self.engine, self.redis, stored)
+    def log_source(self, persisted: bool) -> LogSource:
+        return LogSource(self.engine, self.redis, persisted)

@@ -16,7 +16,7 @@ from app.db import responses as responses_db
 from app.db.engine import create_engine
 from app.redis_keys import ALIVE_PREFIX, STOP_CHANNEL
 from app.settings import Settings
-from workers import reaper
+from workers import reaper, retention
 from workers.event_log import EventWriter
 from workers.runtime import ChatRuntimeClient
 
@@ -56,6 +56,7 @@ class WorkerDeps:
             asyncio.create_task(self._listen_for_stops(), name="stop-listener"),
             asyncio.create_task(self._keep_leases(), name="lease-keeper"),
             asyncio.create_task(self._housekeeping(), name="housekeeping"),
+            asyncio.create_task(self._retention(), name="retention"),
         ]
 
     async def close(self) -> None:
@@ -98,6 +99,15 @@ class WorkerDeps:
                     self.stop_generation(response_id)
             except Exception:
                 log.warning("could not renew leases", exc_info=True)
+
+    async def _retention(self) -> None:
+        policy = retention.RetentionPolicy.from_settings(self.settings)
+        while True:
+            await asyncio.sleep(self.settings.retention_interval_seconds)
+            try:
+                await retention.apply(self.engine, policy)
+            except Exception:
+                log.warning("retention failed; will retry", exc_info=True)
 
     async def _housekeeping(self) -> None:
         while True:

@@ -67,6 +67,7 @@ def record_from_row(row: DbRow, output: list[dict[str, Any]]) -> ResponseRecord:
         incomplete_details=row.incomplete_details,
         usage=row.usage,
         output=output,
+        events_purged=row.events_purged_at is not None,
     )
 
 
@@ -118,7 +119,10 @@ async def chain_link(conn: AsyncConnection, account_id: str, previous_id: str) -
     return (
         await conn.execute(
             select(responses.c.id, responses.c.chain_depth, responses.c.status).where(
-                responses.c.id == previous_id, responses.c.account_id == account_id
+                responses.c.id == previous_id,
+                responses.c.account_id == account_id,
+                # A store=false background response is kept only to be polled: it cannot be continued.
+                responses.c.store,
             )
         )
     ).one_or_none()

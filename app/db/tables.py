@@ -104,6 +104,7 @@ responses = Table(
     _now(),
     Column("started_at", DateTime(timezone=True), comment="claimed by a worker"),
     Column("completed_at", DateTime(timezone=True), comment="reached a terminal status"),
+    Column("events_purged_at", DateTime(timezone=True), comment="when retention removed its event log"),
     Column("cancel_requested_at", DateTime(timezone=True), comment="a cancel (or client disconnect) asked it to stop"),
     Column("worker_id", Text, comment="the worker that claimed it"),
     Column("lease_expires_at", DateTime(timezone=True), comment="the claiming worker's heartbeat deadline"),
@@ -118,12 +119,17 @@ responses = Table(
     Index(None, "account_id", "created_at"),
     Index(None, "context_parent_id"),
     Index(
+        "ix_responses_log_retention",
+        "completed_at",
+        postgresql_where=text("events_purged_at IS NULL AND completed_at IS NOT NULL"),
+    ),
+    Index(
         "ix_responses_active",
         "status",
         "lease_expires_at",
         postgresql_where=text("status IN ('queued', 'in_progress')"),
     ),
-    comment="One row per stored response. Its items and events hang off it.",
+    comment="One row per stored (or background) response. Its items and events hang off it.",
 )
 
 items = Table(

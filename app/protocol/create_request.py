@@ -128,8 +128,6 @@ def parse_create_request(body: dict[str, Any]) -> ValidatedCreate:
 
 def _reject_unserved_values(request: CreateResponseRequest) -> None:
     """Values that are valid for OpenAI but would be silently ignored here: refuse them instead."""
-    if request.background and request.store is False:
-        raise errors.UnsupportedParameter("store", "background=true with store=false")
     if request.tools:
         raise errors.UnsupportedParameter("tools[0].type", f"a tool of type '{request.tools[0].get('type')}'")
     if request.tool_choice not in (None, "auto", "none"):

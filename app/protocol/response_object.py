@@ -33,6 +33,8 @@ class ResponseRecord:
     incomplete_details: dict[str, Any] | None = None
     usage: dict[str, Any] | None = None
     output: list[dict[str, Any]] = field(default_factory=list)
+    # Not part of the Response object: retention removed its event log (it can't be streamed back).
+    events_purged: bool = False
 
     def evolve(self, **changes: Any) -> ResponseRecord:
         return replace(self, **changes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from functools import partial
 from typing import Any
 
@@ -45,7 +46,7 @@ async def create(request: Request) -> Response | ASGIApp:
         raise
     # A foreground response has no event before its job runs; a background one has two already.
     events = follow(
-        state.log_source(accepted.stored),
+        state.log_source(accepted.persisted),
         subscription,
         record.id,
         -1,
@@ -53,7 +54,7 @@ async def create(request: Request) -> Response | ASGIApp:
         log_is_empty=not record.background,
     )
     # A background response outlives its connection; a foreground one stops when its client leaves.
-    on_disconnect = partial(service.stop, state, record.id, accepted.stored)
+    on_disconnect = partial(service.stop, state, record.id, accepted.persisted)
     if record.stream:
         options = body.get("stream_options") or {}
         return EventStreamResponse(
@@ -81,6 +82,13 @@ async def retrieve(request: Request) -> Response | ASGIApp:
     if not record.stream:
         raise errors.InvalidRequest(
             "This response cannot be streamed because it was not created with stream=true.",
+            param="stream",
+            code="invalid_request_error",
+        )
+    window = state.settings.stream_log_hours
+    if record.events_purged or (record.completed_at and record.completed_at < time.time() - window * 3600):
+        raise errors.InvalidRequest(
+            f"This response can no longer be streamed because it ended more than {window:g} hours ago.",
             param="stream",
             code="invalid_request_error",
         )

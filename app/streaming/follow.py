@@ -24,12 +24,12 @@ class FollowLost(Exception):
 
 @dataclass(frozen=True)
 class LogSource:
-    """Where a response's events can be re-read: Postgres for stored responses; nowhere (live
-    only) for store=false ones, whose liveness Redis tells."""
+    """Where a response's events can be re-read: Postgres for persisted responses; nowhere (live
+    only) for foreground store=false ones, whose liveness Redis tells."""
 
     engine: AsyncEngine
     redis: Redis
-    stored: bool
+    persisted: bool
 
 
 async def follow(
@@ -48,7 +48,7 @@ async def follow(
     it and has not enqueued it yet), so the first read of the log can be skipped."""
     last = after
     try:
-        if source.stored and not log_is_empty:
+        if source.persisted and not log_is_empty:
             for event in await _read_log(source, response_id, last):
                 yield event
                 last = event["sequence_number"]
@@ -73,7 +73,7 @@ async def follow(
 
 
 async def _read_log(source: LogSource, response_id: str, after: int) -> list[Event]:
-    if not source.stored:
+    if not source.persisted:
         raise FollowLost("events of a store=false response were lost in transit")
     events: list[Event] = []
     async with source.engine.connect() as conn:
@@ -88,7 +88,7 @@ async def _read_log(source: LogSource, response_id: str, after: int) -> list[Eve
 async def _on_idle(source: LogSource, response_id: str, last: int) -> list[Event]:
     """Nothing arrived for a while: re-read Postgres (heals a lost Redis message), or for a
     store=false response check that a worker still has it or it is still queued."""
-    if source.stored:
+    if source.persisted:
         events = await _read_log(source, response_id, last)
         if not events:
             async with source.engine.connect() as conn:

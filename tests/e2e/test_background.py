@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import FakeRuntime, Server
+from tests.conftest import Environment, FakeRuntime, Server
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(30)), "delay": 0.05})
 
@@ -152,3 +152,32 @@ def test_deleting_a_running_background_response_stops_it_first(client: openai.Op
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert fake.stats()["streams_finished"] == 0
+
+
+def test_background_with_store_false_can_be_polled_but_not_continued(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    response = client.responses.create(model="fake", input="ephemeral job", background=True, store=False)
+    assert response.model_dump()["store"] is False
+    assert wait_for_status(client, response.id, {"completed"}) == "completed"
+    assert client.responses.retrieve(response.id).output_text == "Echo: ephemeral job"
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="fake", input="next", previous_response_id=response.id)
+    assert caught.value.code == "previous_response_not_found"
+
+
+def test_a_stream_older_than_its_log_window_cannot_be_streamed_back(
+    client: openai.OpenAI, fake: FakeRuntime, environment: Environment, server: Server, api_key: str
+) -> None:
+    response = client.responses.create(model="fake", input="old", background=True, stream=True)
+    response_id = next(iter(response)).response.id
+    response.close()
+    wait_for_status(client, response_id, {"completed"})
+    environment.query("UPDATE responses SET completed_at = now() - interval '25 hours' WHERE id = $1", response_id)
+    answer = httpx.get(
+        f"{server.base_url}/responses/{response_id}",
+        params={"stream": "true"},
+        headers={"Authorization": f"Bearer {api_key}"},
+    )
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == "stream"
+    assert "no longer be streamed" in answer.json()["error"]["message"]
+    assert client.responses.retrieve(response_id).status == "completed"  # retrievable all the same

@@ -61,7 +61,6 @@ BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
         "unsupported_parameter",
     ),
     ({"model": "fake", "input": "x", "include": ["nonsense"]}, 400, "include[0]", "invalid_value"),
-    ({"model": "fake", "input": "x", "background": True, "store": False}, 400, "store", "unsupported_parameter"),
     (
         {"model": "fake", "input": "x", "previous_response_id": "resp_missing"},
         400,

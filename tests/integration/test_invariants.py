@@ -113,7 +113,7 @@ async def test_stopping_a_running_generation_cancels_it_with_its_partial_output(
         await asyncio.sleep(0.02)
     from app import service
 
-    await service.stop(state, response_id, stored=True)
+    await service.stop(state, response_id, persisted=True)
     await asyncio.wait_for(job, 10)
     events = await events_of(state, response_id)
     assert events[-1]["type"] == "response.cancelled"
@@ -130,7 +130,7 @@ async def test_a_queued_response_stopped_before_it_runs_never_runs(
     from app import service
 
     response_id = await accept(state, account_id, input="never")
-    await service.stop(state, response_id, stored=True)
+    await service.stop(state, response_id, persisted=True)
     await run_job(await open_worker(), response_id)
     assert fake.requests() == []
     events = await events_of(state, response_id)

@@ -42,7 +42,7 @@ async def test_upgrade_head_matches_the_table_definitions(empty_database_url: st
         assert tables == {"accounts", "api_keys", "responses", "items", "response_events", "alembic_version"}
         assert (await conn.execute(text("SELECT count(*) FROM response_overview"))).scalar() == 0
         comment = (await conn.execute(text("SELECT obj_description('responses'::regclass)"))).scalar()
-        assert comment and "stored response" in comment
+        assert comment and "items and events hang off it" in comment
     await engine.dispose()
 
 
