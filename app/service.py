@@ -59,16 +59,17 @@ async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Acce
 
 
 async def enqueue(state: AppState, accepted: Accepted) -> None:
-    """Hands the response to the workers; if the queue is down, the response is withdrawn and
-    the client gets a 503, so nothing half-accepted stays behind."""
+    """Hands the response to the workers (503 when the queue is down)."""
     ephemeral = None if accepted.persisted else {"record": asdict(accepted.record), "input": accepted.input_items}
-    try:
-        await enqueue_generate(state.redis, accepted.record.id, state.settings.queue_name, ephemeral)
-    except errors.ServiceUnavailable:
-        if accepted.persisted:
-            async with state.engine.begin() as conn:
-                await responses_db.delete_response(conn, accepted.record.id, None)
-        raise
+    await enqueue_generate(state.redis, accepted.record.id, state.settings.queue_name, ephemeral)
+
+
+async def withdraw(state: AppState, accepted: Accepted) -> None:
+    """Undoes an accept whose hand-over failed, so the client's error leaves nothing behind that
+    could still run later."""
+    if accepted.persisted:
+        async with state.engine.begin() as conn:
+            await responses_db.delete_response(conn, accepted.record.id, None)
 
 
 def _new_record(create: ValidatedCreate, model_id: str) -> ResponseRecord:

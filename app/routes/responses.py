@@ -34,16 +34,19 @@ async def create(request: Request) -> Response | ASGIApp:
     body = await json_body(request, state.settings.max_body_bytes)
     accepted = await service.accept(state, account_id, body)
     record = accepted.record
-    if record.background and not record.stream:
-        await service.enqueue(state, accepted)
-        return JSONResponse(render(record))
-    # Subscribe before enqueueing: a store=false response's events exist only in transit.
-    subscription = await state.hub.subscribe(record.id)
+    followed = record.stream or not record.background
+    subscription = None
     try:
+        if followed:  # before enqueueing: a store=false response's events exist only in transit
+            subscription = await state.hub.subscribe(record.id)
         await service.enqueue(state, accepted)
     except BaseException:
-        await subscription.close()
+        if subscription is not None:
+            await subscription.close()
+        await service.withdraw(state, accepted)
         raise
+    if subscription is None:
+        return JSONResponse(render(record))
     # A foreground response has no event before its job runs; a background one has two already.
     events = follow(
         state.log_source(accepted.persisted),

@@ -27,9 +27,9 @@ FAST_HOUSEKEEPING = {
 class Stack:
     """One API and any number of workers, sharing a queue no other test reads."""
 
-    def __init__(self, environment: Environment) -> None:
+    def __init__(self, environment: Environment, **env: str) -> None:
         self.environment = environment
-        self.env = {"RESPONSES_QUEUE": f"responses:crash:{secrets.token_hex(4)}", **FAST_HOUSEKEEPING}
+        self.env = {"RESPONSES_QUEUE": f"responses:crash:{secrets.token_hex(4)}", **FAST_HOUSEKEEPING, **env}
         self.processes: list[subprocess.Popen[bytes]] = []
         self.port = free_port()
         self.api = self.start_api()
@@ -147,3 +147,77 @@ def test_graceful_shutdown_fails_running_generations_and_leaves_queued_ones(stac
     stack.start_worker()
     wait_until(lambda: stack.client.responses.retrieve(queued.id).status == "completed")
     assert stack.client.responses.retrieve(running.id).status == "failed"  # and is not re-run
+
+
+@pytest.fixture
+def private_redis() -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
+    """A Redis server of the test's own (the shared one is never stopped or flushed); the
+    returned function (re)starts it on the same port."""
+    port = free_port()
+    servers: list[subprocess.Popen[bytes]] = []
+
+    def start() -> subprocess.Popen[bytes]:
+        server = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+        )
+        servers.append(server)
+        wait_until(lambda: _redis_answers(port), timeout=10)
+        return server
+
+    start.port = port  # type: ignore[attr-defined]
+    yield start
+    for server in servers:
+        if server.poll() is None:
+            server.kill()
+        server.wait(10)
+
+
+def _redis_answers(port: int) -> bool:
+    try:
+        return bool(redis.Redis(port=port, socket_timeout=0.2).ping())
+    except redis.RedisError:
+        return False
+
+
+def test_redis_flushed_while_responses_are_queued(
+    environment: Environment, fake: FakeRuntime, private_redis: Callable[[], subprocess.Popen[bytes]]
+) -> None:
+    private_redis()
+    port = private_redis.port  # type: ignore[attr-defined]
+    stack = Stack(environment, REDIS_URL=f"redis://127.0.0.1:{port}/0")
+    try:
+        created = [stack.client.responses.create(model="fake", input=f"flushed {i}", background=True) for i in range(3)]
+        redis.Redis(port=port).flushall()  # everything Redis knew is gone
+        stack.start_worker()
+        for response in created:
+            wait_until(lambda r=response: stack.client.responses.retrieve(r.id).status == "completed")  # type: ignore[misc]
+    finally:
+        stack.close()
+
+
+def test_redis_down_means_fast_503s_and_nothing_accepted_is_lost(
+    environment: Environment, fake: FakeRuntime, private_redis: Callable[[], subprocess.Popen[bytes]]
+) -> None:
+    server = private_redis()
+    port = private_redis.port  # type: ignore[attr-defined]
+    stack = Stack(environment, REDIS_URL=f"redis://127.0.0.1:{port}/0")
+    try:
+        accepted = stack.client.responses.create(model="fake", input="before the outage", background=True)
+        server.kill()
+        server.wait(10)
+        for kwargs in ({"background": True}, {"stream": True}, {}):
+            started = time.monotonic()
+            with pytest.raises(openai.InternalServerError) as caught:
+                stack.client.responses.create(model="fake", input="during the outage", **kwargs)  # type: ignore[call-overload]
+            assert caught.value.status_code == 503
+            assert time.monotonic() - started < 6
+        refused = environment.query("SELECT 1 FROM items WHERE payload::text LIKE '%during the outage%'")
+        assert refused == []  # a refused create leaves nothing behind
+        private_redis()  # Redis comes back, empty
+        stack.start_worker()
+        wait_until(lambda: stack.client.responses.retrieve(accepted.id).status == "completed")
+        after = stack.client.responses.create(model="fake", input="after the outage")
+        assert after.status == "completed"
+    finally:
+        stack.close()
