@@ -19,9 +19,7 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,16 +30,7 @@ import asyncpg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import PG_ADMIN_URL, free_port, wait_for_http  # noqa: E402
-
-
-async def admin(statement: str) -> None:
-    conn = await asyncpg.connect(PG_ADMIN_URL)
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
-
+from bench.stack import running_stack  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -160,51 +149,16 @@ async def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
-    name = f"rs_bench_{os.getpid()}"
-    await admin(f'CREATE DATABASE "{name}"')
-    runtime_port, api_port = free_port(), free_port()
-    catalog = Path(tempfile.mkdtemp()) / "models.toml"
-    catalog.write_text(
-        f'[[models]]\nid = "fake"\nruntime = "openai"\nbase_url = "http://127.0.0.1:{runtime_port}/v1"\n'
-        f"max_output_tokens = {args.tokens * 2}\n"
-    )
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}",
-        "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
-        "RESPONSES_QUEUE": f"responses:bench:{name}",
-        "RESPONSES_MODELS": str(catalog),
-    }
-    cli = [sys.executable, "-m", "app.cli"]
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": ROOT, "env": env}
-    processes = [subprocess.Popen([sys.executable, "-m", "tests.fake_runtime", "--port", str(runtime_port)], **quiet)]  # type: ignore[call-overload]
-    try:
-        subprocess.run([*cli, "migrate"], check=True, **quiet)  # type: ignore[call-overload]
-        key = (
-            subprocess.run(
-                [*cli, "keys", "create", "--account", "bench"],
-                check=True,
-                capture_output=True,
-                text=True,
-                cwd=ROOT,
-                env=env,
-            )
-            .stdout.strip()
-            .splitlines()[-1]
-        )
-        processes.append(subprocess.Popen([*cli, "api", "--port", str(api_port)], **quiet))  # type: ignore[call-overload]
-        processes.append(subprocess.Popen([*cli, "worker"], **quiet))  # type: ignore[call-overload]
-        wait_for_http(f"http://127.0.0.1:{runtime_port}/_stats")
-        wait_for_http(f"http://127.0.0.1:{api_port}/health")
+    async with running_stack(max_output_tokens=args.tokens * 2) as stack:
         script = "#fake " + json.dumps({"text": " ".join(["tok"] * args.tokens), "delay": args.token_delay})
         direct: tuple[str, dict[str, object], dict[str, str], bytes] = (
-            f"http://127.0.0.1:{runtime_port}/v1/chat/completions",
+            f"{stack.runtime_url}/v1/chat/completions",
             {"model": "fake", "stream": True, "messages": [{"role": "user", "content": script}]},
             {},
             b'"content"',
         )
         full: tuple[str, dict[str, object], dict[str, str], bytes] = (
-            f"http://127.0.0.1:{api_port}/v1/responses",
+            f"{stack.api_url}/responses",
             {
                 "model": "fake",
                 "input": script,
@@ -212,23 +166,23 @@ async def main() -> None:
                 # Random padding could contain "tok" and skew the count; the direct path has none either.
                 "stream_options": {"include_obfuscation": False},
             },
-            {"Authorization": f"Bearer {key}"},
+            stack.headers,
             b"response.output_text.delta",
         )
         ramp = 0.0 if args.burst else args.tokens * args.token_delay
         await load(*full, 4, 2, 0.0)  # warm up both paths
         await load(*direct, 4, 2, 0.0)
-        pids = {"fake_runtime": processes[0].pid, "api": processes[1].pid, "worker": processes[2].pid}
-        meter = CpuMeter({**pids, "client": os.getpid()})
+        meter = CpuMeter({**stack.pids, "client": os.getpid()})
         results = []
         for level in args.levels:
             total = level * args.rounds
-            pg = await asyncpg.connect(env["DATABASE_URL"].replace("+asyncpg", ""))
-            events_before = await pg.fetchval("SELECT count(*) FROM response_events")
+            pg = await asyncpg.connect(stack.database_url.replace("+asyncpg", ""))
+            # Counted from the allocator, not the table: retention may purge finished logs mid-run.
+            events_before = await pg.fetchval("SELECT coalesce(sum(next_sequence_number), 0) FROM responses")
             cpu_before = meter.snapshot()
             ours = await load(*full, level, args.rounds, ramp)
             cpu_ours = CpuMeter.spent(cpu_before, meter.snapshot())
-            events = await pg.fetchval("SELECT count(*) FROM response_events") - events_before
+            events = await pg.fetchval("SELECT sum(next_sequence_number) FROM responses") - events_before
             await pg.close()
             cpu_before = meter.snapshot()
             base = await load(*direct, level, args.rounds, ramp)
@@ -247,11 +201,6 @@ async def main() -> None:
             print(json.dumps(row), flush=True)
         if args.out:
             args.out.write_text(json.dumps(results, indent=2))
-    finally:
-        for process in reversed(processes):
-            process.terminate()
-            process.wait(15)
-        await admin(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 if __name__ == "__main__":

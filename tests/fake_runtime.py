@@ -33,7 +33,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 received: list[dict[str, Any]] = []
-stats = {"streams_started": 0, "streams_finished": 0, "streams_aborted": 0}
+stats: dict[str, float] = {"streams_started": 0, "streams_finished": 0, "streams_aborted": 0, "last_abort_at": 0.0}
 
 
 def _script(body: dict[str, Any]) -> dict[str, Any]:
@@ -112,6 +112,7 @@ async def _stream(
         stats["streams_finished"] += 1
     except (asyncio.CancelledError, GeneratorExit):
         stats["streams_aborted"] += 1
+        stats["last_abort_at"] = time.time()
         raise
 
 

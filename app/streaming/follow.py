@@ -14,8 +14,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.events import TERMINAL_EVENT_TYPES, Event
+from app.protocol.response_object import TERMINAL_STATUSES
 from app.redis_keys import ALIVE_PREFIX, ARQ_IN_PROGRESS_PREFIX, ARQ_JOB_PREFIX
 from app.streaming.hub import Subscription
+
+LOG_PAGE = 1000
 
 
 class FollowLost(Exception):
@@ -46,59 +49,81 @@ async def follow(
 
     `log_is_empty`: the caller subscribed before the response could have any event (it created
     it and has not enqueued it yet), so the first read of the log can be skipped."""
-    last = after
+    cursor = _Cursor(after)
     try:
         if source.persisted and not log_is_empty:
-            for event in await _read_log(source, response_id, last):
-                yield event
-                last = event["sequence_number"]
-                if event["type"] in TERMINAL_EVENT_TYPES:
+            async for page in _log_pages(source, response_id, cursor.last):
+                for event in cursor.take(page):
+                    yield event
+                if cursor.done:
                     return
-        while True:
+            rest, ended = await _catch_up(source, response_id, cursor.last)
+            for event in cursor.take(rest):
+                yield event
+            if cursor.done or ended:  # ended without a terminal event after `after`: nothing to follow
+                return
+        while not cursor.done:
             batch = await subscription.next_batch(idle_seconds)
             if batch is None:
-                batch = await _on_idle(source, response_id, last)
-                yield None
-            elif batch and batch[0]["sequence_number"] > last + 1:
-                batch = await _read_log(source, response_id, last)  # we missed a message
-            for event in batch:
-                if event["sequence_number"] != last + 1:
-                    continue
-                yield event
-                last = event["sequence_number"]
-                if event["type"] in TERMINAL_EVENT_TYPES:
+                batch, ended = await _catch_up(source, response_id, cursor.last)
+                if ended and not batch:
                     return
+                yield None
+            elif batch[0]["sequence_number"] > cursor.last + 1:  # we missed a message: the log has it
+                batch, _ = await _catch_up(source, response_id, cursor.last)
+            for event in cursor.take(batch):
+                yield event
     finally:
         await subscription.close()
 
 
-async def _read_log(source: LogSource, response_id: str, after: int) -> list[Event]:
+class _Cursor:
+    """The last sequence number delivered: passes on only the next events in order, once each."""
+
+    def __init__(self, after: int) -> None:
+        self.last = after
+        self.done = False
+
+    def take(self, events: list[Event]) -> list[Event]:
+        ready = []
+        for event in events:
+            if self.done or event["sequence_number"] != self.last + 1:
+                continue
+            ready.append(event)
+            self.last = event["sequence_number"]
+            self.done = event["type"] in TERMINAL_EVENT_TYPES
+        return ready
+
+
+async def _log_pages(source: LogSource, response_id: str, after: int) -> AsyncIterator[list[Event]]:
+    """The stored events after `after`, a page at a time (the first byte need not wait for the last)."""
     if not source.persisted:
         raise FollowLost("events of a store=false response were lost in transit")
-    events: list[Event] = []
-    async with source.engine.connect() as conn:
-        while True:
-            page = await events_db.events_after(conn, response_id, after)
-            events += page
-            if len(page) < 1000:
-                return events
-            after = page[-1]["sequence_number"]
+    while True:
+        async with source.engine.connect() as conn:
+            page = await events_db.events_after(conn, response_id, after, LOG_PAGE)
+        yield page
+        if len(page) < LOG_PAGE:
+            return
+        after = page[-1]["sequence_number"]
 
 
-async def _on_idle(source: LogSource, response_id: str, last: int) -> list[Event]:
-    """Nothing arrived for a while: re-read Postgres (heals a lost Redis message), or for a
-    store=false response check that a worker still has it or it is still queued."""
+async def _catch_up(source: LogSource, response_id: str, last: int) -> tuple[list[Event], bool]:
+    """What the log holds after `last`, and whether the response has ended. The status is read
+    first: it commits with the terminal event, so an ended response's log read after it holds
+    everything. Used when nothing arrived for a while, it also heals a lost Redis message. For a
+    store=false response: whether a worker still has it or it is still queued."""
     if source.persisted:
-        events = await _read_log(source, response_id, last)
-        if not events:
-            async with source.engine.connect() as conn:
-                if await responses_db.get_row(conn, response_id) is None:
-                    raise FollowLost(f"Response with id '{response_id}' was deleted.")
-        return events
+        async with source.engine.connect() as conn:
+            row = await responses_db.get_row(conn, response_id)
+        if row is None:
+            raise FollowLost(f"Response with id '{response_id}' was deleted.")
+        ended = row.status in TERMINAL_STATUSES
+        return [e async for page in _log_pages(source, response_id, last) for e in page], ended
     alive = await source.redis.exists(ALIVE_PREFIX + response_id)
     queued = await source.redis.exists(ARQ_JOB_PREFIX + response_id) and not await source.redis.exists(
         ARQ_IN_PROGRESS_PREFIX + response_id
     )
     if not alive and not queued:
         raise FollowLost("the worker generating this store=false response was lost")
-    return []
+    return [], False

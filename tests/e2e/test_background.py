@@ -181,3 +181,14 @@ def test_a_stream_older_than_its_log_window_cannot_be_streamed_back(
     assert answer.json()["error"]["param"] == "stream"
     assert "no longer be streamed" in answer.json()["error"]["message"]
     assert client.responses.retrieve(response_id).status == "completed"  # retrievable all the same
+
+
+def test_resuming_after_the_last_event_of_a_finished_stream_ends_at_once(
+    client: openai.OpenAI, fake: FakeRuntime
+) -> None:
+    created = list(client.responses.create(model="fake", input="short", background=True, stream=True))
+    last = created[-1].sequence_number
+    started = time.monotonic()
+    assert list(client.responses.retrieve(created[0].response.id, stream=True, starting_after=last)) == []
+    assert list(client.responses.retrieve(created[0].response.id, stream=True, starting_after=last + 50)) == []
+    assert time.monotonic() - started < 2  # not after an idle wait

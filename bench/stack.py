@@ -1,0 +1,93 @@
+"""The system under benchmark: its own database, the fake runtime, one API and one worker, each a
+process of its own, torn down afterwards. Shared by the benchmark scripts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.conftest import PG_ADMIN_URL, free_port, wait_for_http  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Stack:
+    runtime_url: str
+    api_url: str
+    key: str
+    database_url: str
+    pids: dict[str, int]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+async def admin(statement: str) -> None:
+    conn = await asyncpg.connect(PG_ADMIN_URL)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@asynccontextmanager
+async def running_stack(max_output_tokens: int = 4096, **env_overrides: str) -> AsyncIterator[Stack]:
+    name = f"rs_bench_{os.getpid()}"
+    await admin(f'CREATE DATABASE "{name}"')
+    runtime_port, api_port = free_port(), free_port()
+    catalog = Path(tempfile.mkdtemp()) / "models.toml"
+    catalog.write_text(
+        f'[[models]]\nid = "fake"\nruntime = "openai"\nbase_url = "http://127.0.0.1:{runtime_port}/v1"\n'
+        f"max_output_tokens = {max_output_tokens}\n"
+    )
+    database_url = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+        "RESPONSES_QUEUE": f"responses:bench:{name}",
+        "RESPONSES_MODELS": str(catalog),
+        **env_overrides,
+    }
+    cli = [sys.executable, "-m", "app.cli"]
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": ROOT, "env": env}
+    runtime = subprocess.Popen([sys.executable, "-m", "tests.fake_runtime", "--port", str(runtime_port)], **quiet)  # type: ignore[call-overload]
+    processes = [runtime]
+    try:
+        subprocess.run([*cli, "migrate"], check=True, **quiet)  # type: ignore[call-overload]
+        created = subprocess.run(
+            [*cli, "keys", "create", "--account", "bench"],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+        )
+        api = subprocess.Popen([*cli, "api", "--port", str(api_port)], **quiet)  # type: ignore[call-overload]
+        worker = subprocess.Popen([*cli, "worker"], **quiet)  # type: ignore[call-overload]
+        processes += [api, worker]
+        wait_for_http(f"http://127.0.0.1:{runtime_port}/_stats")
+        wait_for_http(f"http://127.0.0.1:{api_port}/health")
+        yield Stack(
+            runtime_url=f"http://127.0.0.1:{runtime_port}",
+            api_url=f"http://127.0.0.1:{api_port}/v1",
+            key=created.stdout.strip().splitlines()[-1],
+            database_url=database_url,
+            pids={"fake_runtime": runtime.pid, "api": api.pid, "worker": worker.pid},
+        )
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            process.wait(30)
+        await admin(f'DROP DATABASE "{name}" WITH (FORCE)')
