@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import openai
 import pytest
 import redis
 
+from app.cli import migrate
 from tests.conftest import Environment, FakeRuntime, create_key, free_port, start_api, start_worker
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(200)), "delay": 0.05})
@@ -219,5 +223,72 @@ def test_redis_down_means_fast_503s_and_nothing_accepted_is_lost(
         wait_until(lambda: stack.client.responses.retrieve(accepted.id).status == "completed")
         after = stack.client.responses.create(model="fake", input="after the outage")
         assert after.status == "completed"
+    finally:
+        stack.close()
+
+
+PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"))), None)
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[tuple[str, Callable[[], None]]]:
+    """A PostgreSQL cluster of the test's own (the shared one is never restarted): its URL, and a
+    function that restarts it. Run as the `postgres` user, since the server refuses root."""
+    if PG_BIN is None or shutil.which("runuser") is None:
+        pytest.fail("needs PostgreSQL's server binaries under /usr/lib/postgresql and runuser")
+    base = Path(tempfile.mkdtemp(prefix="rs-pg-"))  # pytest's tmp_path is closed to other users
+    base.chmod(0o755)
+    data = base / "pgdata"
+    data.mkdir()
+    shutil.chown(data, "postgres", "postgres")
+    port = free_port()
+
+    def as_postgres(*command: str) -> None:
+        # No pipes: a started server would hold them open and the call would never return.
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", *command],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    as_postgres(f"{PG_BIN}/initdb", "-D", str(data), "-A", "trust", "-U", "postgres")
+    server_options = f"-p {port} -k /tmp -c listen_addresses=127.0.0.1"
+    ctl = (f"{PG_BIN}/pg_ctl", "-D", str(data), "-w", "-o", server_options, "-l", str(data / "log"))
+    as_postgres(*ctl, "start")
+    as_postgres(f"{PG_BIN}/createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "responses")
+
+    def restart() -> None:
+        as_postgres(*ctl, "-m", "fast", "restart")
+
+    yield f"postgresql+asyncpg://postgres@127.0.0.1:{port}/responses", restart
+    as_postgres(*ctl, "-m", "immediate", "stop")
+    shutil.rmtree(base)
+
+
+def test_postgres_restart_mid_generation(
+    environment: Environment, fake: FakeRuntime, private_postgres: tuple[str, Callable[[], None]]
+) -> None:
+    database_url, restart = private_postgres
+    own = Environment(database_url, environment.redis_url, environment.queue_name, environment.models_path)
+    migrate(own.settings())
+    stack = Stack(own)
+    try:
+        stack.start_worker()
+        script = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(60)), "delay": 0.05})
+        running = stack.client.responses.create(model="fake", input=script, background=True)
+        wait_until(lambda: stack.client.responses.retrieve(running.id).status == "in_progress")
+        restart()
+        answers: list[object] = []
+        for _ in range(3):  # requests that meet the broken connections fail cleanly, then it recovers
+            try:
+                answers.append(stack.client.responses.retrieve(running.id).status)
+            except openai.APIStatusError as exc:
+                answers.append(exc.status_code)
+        assert set(answers) <= {503, "in_progress", "completed"}, answers
+        wait_until(lambda: stack.client.responses.retrieve(running.id).status == "completed", timeout=30)
+        done = stack.client.responses.retrieve(running.id)
+        assert done.output_text == " ".join(f"w{i}" for i in range(60))  # nothing half-written
+        assert stack.client.responses.create(model="fake", input="after").status == "completed"
     finally:
         stack.close()
