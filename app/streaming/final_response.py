@@ -19,7 +19,7 @@ Event = dict[str, Any]
 
 
 class FinalResponse:
-    def __init__(self, events: AsyncIterator[Event | None], on_disconnect: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, events: AsyncIterator[list[Event] | None], on_disconnect: Callable[[], Awaitable[None]]) -> None:
         self.events = events
         self.on_disconnect = on_disconnect
 
@@ -50,9 +50,9 @@ class FinalResponse:
 
     async def _terminal(self) -> Event:
         try:
-            async for event in self.events:
-                if event is not None and event["type"] in TERMINAL_EVENT_TYPES:
-                    return event
+            async for batch in self.events:
+                if batch and batch[-1]["type"] in TERMINAL_EVENT_TYPES:  # the terminal event ends a batch
+                    return batch[-1]
         except FollowLost as exc:
             raise errors.GenerationFailed(str(exc)) from exc
         raise errors.GenerationFailed("The response ended without a terminal event.")

@@ -43,9 +43,10 @@ async def follow(
     idle_seconds: float,
     *,
     log_is_empty: bool = False,
-) -> AsyncIterator[Event | None]:
-    """Yields events after `after` in order, and None after each idle period (a keep-alive
-    moment); ends after the terminal event. Closes the subscription when done.
+) -> AsyncIterator[list[Event] | None]:
+    """Yields the events after `after` in order, in batches as they come (a page of the log, a
+    commit's worth of live events), and None after each idle period (a keep-alive moment); ends
+    after the terminal event. Closes the subscription when done.
 
     `log_is_empty`: the caller subscribed before the response could have any event (it created
     it and has not enqueued it yet), so the first read of the log can be skipped."""
@@ -53,13 +54,13 @@ async def follow(
     try:
         if source.persisted and not log_is_empty:
             async for page in _log_pages(source, response_id, cursor.last):
-                for event in cursor.take(page):
-                    yield event
+                if ready := cursor.take(page):
+                    yield ready
                 if cursor.done:
                     return
             rest, ended = await _catch_up(source, response_id, cursor.last)
-            for event in cursor.take(rest):
-                yield event
+            if ready := cursor.take(rest):
+                yield ready
             if cursor.done or ended:  # ended without a terminal event after `after`: nothing to follow
                 return
         while not cursor.done:
@@ -71,8 +72,8 @@ async def follow(
                 yield None
             elif batch[0]["sequence_number"] > cursor.last + 1:  # we missed a message: the log has it
                 batch, _ = await _catch_up(source, response_id, cursor.last)
-            for event in cursor.take(batch):
-                yield event
+            if ready := cursor.take(batch):
+                yield ready
     finally:
         await subscription.close()
 

@@ -35,12 +35,12 @@ async def wait_for_disconnect(receive: Receive) -> None:
 
 
 class EventStreamResponse:
-    """Streams `events` (None means "send a keep-alive"); runs `on_disconnect` if the client
-    leaves before the stream ends."""
+    """Streams batches of events (None means "send a keep-alive"); runs `on_disconnect` if the
+    client leaves before the stream ends."""
 
     def __init__(
         self,
-        events: AsyncIterator[Event | None],
+        events: AsyncIterator[list[Event] | None],
         *,
         obfuscate: bool,
         on_disconnect: Callable[[], Awaitable[None]] | None = None,
@@ -86,8 +86,8 @@ class EventStreamResponse:
 
     async def _send_events(self, send: Send) -> None:
         try:
-            async for event in self.events:
-                body = KEEP_ALIVE if event is None else encode(event, self.obfuscate)
+            async for batch in self.events:  # one write per batch: a replayed page goes out at once
+                body = KEEP_ALIVE if batch is None else b"".join(encode(e, self.obfuscate) for e in batch)
                 await send({"type": "http.response.body", "body": body, "more_body": True})
         except Exception as exc:
             # Headers are out: a failure can only be told in-band.

@@ -192,3 +192,14 @@ def test_resuming_after_the_last_event_of_a_finished_stream_ends_at_once(
     assert list(client.responses.retrieve(created[0].response.id, stream=True, starting_after=last)) == []
     assert list(client.responses.retrieve(created[0].response.id, stream=True, starting_after=last + 50)) == []
     assert time.monotonic() - started < 2  # not after an idle wait
+
+
+def test_a_replay_pads_deltas_unless_asked_not_to(
+    server: Server, api_key: str, client: openai.OpenAI, fake: FakeRuntime
+) -> None:
+    created = list(client.responses.create(model="fake", input="pad me", background=True, stream=True))
+    url = f"{server.base_url}/responses/{created[0].response.id}"
+    for params, padded in (({"stream": "true"}, True), ({"stream": "true", "include_obfuscation": "false"}, False)):
+        body = httpx.get(url, params=params, headers={"Authorization": f"Bearer {api_key}"}).text
+        deltas = [json.loads(line[6:]) for line in body.splitlines() if '"response.output_text.delta"' in line]
+        assert deltas and all(("obfuscation" in d) == padded for d in deltas)
