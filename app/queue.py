@@ -7,6 +7,9 @@ import json
 from typing import Any
 
 from arq.connections import ArqRedis
+from arq.constants import job_key_prefix, result_key_prefix
+from arq.jobs import serialize_job
+from arq.utils import timestamp_ms
 from redis.exceptions import RedisError
 
 from app import errors
@@ -23,16 +26,33 @@ def job_deserializer(data: bytes) -> dict[str, Any]:
     return result
 
 
+# arq's enqueue (WATCH, EXISTS, MULTI/EXEC: three round trips) and our wake-up, as one script:
+# the job is stored exactly as arq.connections.ArqRedis.enqueue_job stores it (same keys, same
+# serialized job), unless a job or result with this id exists, and workers are woken at once.
+_ENQUEUE = """
+if redis.call('EXISTS', KEYS[1], KEYS[2]) > 0 then return 0 end
+redis.call('PSETEX', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
+redis.call('PUBLISH', KEYS[4], ARGV[4])
+return 1
+"""
+_JOB_EXPIRY_MS = 86_400_000  # arq's default expires_extra_ms: an unstarted job lives a day
+
+
 async def enqueue_generate(
     queue: ArqRedis, response_id: str, queue_name: str, ephemeral: dict[str, Any] | None = None
-) -> None:
-    """Enqueues with the response id as job id: enqueueing the same response twice is one job."""
+) -> bool:
+    """Enqueues with the response id as job id, so enqueueing the same response twice is one job;
+    returns whether it was new."""
     args: tuple[Any, ...] = (response_id,) if ephemeral is None else (response_id, ephemeral)
+    now = timestamp_ms()
+    job = serialize_job(GENERATE_JOB, args, {}, None, now, serializer=job_serializer)
+    keys = [job_key_prefix + response_id, result_key_prefix + response_id, queue_name, wake_channel(queue_name)]
     try:
-        await queue.enqueue_job(GENERATE_JOB, *args, _job_id=response_id, _queue_name=queue_name)
-        await queue.publish(wake_channel(queue_name), response_id)
+        added = await queue.register_script(_ENQUEUE)(keys=keys, args=[_JOB_EXPIRY_MS, job, now, response_id])
     except (RedisError, OSError) as exc:
         raise errors.ServiceUnavailable("The job queue (Redis) is unavailable; please retry.") from exc
+    return bool(added)
 
 
 async def signal_stop(queue: ArqRedis, response_id: str, persisted: bool) -> None:

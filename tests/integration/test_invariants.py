@@ -191,3 +191,16 @@ async def test_bad_input_persists_nothing(state: AppState, account_id: str, bad:
         await service.accept(state, account_id, {"model": "fake", **bad})
     async with state.engine.connect() as conn:
         assert (await conn.execute(select(responses.c.id))).all() == before
+
+
+async def test_enqueueing_a_response_twice_queues_one_job(
+    state: AppState, account_id: str, environment: Environment
+) -> None:
+    from app.queue import enqueue_generate
+
+    response_id = await accept(state, account_id, input="once in the queue")
+    queue = environment.queue_name + ":enqueue-test"
+    assert await enqueue_generate(state.redis, response_id, queue) is True
+    assert await enqueue_generate(state.redis, response_id, queue) is False
+    assert await state.redis.zcard(queue) == 1
+    await state.redis.delete(queue, f"arq:job:{response_id}")
