@@ -5,7 +5,6 @@ The service owns every transaction; repository functions never commit.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -26,6 +25,7 @@ from app.queue import enqueue_generate, signal_stop
 from app.redis_keys import events_channel
 from app.state import AppState
 from app.streaming.follow import follow
+from app.streaming.wire import WireEvent, encode_batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +156,7 @@ async def _stop_in(conn: AsyncConnection, response_id: str) -> list[events_db.Ev
 
 async def _publish(state: AppState, response_id: str, events: list[events_db.Event]) -> None:
     try:
-        await state.redis.publish(events_channel(response_id), json.dumps(events))
+        await state.redis.publish(events_channel(response_id), encode_batch(WireEvent.of(e) for e in events))
     except Exception:
         pass  # followers re-read Postgres when idle
 

@@ -13,7 +13,6 @@ published, to the one API process that follows them.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass, field
 
@@ -25,6 +24,7 @@ from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.events import Event
 from app.redis_keys import events_channel
+from app.streaming.wire import WireEvent, encode_batch
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class EventWriter:
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for rid, events in committed.items():
-                    pipe.publish(events_channel(rid), json.dumps(events))
+                    pipe.publish(events_channel(rid), encode_batch(WireEvent.of(e) for e in events))
                 await pipe.execute()
         except Exception:
             # Followers re-read Postgres when idle; a lost wake-up costs latency, never data.

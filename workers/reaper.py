@@ -10,7 +10,6 @@ Every worker runs both; compare-and-set and SKIP LOCKED make concurrent runs har
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
@@ -24,6 +23,7 @@ from app.db.tables import responses
 from app.protocol.lifecycle import terminal_event
 from app.queue import enqueue_generate
 from app.redis_keys import events_channel
+from app.streaming.wire import WireEvent, encode_batch
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ async def reap_expired_leases(engine: AsyncEngine, redis: ArqRedis) -> list[str]
     for response_id, events in published.items():
         log.warning("response %s: worker lost; failed", response_id)
         try:
-            await redis.publish(events_channel(response_id), json.dumps(events))
+            await redis.publish(events_channel(response_id), encode_batch(WireEvent.of(e) for e in events))
         except Exception:
             log.warning("could not publish reaped events of %s", response_id, exc_info=True)
     return list(published)

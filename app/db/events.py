@@ -12,10 +12,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import Text, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import response_events
+from app.streaming.wire import WireEvent
 
 Event = dict[str, Any]
 TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed", "response.cancelled"})
@@ -88,3 +89,14 @@ async def events_after(
         .limit(limit)
     )
     return [r.payload for r in rows]
+
+
+async def wire_events_after(conn: AsyncConnection, response_id: str, after: int, limit: int) -> list[WireEvent]:
+    """Like events_after, as stored text: what followers pass on without decoding it."""
+    rows = await conn.execute(
+        select(response_events.c.sequence_number, response_events.c.type, response_events.c.payload.cast(Text))
+        .where(response_events.c.response_id == response_id, response_events.c.sequence_number > after)
+        .order_by(response_events.c.sequence_number)
+        .limit(limit)
+    )
+    return [WireEvent(number, event_type, payload) for number, event_type, payload in rows]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -19,6 +18,7 @@ from app.state import AppState
 from app.streaming.final_response import FinalResponse
 from app.streaming.follow import follow
 from app.streaming.sse import EventStreamResponse
+from app.streaming.wire import WireEvent
 
 CANCEL_WAIT_SECONDS = 10.0
 
@@ -134,10 +134,10 @@ async def delete(request: Request) -> Response:
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
 
-def _error_event(exc: Exception) -> dict[str, Any]:
+def _error_event(exc: Exception) -> WireEvent:
     # Nested like OpenAI's, so the SDK raises it rather than hanging or ending silently.
     error = exc if isinstance(exc, errors.APIError) else errors.GenerationFailed(str(exc) or None)
-    return {"type": "error", "error": error.body()["error"]}
+    return WireEvent.of({"type": "error", "error": error.body()["error"]})
 
 
 routes = [

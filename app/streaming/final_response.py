@@ -14,12 +14,15 @@ from app import errors
 from app.db.events import TERMINAL_EVENT_TYPES
 from app.streaming.follow import FollowLost
 from app.streaming.sse import wait_for_disconnect
+from app.streaming.wire import WireEvent
 
 Event = dict[str, Any]
 
 
 class FinalResponse:
-    def __init__(self, events: AsyncIterator[list[Event] | None], on_disconnect: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self, events: AsyncIterator[list[WireEvent] | None], on_disconnect: Callable[[], Awaitable[None]]
+    ) -> None:
         self.events = events
         self.on_disconnect = on_disconnect
 
@@ -51,8 +54,8 @@ class FinalResponse:
     async def _terminal(self) -> Event:
         try:
             async for batch in self.events:
-                if batch and batch[-1]["type"] in TERMINAL_EVENT_TYPES:  # the terminal event ends a batch
-                    return batch[-1]
+                if batch and batch[-1].type in TERMINAL_EVENT_TYPES:  # the terminal event ends a batch
+                    return batch[-1].data()
         except FollowLost as exc:
             raise errors.GenerationFailed(str(exc)) from exc
         raise errors.GenerationFailed("The response ended without a terminal event.")

@@ -13,10 +13,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import events as events_db
 from app.db import responses as responses_db
-from app.db.events import TERMINAL_EVENT_TYPES, Event
+from app.db.events import TERMINAL_EVENT_TYPES
 from app.protocol.response_object import TERMINAL_STATUSES
 from app.redis_keys import ALIVE_PREFIX, ARQ_IN_PROGRESS_PREFIX, ARQ_JOB_PREFIX
 from app.streaming.hub import Subscription
+from app.streaming.wire import WireEvent
 
 LOG_PAGE = 1000
 
@@ -43,7 +44,7 @@ async def follow(
     idle_seconds: float,
     *,
     log_is_empty: bool = False,
-) -> AsyncIterator[list[Event] | None]:
+) -> AsyncIterator[list[WireEvent] | None]:
     """Yields the events after `after` in order, in batches as they come (a page of the log, a
     commit's worth of live events), and None after each idle period (a keep-alive moment); ends
     after the terminal event. Closes the subscription when done.
@@ -70,7 +71,7 @@ async def follow(
                 if ended and not batch:
                     return
                 yield None
-            elif batch[0]["sequence_number"] > cursor.last + 1:  # we missed a message: the log has it
+            elif batch[0].sequence_number > cursor.last + 1:  # we missed a message: the log has it
                 batch, _ = await _catch_up(source, response_id, cursor.last)
             if ready := cursor.take(batch):
                 yield ready
@@ -85,31 +86,31 @@ class _Cursor:
         self.last = after
         self.done = False
 
-    def take(self, events: list[Event]) -> list[Event]:
+    def take(self, events: list[WireEvent]) -> list[WireEvent]:
         ready = []
         for event in events:
-            if self.done or event["sequence_number"] != self.last + 1:
+            if self.done or event.sequence_number != self.last + 1:
                 continue
             ready.append(event)
-            self.last = event["sequence_number"]
-            self.done = event["type"] in TERMINAL_EVENT_TYPES
+            self.last = event.sequence_number
+            self.done = event.type in TERMINAL_EVENT_TYPES
         return ready
 
 
-async def _log_pages(source: LogSource, response_id: str, after: int) -> AsyncIterator[list[Event]]:
+async def _log_pages(source: LogSource, response_id: str, after: int) -> AsyncIterator[list[WireEvent]]:
     """The stored events after `after`, a page at a time (the first byte need not wait for the last)."""
     if not source.persisted:
         raise FollowLost("events of a store=false response were lost in transit")
     while True:
         async with source.engine.connect() as conn:
-            page = await events_db.events_after(conn, response_id, after, LOG_PAGE)
+            page = await events_db.wire_events_after(conn, response_id, after, LOG_PAGE)
         yield page
         if len(page) < LOG_PAGE:
             return
-        after = page[-1]["sequence_number"]
+        after = page[-1].sequence_number
 
 
-async def _catch_up(source: LogSource, response_id: str, last: int) -> tuple[list[Event], bool]:
+async def _catch_up(source: LogSource, response_id: str, last: int) -> tuple[list[WireEvent], bool]:
     """What the log holds after `last`, and whether the response has ended. The status is read
     first: it commits with the terminal event, so an ended response's log read after it holds
     everything. Used when nothing arrived for a while, it also heals a lost Redis message. For a

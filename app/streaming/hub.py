@@ -9,7 +9,6 @@ response (design invariant 7).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,10 +18,10 @@ from redis.asyncio.client import PubSub
 
 from app import errors
 from app.redis_keys import EVENTS_CHANNEL_PREFIX, events_channel
+from app.streaming.wire import WireEvent, decode_batch
 
 log = logging.getLogger(__name__)
 
-Event = dict[str, Any]
 SUBSCRIBE_TIMEOUT_SECONDS = 5.0
 _IDLE_CHANNEL = "responses:hub"  # keeps the connection subscribed (and readable) with no followers
 
@@ -31,9 +30,9 @@ _IDLE_CHANNEL = "responses:hub"  # keeps the connection subscribed (and readable
 class Subscription:
     hub: EventHub
     channel: str
-    queue: asyncio.Queue[list[Event]] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[list[WireEvent]] = field(default_factory=asyncio.Queue)
 
-    async def next_batch(self, timeout: float) -> list[Event] | None:
+    async def next_batch(self, timeout: float) -> list[WireEvent] | None:
         try:
             return await asyncio.wait_for(self.queue.get(), timeout)
         except TimeoutError:
@@ -117,6 +116,6 @@ class EventHub:
             if confirmed is not None and not confirmed.done():
                 confirmed.set_result(None)
         elif message["type"] == "message":
-            batch = json.loads(message["data"])
+            batch = decode_batch(message["data"])
             for subscription in self._followers.get(channel, ()):
                 subscription.queue.put_nowait(batch)

@@ -7,23 +7,25 @@ the model is still thinking, so this response listens for `http.disconnect` the 
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import anyio
 from starlette.types import Receive, Scope, Send
 
-Event = dict[str, Any]
+from app.streaming.wire import WireEvent
+
 _OBFUSCATION_TARGET = 16  # pad short deltas so event sizes do not reveal token lengths
 
 
-def encode(event: Event, obfuscate: bool) -> bytes:
-    if obfuscate and event["type"].endswith(".delta"):
-        padding = max(1, _OBFUSCATION_TARGET - len(event.get("delta", "")))
-        event = {**event, "obfuscation": secrets.token_urlsafe(padding)[:padding]}
-    return f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n".encode()
+def encode(event: WireEvent, obfuscate: bool) -> bytes:
+    data = event.json
+    if obfuscate and event.type.endswith(".delta"):
+        # Pad to a multiple of the target size; the padding is URL-safe base64, so it can be
+        # spliced into the JSON text as it is.
+        padding = _OBFUSCATION_TARGET - len(data) % _OBFUSCATION_TARGET or _OBFUSCATION_TARGET
+        data = f'{data[:-1]},"obfuscation":"{secrets.token_urlsafe(padding)[:padding]}"}}'
+    return f"event: {event.type}\ndata: {data}\n\n".encode()
 
 
 KEEP_ALIVE = b": keep-alive\n\n"
@@ -40,11 +42,11 @@ class EventStreamResponse:
 
     def __init__(
         self,
-        events: AsyncIterator[list[Event] | None],
+        events: AsyncIterator[list[WireEvent] | None],
         *,
         obfuscate: bool,
         on_disconnect: Callable[[], Awaitable[None]] | None = None,
-        on_error: Callable[[Exception], Event] | None = None,
+        on_error: Callable[[Exception], WireEvent] | None = None,
     ) -> None:
         self.events = events
         self.obfuscate = obfuscate
