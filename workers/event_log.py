@@ -1,10 +1,11 @@
 """The event writer: numbers events, group-commits them, then publishes what was committed.
 
 One writer per worker process. Generations hand it events without waiting; a single flusher
-commits everything pending (many events of many responses) in one transaction, then publishes
+commits everything pending (many events of many responses) with one statement — in one
+transaction with the terminal status of any response that ends in the batch — then publishes
 each response's new events on its Redis channel. A commit in flight is the batching window, so
-an idle system adds no delay and a busy one gets bigger batches. Nothing is published before
-its commit (design invariant 2).
+an idle system adds no delay and a busy one gets bigger batches (and, past a size, a short pause
+to gather more). Nothing is published before its commit (design invariant 2).
 
 `store=false` foreground responses never touch Postgres: their events are numbered here and only
 published, to the one API process that follows them.
