@@ -5,8 +5,8 @@
   of a worker's CPU. Jobs this worker runs are skipped outright; jobs found running elsewhere
   are skipped for a second.
 - arq only learns of a new job when it polls (on average half a poll interval late). The API
-  publishes a wake-up after each enqueue, and the worker starts jobs the moment it hears one;
-  polling stays as the safety net.
+  publishes each new job's id, and the worker starts that job the moment it hears it; polling
+  stays as the safety net.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import logging
 import time
 from typing import Any
 
-from arq.utils import timestamp_ms
 from arq.worker import Worker
 
 from app.redis_keys import wake_channel
@@ -54,18 +53,10 @@ class QueueWorker(Worker):
                 async with self.pool.pubsub() as pubsub:
                     await pubsub.subscribe(wake_channel(self.queue_name))
                     async for message in pubsub.listen():
-                        if message["type"] == "message":
-                            await self._start_queued_jobs()
+                        if message["type"] == "message" and self.allow_pick_jobs and self.job_counter < self.max_jobs:
+                            await self.start_jobs([message["data"]])  # the message names the job
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.warning("wake-up listener lost Redis; polling only until it is back", exc_info=True)
                 await asyncio.sleep(1.0)
-
-    async def _start_queued_jobs(self) -> None:
-        if not self.allow_pick_jobs or self.job_counter >= self.max_jobs:
-            return
-        job_ids = await self.pool.zrangebyscore(
-            self.queue_name, min=float("-inf"), max=timestamp_ms(), start=0, num=self.queue_read_limit
-        )
-        await self.start_jobs(job_ids)

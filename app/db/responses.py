@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Float, bindparam, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db import DbRow
@@ -71,24 +71,40 @@ def record_from_row(row: DbRow, output: list[dict[str, Any]]) -> ResponseRecord:
     )
 
 
+# Built once: statements built per call spend more CPU on SQLAlchemy's cache keys than on Postgres.
+_INSERT = insert(responses).values(created_at=func.to_timestamp(bindparam("created_epoch")))
+_CLAIM = (
+    update(responses)
+    .where(responses.c.id == bindparam("response_id"), responses.c.status == "queued")
+    .values(
+        status="in_progress",
+        started_at=func.now(),
+        worker_id=bindparam("worker_id"),
+        lease_expires_at=func.now() + func.make_interval(0, 0, 0, 0, 0, 0, bindparam("lease", type_=Float)),
+    )
+    .returning(responses)
+)
+
+
 async def insert_response(conn: AsyncConnection, record: ResponseRecord, account_id: str, link: ChainLink) -> None:
     await conn.execute(
-        insert(responses).values(
-            id=record.id,
-            account_id=account_id,
-            model=record.model,
-            status=record.status,
-            background=record.background,
-            stream=record.stream,
-            store=record.store,
-            instructions=record.instructions,
-            metadata=record.metadata,
-            settings=record.settings,
-            previous_response_id=record.previous_response_id,
-            context_parent_id=link.parent_id,
-            chain_depth=link.depth,
-            created_at=func.to_timestamp(record.created_at),
-        )
+        _INSERT,
+        {
+            "id": record.id,
+            "account_id": account_id,
+            "model": record.model,
+            "status": record.status,
+            "background": record.background,
+            "stream": record.stream,
+            "store": record.store,
+            "instructions": record.instructions,
+            "metadata": record.metadata,
+            "settings": record.settings,
+            "previous_response_id": record.previous_response_id,
+            "context_parent_id": link.parent_id,
+            "chain_depth": link.depth,
+            "created_epoch": record.created_at,
+        },
     )
 
 
@@ -128,23 +144,10 @@ async def chain_link(conn: AsyncConnection, account_id: str, previous_id: str) -
     ).one_or_none()
 
 
-async def claim(
-    conn: AsyncConnection,
-    response_id: str,
-    worker_id: str,
-    lease_seconds: float,
-) -> DbRow | None:
+async def claim(conn: AsyncConnection, response_id: str, worker_id: str, lease_seconds: float) -> DbRow | None:
     """queued → in_progress for one worker (design invariant 4). None: someone else has it, or it ended."""
-    row: DbRow | None = (
-        await conn.execute(
-            update(responses)
-            .where(responses.c.id == response_id, responses.c.status == "queued")
-            .values(
-                status="in_progress", started_at=func.now(), worker_id=worker_id, lease_expires_at=db_now(lease_seconds)
-            )
-            .returning(responses)
-        )
-    ).one_or_none()
+    result = await conn.execute(_CLAIM, {"response_id": response_id, "worker_id": worker_id, "lease": lease_seconds})
+    row: DbRow | None = result.one_or_none()
     return row
 
 
