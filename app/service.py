@@ -47,15 +47,21 @@ async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Acce
     model = state.catalog.resolve(create.request.model)
     record = _new_record(create, model.id)
     input_items = [items_db.with_new_id(item) for item in create.input_items]
-    async with state.engine.begin() as conn:
+    accepted = Accepted(record, input_items)
+    if record.background:  # visible (and followable) at once: its first events come with it
+        async with state.engine.begin() as conn:
+            link = await _chain_link(conn, account_id, create.request.previous_response_id)
+            await responses_db.insert_response(conn, record, account_id, link, input_items)
+            opening = [lifecycle_event("response.created", record), lifecycle_event("response.queued", record)]
+            await events_db.append(conn, record.id, opening)
+        return accepted
+    # Autocommit: the chain check reads, and the insert is one atomic statement.
+    async with state.engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
         link = await _chain_link(conn, account_id, create.request.previous_response_id)
-        if create.store or create.background:
-            await responses_db.insert_response(conn, record, account_id, link)
-            await items_db.insert_items(conn, record.id, "input", input_items)
-            if record.background:  # visible (and followable) at once: its first events come with it
-                opening = [lifecycle_event("response.created", record), lifecycle_event("response.queued", record)]
-                await events_db.append(conn, record.id, opening)
-    return Accepted(record, input_items)
+        if accepted.persisted:
+            await responses_db.insert_response(conn, record, account_id, link, input_items)
+    return accepted
 
 
 async def enqueue(state: AppState, accepted: Accepted) -> None:

@@ -6,12 +6,13 @@ Every function takes the caller's connection and never commits: the caller owns 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Float, bindparam, delete, func, insert, select, update
+from sqlalchemy import Float, bindparam, delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db import DbRow
@@ -72,7 +73,21 @@ def record_from_row(row: DbRow, output: list[dict[str, Any]]) -> ResponseRecord:
 
 
 # Built once: statements built per call spend more CPU on SQLAlchemy's cache keys than on Postgres.
-_INSERT = insert(responses).values(created_at=func.to_timestamp(bindparam("created_epoch")))
+# The response and its input items go in with one statement: atomic without a transaction around it.
+_INSERT_WITH_INPUT = text("""
+    WITH response AS (
+        INSERT INTO responses (id, account_id, model, status, background, stream, store, instructions, metadata,
+                               settings, previous_response_id, context_parent_id, chain_depth, created_at)
+        VALUES (:id, :account_id, :model, :status, :background, :stream, :store, :instructions,
+                CAST(:metadata AS jsonb), CAST(:settings AS jsonb), :previous_response_id, :context_parent_id,
+                :chain_depth, to_timestamp(:created_epoch))
+        RETURNING id
+    )
+    INSERT INTO items (id, response_id, side, position, type, payload)
+    SELECT i.id, response.id, 'input', i.position, i.type, i.payload
+    FROM response, unnest(CAST(:item_ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
+                          CAST(:payloads AS jsonb[])) AS i(id, position, type, payload)
+""")
 _CLAIM = (
     update(responses)
     .where(responses.c.id == bindparam("response_id"), responses.c.status == "queued")
@@ -86,9 +101,12 @@ _CLAIM = (
 )
 
 
-async def insert_response(conn: AsyncConnection, record: ResponseRecord, account_id: str, link: ChainLink) -> None:
+async def insert_response(
+    conn: AsyncConnection, record: ResponseRecord, account_id: str, link: ChainLink, input_items: list[dict[str, Any]]
+) -> None:
+    """Stores a new response with its input items (which carry their ids already)."""
     await conn.execute(
-        _INSERT,
+        _INSERT_WITH_INPUT,
         {
             "id": record.id,
             "account_id": account_id,
@@ -98,12 +116,16 @@ async def insert_response(conn: AsyncConnection, record: ResponseRecord, account
             "stream": record.stream,
             "store": record.store,
             "instructions": record.instructions,
-            "metadata": record.metadata,
-            "settings": record.settings,
+            "metadata": json.dumps(record.metadata),
+            "settings": json.dumps(record.settings),
             "previous_response_id": record.previous_response_id,
             "context_parent_id": link.parent_id,
             "chain_depth": link.depth,
             "created_epoch": record.created_at,
+            "item_ids": [item["id"] for item in input_items],
+            "positions": list(range(len(input_items))),
+            "types": [item["type"] for item in input_items],
+            "payloads": [json.dumps({k: v for k, v in item.items() if k != "id"}) for item in input_items],
         },
     )
 
