@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,6 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-import redis
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.cli import migrate
 from app.settings import Settings
@@ -234,15 +232,3 @@ class FakeRuntime:
     def stats(self) -> dict[str, int]:
         result: dict[str, int] = httpx.get(f"{self.url}/_stats").json()
         return result
-
-
-@pytest.fixture(scope="session")
-def redis_client(environment: Environment) -> redis.Redis:
-    return redis.Redis.from_url(environment.redis_url)
-
-
-@pytest.fixture(scope="session")
-async def engine(environment: Environment) -> AsyncIterator[AsyncEngine]:
-    engine = create_async_engine(environment.database_url)
-    yield engine
-    await engine.dispose()

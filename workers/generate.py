@@ -98,15 +98,7 @@ async def _run(deps: WorkerDeps, generation: Generation) -> None:
 async def _finish(
     deps: WorkerDeps, record: ResponseRecord, closing: list[Event], outcome: responses_db.Outcome
 ) -> None:
-    final = record.evolve(
-        status=outcome.status,
-        output=outcome.output,
-        usage=outcome.usage,
-        error=outcome.error,
-        incomplete_details=outcome.incomplete_details,
-        completed_at=outcome.completed_at,
-    )
-    if not await deps.writer.finish(record.id, [*closing, terminal_event(final)], outcome):
+    if not await deps.writer.finish(record.id, [*closing, terminal_event(outcome.applied_to(record))], outcome):
         log.info("response %s ended elsewhere first; its %s is discarded", record.id, outcome.status)
     if record.id in deps.ephemeral:
         deps.ephemeral.discard(record.id)

@@ -47,7 +47,7 @@ async def reap_expired_leases(engine: AsyncEngine, redis: ArqRedis) -> list[str]
         ).all()
         for row in rows:
             outcome = responses_db.Outcome("failed", [], time.time(), error=WORKER_LOST)
-            final = responses_db.record_from_row(row, []).evolve(status="failed", error=WORKER_LOST)
+            final = outcome.applied_to(responses_db.record_from_row(row, []))
             events = await events_db.append(conn, row.id, [terminal_event(final)])
             if events and await responses_db.finish(conn, row.id, outcome) is not None:
                 published[row.id] = events

@@ -40,6 +40,17 @@ class Outcome:
     error: dict[str, Any] | None = None
     incomplete_details: dict[str, Any] | None = None
 
+    def applied_to(self, record: ResponseRecord) -> ResponseRecord:
+        """The response as this outcome leaves it (what its terminal event carries)."""
+        return record.evolve(
+            status=self.status,
+            output=self.output,
+            usage=self.usage,
+            error=self.error,
+            incomplete_details=self.incomplete_details,
+            completed_at=self.completed_at,
+        )
+
 
 def db_now(offset_seconds: float = 0.0) -> Any:
     """Postgres's clock (plus an offset): leases and ages are judged by one clock, not each host's."""
