@@ -70,3 +70,26 @@ def test_leaving_a_json_request_stops_the_generation(
     assert fake.stats()["streams_finished"] == 0
     [latest] = environment.query("SELECT status FROM responses ORDER BY created_at DESC LIMIT 1")
     assert latest["status"] == "cancelled"
+
+
+def test_leaving_a_store_false_stream_stops_the_generation(
+    server: Server, api_key: str, fake: FakeRuntime, environment: Environment
+) -> None:
+    response_id = None
+    with httpx.stream(
+        "POST",
+        f"{server.base_url}/responses",
+        headers={"Authorization": f"Bearer {api_key}"},
+        json={"model": "fake", "input": SLOW, "stream": True, "store": False},
+        timeout=30,
+    ) as answer:
+        for line in answer.iter_lines():
+            if line.startswith("data: "):
+                event = json.loads(line[6:])
+                response_id = event.get("response", {}).get("id", response_id)
+                if event["type"] == "response.output_text.delta":
+                    break  # and the connection closes here
+    assert response_id is not None
+    wait_until(lambda: fake.stats()["streams_aborted"] == 1)  # its worker was told, with no row to flag
+    assert fake.stats()["streams_finished"] == 0
+    assert environment.query("SELECT 1 FROM responses WHERE id = $1", response_id) == []
