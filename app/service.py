@@ -22,10 +22,10 @@ from app.protocol.create_request import ValidatedCreate, echoed_settings, parse_
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.response_object import ResponseRecord
 from app.queue import enqueue_generate, signal_stop
-from app.redis_keys import events_channel
 from app.state import AppState
+from app.streaming import wire
 from app.streaming.follow import follow
-from app.streaming.wire import WireEvent, encode_batch
+from app.streaming.wire import WireEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +130,8 @@ async def retrieve(state: AppState, account_id: str, response_id: str) -> Respon
     async with state.engine.connect() as conn:
         record = await responses_db.get_record(conn, response_id, account_id)
         if record is not None and record.status == "in_progress":  # its output so far, from its log
-            record = record.evolve(output=output_so_far(await events_db.events_after(conn, response_id, -1, None)))
+            events = await events_db.events_after(conn, response_id, -1, None)
+            record = record.evolve(output=output_so_far(e.data() for e in events))
     if record is None:
         raise errors.response_not_found(response_id)
     return record
@@ -143,11 +144,11 @@ async def stop(state: AppState, response_id: str, persisted: bool) -> None:
         async with state.engine.begin() as conn:
             published = await _stop_in(conn, response_id)
         if published:
-            await _publish(state, response_id, published)
+            await wire.publish(state.redis, response_id, published)
     await signal_stop(state.redis, response_id, persisted)
 
 
-async def _stop_in(conn: AsyncConnection, response_id: str) -> list[events_db.Event]:
+async def _stop_in(conn: AsyncConnection, response_id: str) -> list[WireEvent]:
     row = await responses_db.get_row(conn, response_id, for_update=True)
     if row is None or row.status not in ("queued", "in_progress"):
         return []
@@ -160,23 +161,12 @@ async def _stop_in(conn: AsyncConnection, response_id: str) -> list[events_db.Ev
     return published
 
 
-async def _publish(state: AppState, response_id: str, events: list[events_db.Event]) -> None:
-    try:
-        await state.redis.publish(events_channel(response_id), encode_batch(WireEvent.of(e) for e in events))
-    except Exception:
-        pass  # followers re-read Postgres when idle
-
-
 async def delete(state: AppState, account_id: str, response_id: str) -> None:
     async with state.engine.begin() as conn:
-        row = await responses_db.get_row(conn, response_id, account_id, for_update=True)
-        if row is None:
-            raise errors.response_not_found(response_id)
-        active = row.status in ("queued", "in_progress")
-        if active:
-            await _stop_in(conn, response_id)
-        await responses_db.delete_response(conn, response_id, account_id)
-    if active:
+        status = await responses_db.delete_response(conn, response_id, account_id)
+    if status is None:
+        raise errors.response_not_found(response_id)
+    if status == "in_progress":
         await signal_stop(state.redis, response_id, persisted=True)
 
 

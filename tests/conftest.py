@@ -229,6 +229,6 @@ class FakeRuntime:
         result: list[dict[str, Any]] = httpx.get(f"{self.url}/_requests").json()
         return result
 
-    def stats(self) -> dict[str, int]:
-        result: dict[str, int] = httpx.get(f"{self.url}/_stats").json()
+    def stats(self) -> dict[str, float]:
+        result: dict[str, float] = httpx.get(f"{self.url}/_stats").json()
         return result

@@ -25,7 +25,8 @@ from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.events import Event
 from app.redis_keys import events_channel
-from app.streaming.wire import WireEvent, encode_batch
+from app.streaming import wire
+from app.streaming.wire import WireEvent
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,8 @@ class EventWriter:
             committed = {}
         for rid, pending in batch.items():
             if rid in self._ephemeral_next:
-                committed[rid] = events_db.stamp(pending.events, self._ephemeral_next[rid])
+                encoded = [wire.encode(event) for event in pending.events]
+                committed[rid] = wire.numbered(pending.events, encoded, self._ephemeral_next[rid])
                 self._ephemeral_next[rid] += len(pending.events)
                 if pending.outcome is not None:
                     del self._ephemeral_next[rid]
@@ -144,7 +146,7 @@ class EventWriter:
             if pending.finished and not pending.finished.done():
                 pending.finished.set_result(rid in committed)
 
-    async def _commit_with_retry(self, batch: dict[str, _Pending]) -> dict[str, list[Event]]:
+    async def _commit_with_retry(self, batch: dict[str, _Pending]) -> dict[str, list[WireEvent]]:
         delay, waited = 0.05, 0.0
         while True:
             try:
@@ -157,31 +159,30 @@ class EventWriter:
                 waited += delay
                 delay = min(delay * 2, 2.0)
 
-    async def _commit(self, batch: dict[str, _Pending]) -> dict[str, list[Event]]:
+    async def _commit(self, batch: dict[str, _Pending]) -> dict[str, list[WireEvent]]:
         events = {rid: p.events for rid, p in batch.items()}
         finishing = {rid: p.outcome for rid, p in batch.items() if p.outcome is not None}
         if finishing:  # a terminal status and its event commit together, or neither does
             async with self._engine.begin() as conn:
-                firsts = await events_db.append_many(conn, events)
+                committed = await events_db.append_many(conn, events)
                 for rid, outcome in finishing.items():
-                    if rid in firsts and await responses_db.finish(conn, rid, outcome) is None:
-                        del firsts[rid]  # unreachable while we hold the row lock; kept as a guard
+                    if rid in committed and await responses_db.finish(conn, rid, outcome) is None:
+                        del committed[rid]  # unreachable while we hold the row lock; kept as a guard
         else:  # one statement, atomic by itself: no BEGIN/COMMIT round trips on the token path
             async with self._engine.connect() as conn:
                 await conn.execution_options(isolation_level="AUTOCOMMIT")
-                firsts = await events_db.append_many(conn, events)
-        committed = {rid: events_db.stamp(events[rid], first) for rid, first in firsts.items()}
+                committed = await events_db.append_many(conn, events)
         self.batches += 1
         self.events_written += sum(len(e) for e in committed.values())
         return committed
 
-    async def _publish(self, committed: dict[str, list[Event]]) -> None:
+    async def _publish(self, committed: dict[str, list[WireEvent]]) -> None:
         if not committed:
             return
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for rid, events in committed.items():
-                    pipe.publish(events_channel(rid), encode_batch(WireEvent.of(e) for e in events))
+                    pipe.publish(events_channel(rid), wire.encode_batch(events))
                 await pipe.execute()
         except Exception:
             # Followers re-read Postgres when idle; a lost wake-up costs latency, never data.

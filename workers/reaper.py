@@ -22,8 +22,8 @@ from app.db import responses as responses_db
 from app.db.tables import responses
 from app.protocol.lifecycle import terminal_event
 from app.queue import enqueue_generate
-from app.redis_keys import events_channel
-from app.streaming.wire import WireEvent, encode_batch
+from app.streaming import wire
+from app.streaming.wire import WireEvent
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ WORKER_LOST = {
 
 async def reap_expired_leases(engine: AsyncEngine, redis: ArqRedis) -> list[str]:
     """Fails every running response whose lease expired; returns their ids."""
-    published: dict[str, list[events_db.Event]] = {}
+    published: dict[str, list[WireEvent]] = {}
     async with engine.begin() as conn:
         rows = (
             await conn.execute(
@@ -53,10 +53,7 @@ async def reap_expired_leases(engine: AsyncEngine, redis: ArqRedis) -> list[str]
                 published[row.id] = events
     for response_id, events in published.items():
         log.warning("response %s: worker lost; failed", response_id)
-        try:
-            await redis.publish(events_channel(response_id), encode_batch(WireEvent.of(e) for e in events))
-        except Exception:
-            log.warning("could not publish reaped events of %s", response_id, exc_info=True)
+        await wire.publish(redis, response_id, events)
     return list(published)
 
 

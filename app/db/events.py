@@ -8,7 +8,6 @@ ended: nothing can follow a terminal event (design invariants 2 and 3).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,6 +15,7 @@ from sqlalchemy import Text, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import response_events
+from app.streaming import wire
 from app.streaming.wire import WireEvent
 
 Event = dict[str, Any]
@@ -45,54 +45,35 @@ _APPEND = text("""
 """)
 
 
-async def append_many(conn: AsyncConnection, events_by_response: Mapping[str, Sequence[Event]]) -> dict[str, int]:
-    """Numbers and stores the events of many responses; returns the first number given to each.
-    Responses that are no longer active are absent from the result, and their events dropped."""
+async def append_many(
+    conn: AsyncConnection, events_by_response: Mapping[str, Sequence[Event]]
+) -> dict[str, list[WireEvent]]:
+    """Numbers and stores the events of many responses; returns each active response's events,
+    numbered and encoded. Events of responses no longer active are dropped."""
     ids: list[str] = []
     positions: list[int] = []
     types: list[str] = []
-    payloads: list[str] = []
+    encoded: dict[str, list[str]] = {}
     for response_id, events in events_by_response.items():
-        for position, event in enumerate(events):
-            ids.append(response_id)
-            positions.append(position)
-            types.append(event["type"])
-            payloads.append(json.dumps(event))
+        encoded[response_id] = [wire.encode(event) for event in events]
+        ids += [response_id] * len(events)
+        positions += range(len(events))
+        types += [event["type"] for event in events]
     if not ids:
         return {}
+    payloads = [text for texts in encoded.values() for text in texts]
     rows = await conn.execute(_APPEND, {"ids": ids, "positions": positions, "types": types, "payloads": payloads})
-    return {r.id: r.first for r in rows}
+    return {r.id: wire.numbered(events_by_response[r.id], encoded[r.id], r.first) for r in rows}
 
 
-def stamp(events: Sequence[Event], first: int) -> list[Event]:
-    """The events with their sequence numbers (each a new dict: callers' events stay unnumbered)."""
-    return [{**event, "sequence_number": first + i} for i, event in enumerate(events)]
-
-
-async def append(conn: AsyncConnection, response_id: str, events: Sequence[Event]) -> list[Event]:
+async def append(conn: AsyncConnection, response_id: str, events: Sequence[Event]) -> list[WireEvent]:
     """Numbers and stores one response's events; [] when the response is no longer active."""
-    first = (await append_many(conn, {response_id: events})).get(response_id)
-    return [] if first is None else stamp(events, first)
+    return (await append_many(conn, {response_id: events})).get(response_id, [])
 
 
-async def events_after(
-    conn: AsyncConnection,
-    response_id: str,
-    after: int,
-    limit: int | None = 1000,
-) -> list[Event]:
-    """Events after sequence number `after`, in order; at most `limit` (None: all)."""
-    rows = await conn.execute(
-        select(response_events.c.payload)
-        .where(response_events.c.response_id == response_id, response_events.c.sequence_number > after)
-        .order_by(response_events.c.sequence_number)
-        .limit(limit)
-    )
-    return [r.payload for r in rows]
-
-
-async def wire_events_after(conn: AsyncConnection, response_id: str, after: int, limit: int) -> list[WireEvent]:
-    """Like events_after, as stored text: what followers pass on without decoding it."""
+async def events_after(conn: AsyncConnection, response_id: str, after: int, limit: int | None) -> list[WireEvent]:
+    """Events after sequence number `after`, in order, at most `limit` (None: all), as stored
+    text: followers pass it on without decoding it."""
     rows = await conn.execute(
         select(response_events.c.sequence_number, response_events.c.type, response_events.c.payload.cast(Text))
         .where(response_events.c.response_id == response_id, response_events.c.sequence_number > after)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Float, bindparam, delete, func, select, text, update
+from sqlalchemy import Interval, bindparam, delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db import DbRow
@@ -106,7 +106,7 @@ _CLAIM = (
         status="in_progress",
         started_at=func.now(),
         worker_id=bindparam("worker_id"),
-        lease_expires_at=func.now() + func.make_interval(0, 0, 0, 0, 0, 0, bindparam("lease", type_=Float)),
+        lease_expires_at=func.now() + bindparam("lease", type_=Interval),
     )
     .returning(responses)
 )
@@ -179,7 +179,8 @@ async def chain_link(conn: AsyncConnection, account_id: str, previous_id: str) -
 
 async def claim(conn: AsyncConnection, response_id: str, worker_id: str, lease_seconds: float) -> DbRow | None:
     """queued → in_progress for one worker (design invariant 4). None: someone else has it, or it ended."""
-    result = await conn.execute(_CLAIM, {"response_id": response_id, "worker_id": worker_id, "lease": lease_seconds})
+    lease = timedelta(seconds=lease_seconds)
+    result = await conn.execute(_CLAIM, {"response_id": response_id, "worker_id": worker_id, "lease": lease})
     row: DbRow | None = result.one_or_none()
     return row
 
@@ -240,16 +241,19 @@ async def renew_leases(
     return [r.id for r in rows if r.cancel_requested_at is not None]
 
 
-async def delete_response(conn: AsyncConnection, response_id: str, account_id: str | None) -> bool:
-    """Deletes the response, its items and events. Responses chained from it are relinked to its
-    parent, so their context loses only the deleted turn."""
+async def delete_response(conn: AsyncConnection, response_id: str, account_id: str | None) -> Status | None:
+    """Deletes the response, its items and events, and returns the status it had (None: no such
+    response). Responses chained from it are relinked to its parent, so their context loses only
+    the deleted turn. A queued response deleted never runs; a running one's late writes find no
+    row and are dropped, but its worker must still be told to stop."""
     row = await get_row(conn, response_id, account_id, for_update=True)
     if row is None:
-        return False
+        return None
     await conn.execute(
         update(responses)
         .where(responses.c.context_parent_id == response_id)
         .values(context_parent_id=row.context_parent_id)
     )
     await conn.execute(delete(responses).where(responses.c.id == response_id))
-    return True
+    status: Status = row.status
+    return status

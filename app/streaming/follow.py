@@ -103,7 +103,7 @@ async def _log_pages(source: LogSource, response_id: str, after: int) -> AsyncIt
         raise FollowLost("events of a store=false response were lost in transit")
     while True:
         async with source.engine.connect() as conn:
-            page = await events_db.wire_events_after(conn, response_id, after, LOG_PAGE)
+            page = await events_db.events_after(conn, response_id, after, LOG_PAGE)
         yield page
         if len(page) < LOG_PAGE:
             return

@@ -7,9 +7,16 @@ On Redis a batch is one message, one event per line: `<sequence_number> <type> <
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from redis.asyncio import Redis
+
+from app.redis_keys import events_channel
+
+log = logging.getLogger(__name__)
 
 Event = dict[str, Any]
 
@@ -22,11 +29,24 @@ class WireEvent:
 
     @classmethod
     def of(cls, event: Event) -> WireEvent:
-        return cls(event.get("sequence_number", -1), event["type"], json.dumps(event, separators=(",", ":")))
+        return cls(event.get("sequence_number", -1), event["type"], encode(event))
 
     def data(self) -> Event:
         decoded: Event = json.loads(self.json)
         return decoded
+
+
+def encode(event: Event) -> str:
+    return json.dumps(event, separators=(",", ":"))
+
+
+def numbered(events: Sequence[Event], encoded: Sequence[str], first: int) -> list[WireEvent]:
+    """Encoded, unnumbered events with their sequence numbers from `first`, spliced into the
+    text: numbering never costs a second encoding."""
+    return [
+        WireEvent(first + i, event["type"], f'{text[:-1]},"sequence_number":{first + i}}}')
+        for i, (event, text) in enumerate(zip(events, encoded, strict=True))
+    ]
 
 
 def encode_batch(events: Iterable[WireEvent]) -> str:
@@ -40,3 +60,12 @@ def decode_batch(message: bytes | str) -> list[WireEvent]:
         sequence_number, event_type, payload = line.split(" ", 2)
         batch.append(WireEvent(int(sequence_number), event_type, payload))
     return batch
+
+
+async def publish(redis: Redis, response_id: str, events: Sequence[WireEvent]) -> None:
+    """Wakes the followers of one response with its newly committed events. A lost message costs
+    latency, never data: followers re-read Postgres when idle."""
+    try:
+        await redis.publish(events_channel(response_id), encode_batch(events))
+    except Exception:
+        log.warning("could not publish events of %s", response_id, exc_info=True)

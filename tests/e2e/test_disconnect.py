@@ -23,15 +23,14 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
         time.sleep(0.05)
 
 
-def test_leaving_a_stream_stops_the_generation(
-    server: Server, api_key: str, client: openai.OpenAI, fake: FakeRuntime
-) -> None:
-    response_id = None
+def leave_after_first_delta(server: Server, api_key: str, **body: object) -> str:
+    """Streams SLOW and hangs up at its first text delta; returns the response's id."""
+    response_id: str | None = None
     with httpx.stream(
         "POST",
         f"{server.base_url}/responses",
         headers={"Authorization": f"Bearer {api_key}"},
-        json={"model": "fake", "input": SLOW, "stream": True},
+        json={"model": "fake", "input": SLOW, "stream": True, **body},
         timeout=30,
     ) as answer:
         for line in answer.iter_lines():
@@ -41,6 +40,13 @@ def test_leaving_a_stream_stops_the_generation(
                 if event["type"] == "response.output_text.delta":
                     break  # and the connection closes here
     assert response_id is not None
+    return response_id
+
+
+def test_leaving_a_stream_stops_the_generation(
+    server: Server, api_key: str, client: openai.OpenAI, fake: FakeRuntime
+) -> None:
+    response_id = leave_after_first_delta(server, api_key)
     wait_until(lambda: client.responses.retrieve(response_id).status == "cancelled")
     wait_until(lambda: fake.stats()["streams_aborted"] == 1)
     cancelled = client.responses.retrieve(response_id)
@@ -75,21 +81,7 @@ def test_leaving_a_json_request_stops_the_generation(
 def test_leaving_a_store_false_stream_stops_the_generation(
     server: Server, api_key: str, fake: FakeRuntime, environment: Environment
 ) -> None:
-    response_id = None
-    with httpx.stream(
-        "POST",
-        f"{server.base_url}/responses",
-        headers={"Authorization": f"Bearer {api_key}"},
-        json={"model": "fake", "input": SLOW, "stream": True, "store": False},
-        timeout=30,
-    ) as answer:
-        for line in answer.iter_lines():
-            if line.startswith("data: "):
-                event = json.loads(line[6:])
-                response_id = event.get("response", {}).get("id", response_id)
-                if event["type"] == "response.output_text.delta":
-                    break  # and the connection closes here
-    assert response_id is not None
+    response_id = leave_after_first_delta(server, api_key, store=False)
     wait_until(lambda: fake.stats()["streams_aborted"] == 1)  # its worker was told, with no row to flag
     assert fake.stats()["streams_finished"] == 0
     assert environment.query("SELECT 1 FROM responses WHERE id = $1", response_id) == []

@@ -23,7 +23,7 @@ SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(40)), "del
 
 async def events_of(state: AppState, response_id: str) -> list[dict[str, object]]:
     async with state.engine.connect() as conn:
-        return await events_db.events_after(conn, response_id, -1, limit=100_000)
+        return [e.data() for e in await events_db.events_after(conn, response_id, -1, None)]
 
 
 async def status_of(state: AppState, response_id: str) -> str:
@@ -64,7 +64,7 @@ async def test_sequence_numbers_are_contiguous_and_identical_on_reread(
         assert first_read[-1]["type"] == "response.completed"
         assert await events_of(state, response_id) == first_read
         async with state.engine.connect() as conn:
-            tail = await events_db.events_after(conn, response_id, 5)
+            tail = [e.data() for e in await events_db.events_after(conn, response_id, 5, None)]
         assert tail == first_read[6:]
 
 
