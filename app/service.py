@@ -67,7 +67,8 @@ async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Acce
 async def enqueue(state: AppState, accepted: Accepted) -> None:
     """Hands the response to the workers (503 when the queue is down)."""
     ephemeral = None if accepted.persisted else {"record": asdict(accepted.record), "input": accepted.input_items}
-    await enqueue_generate(state.redis, accepted.record.id, state.settings.queue_name, ephemeral)
+    queue_name = state.catalog.queue_for(accepted.record.model, state.settings.queue_name)
+    await enqueue_generate(state.redis, accepted.record.id, queue_name, ephemeral)
 
 
 async def withdraw(state: AppState, accepted: Accepted) -> None:

@@ -132,6 +132,25 @@ max_output_tokens = 64
 id = "unreachable-model"
 runtime = "openai"
 base_url = "http://127.0.0.1:{free_port()}/v1"
+
+# Hosted by `worker --model hosted-vllm`, with tests/stand_in_vllm.py as the `vllm` executable.
+[[models]]
+id = "hosted-vllm"
+runtime = "vllm"
+model = "org/model-7b"
+tool_call_parser = "hermes"
+reasoning_parser = "qwen3"
+extra_args = ["--enable-prefix-caching"]
+context_window = 4096
+max_output_tokens = 64
+startup_timeout_seconds = 30
+
+# Hosted by `worker --model smollm2`: the embedded CPU model under llama.cpp's server.
+[[models]]
+id = "smollm2"
+runtime = "llamacpp"
+context_window = 2048
+max_output_tokens = 256
 """)
     environment = Environment(
         database_url=f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}",
@@ -163,9 +182,9 @@ def start_api(environment: Environment, port: int, **env: str) -> subprocess.Pop
     return process
 
 
-def start_worker(environment: Environment, **env: str) -> subprocess.Popen[bytes]:
+def start_worker(environment: Environment, *args: str, **env: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "worker"],
+        [sys.executable, "-m", "app.cli", "worker", *args],
         cwd=ROOT,
         env=environment.env(**{"RESPONSES_LEASE_SECONDS": "3", "RESPONSES_SHUTDOWN_GRACE_SECONDS": "2", **env}),
     )

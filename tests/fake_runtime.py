@@ -12,7 +12,8 @@ first line is `#fake {json}` scripts it instead:
     no_usage           send no usage chunk
 
 GET /_requests lists the request bodies it received; GET /_stats counts streams that clients
-closed early (an aborted generation); DELETE /_requests clears both.
+closed early (an aborted generation) and says the server's pid; DELETE /_requests clears both.
+GET /v1/models answers as a model server's health check does.
 
 Run: python -m tests.fake_runtime --port 9100
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -126,7 +128,11 @@ async def requests_log(request: Request) -> Response:
 
 
 async def stats_view(request: Request) -> Response:
-    return JSONResponse(stats)
+    return JSONResponse({**stats, "pid": os.getpid()})
+
+
+async def models(request: Request) -> Response:
+    return JSONResponse({"object": "list", "data": [{"id": "fake-upstream", "object": "model"}]})
 
 
 app = Starlette(
@@ -134,6 +140,7 @@ app = Starlette(
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/_requests", requests_log, methods=["GET", "DELETE"]),
         Route("/_stats", stats_view, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
     ]
 )
 

@@ -19,6 +19,7 @@ from app.settings import Settings
 from workers import reaper, retention
 from workers.event_log import EventWriter
 from workers.runtime import ChatRuntimeClient
+from workers.supervisor import RuntimeSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,8 @@ class WorkerDeps:
     redis: ArqRedis  # arq's own pool: the queue, pub/sub and keys
     writer: EventWriter
     runtime: ChatRuntimeClient
+    # The model server this worker started and keeps running (a `worker --model` only).
+    supervisor: RuntimeSupervisor | None = None
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     # Generations running in this process, by response id: what a stop signal cancels.
     running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
@@ -39,11 +42,14 @@ class WorkerDeps:
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
-    def open(cls, settings: Settings, redis: ArqRedis) -> WorkerDeps:
+    def open(
+        cls, settings: Settings, redis: ArqRedis, catalog: Catalog, supervisor: RuntimeSupervisor | None = None
+    ) -> WorkerDeps:
         engine = create_engine(settings)
         return cls(
             settings=settings,
-            catalog=Catalog.load(settings.models_path),
+            catalog=catalog,
+            supervisor=supervisor,
             engine=engine,
             redis=redis,
             writer=EventWriter(engine, redis),
@@ -65,6 +71,8 @@ class WorkerDeps:
         await self.writer.close()
         await self.runtime.aclose()
         await self.engine.dispose()
+        if self.supervisor is not None:  # last: generations have ended by now
+            await self.supervisor.stop()
 
     def stop_generation(self, response_id: str) -> None:
         task = self.running.get(response_id)
@@ -115,7 +123,7 @@ class WorkerDeps:
             try:
                 await reaper.reap_expired_leases(self.engine, self.redis)
                 await reaper.requeue_lost_jobs(
-                    self.engine, self.redis, self.settings.queue_name, self.settings.requeue_after_seconds
+                    self.engine, self.redis, self.catalog, self.settings.queue_name, self.settings.requeue_after_seconds
                 )
             except Exception:
                 log.warning("housekeeping failed; will retry", exc_info=True)

@@ -125,6 +125,8 @@ async def _stream(deps: WorkerDeps, generation: Generation, translator: StreamTr
     if generation.model is None:
         raise RuntimeFailure(f"model '{generation.record.model}' is not in this worker's catalog")
     body = chat_request(generation.record, generation.context, generation.model)
+    if deps.supervisor is not None:  # its model server may be restarting
+        await deps.supervisor.wait_healthy(deps.supervisor.startup_timeout)
     async for chunk in deps.runtime.stream(generation.model, body):
         events = translator.on_chunk(chunk)
         if events:

@@ -5,8 +5,8 @@
   of a worker's CPU. Jobs this worker runs are skipped outright; jobs found running elsewhere
   are skipped for a second.
 - arq only learns of a new job when it polls (on average half a poll interval late). The API
-  publishes each new job's id, and the worker starts that job the moment it hears it; polling
-  stays as the safety net.
+  publishes each new job's id, and the worker starts that job the moment it hears it (once its
+  startup, which may wait for a model server, is done); polling stays as the safety net.
 """
 
 from __future__ import annotations
@@ -29,6 +29,15 @@ class QueueWorker(Worker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._elsewhere: dict[bytes, float] = {}
+        self._started = asyncio.Event()
+        startup = self.on_startup
+
+        async def on_startup(ctx: dict[str, Any]) -> None:
+            if startup is not None:
+                await startup(ctx)
+            self._started.set()
+
+        self.on_startup = on_startup
 
     async def main(self) -> None:
         listener = asyncio.create_task(self._listen_for_wakeups(), name="wake-listener")
@@ -46,8 +55,7 @@ class QueueWorker(Worker):
             self._elsewhere.update({j: now + self.ELSEWHERE_SECONDS for j in fresh if j.decode() not in self.tasks})
 
     async def _listen_for_wakeups(self) -> None:
-        while self._pool is None:  # arq opens its pool at the start of main()
-            await asyncio.sleep(0.01)
+        await self._started.wait()
         while True:
             try:
                 async with self.pool.pubsub() as pubsub:

@@ -17,6 +17,7 @@ from arq.connections import ArqRedis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.catalog import Catalog
 from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.tables import responses
@@ -60,27 +61,24 @@ async def reap_expired_leases(engine: AsyncEngine, redis: ArqRedis) -> list[str]
 async def requeue_lost_jobs(
     engine: AsyncEngine,
     redis: ArqRedis,
-    queue_name: str,
+    catalog: Catalog,
+    base_queue: str,
     older_than_seconds: float,
 ) -> list[str]:
-    """Enqueues again the queued responses older than `older_than_seconds` (arq ignores the ones
-    it still has); returns the ids it handed to arq."""
+    """Enqueues again, on its model's queue, every queued response older than
+    `older_than_seconds` (arq ignores the ones it still has); returns the ids it handed to arq."""
     async with engine.connect() as conn:
-        ids = (
-            (
-                await conn.execute(
-                    select(responses.c.id)
-                    .where(
-                        responses.c.status == "queued",
-                        responses.c.created_at < responses_db.db_now(-older_than_seconds),
-                    )
-                    .order_by(responses.c.created_at)
-                    .limit(1000)
+        rows = (
+            await conn.execute(
+                select(responses.c.id, responses.c.model)
+                .where(
+                    responses.c.status == "queued",
+                    responses.c.created_at < responses_db.db_now(-older_than_seconds),
                 )
+                .order_by(responses.c.created_at)
+                .limit(1000)
             )
-            .scalars()
-            .all()
-        )
-    for response_id in ids:
-        await enqueue_generate(redis, response_id, queue_name)
-    return list(ids)
+        ).all()
+    for response_id, model in rows:
+        await enqueue_generate(redis, response_id, catalog.queue_for(model, base_queue))
+    return [response_id for response_id, _ in rows]

@@ -39,7 +39,8 @@ class ChatRuntimeClient:
 
     async def stream(self, model: ModelEntry, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """Yields the runtime's chunks as dicts; raises RuntimeFailure on any failure. Leaving the
-        iteration early (a stop) closes the connection, which aborts the generation upstream."""
+        iteration early (a stop) closes the connection, which aborts the generation upstream.
+        For a server that streams no usage, a usage chunk with the prompt's tokens comes last."""
         url = f"{(model.base_url or '').rstrip('/')}/chat/completions"
         headers = {}
         if model.api_key_env and os.environ.get(model.api_key_env):
@@ -52,11 +53,25 @@ class ChatRuntimeClient:
                 async for line in _lines(response.content):
                     chunk = _parse_line(line)
                     if chunk == "done":
-                        return
+                        break
                     if isinstance(chunk, dict):
                         yield chunk
+            if not model.streams_usage:
+                yield {"choices": [], "usage": {"prompt_tokens": await self._prompt_tokens(url, body, headers)}}
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise RuntimeFailure(f"model runtime unreachable or broke off: {exc!r}") from exc
+
+    async def _prompt_tokens(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> int:
+        """The prompt's length in tokens, as the server counts it after its chat template: a
+        one-token request for the same messages, which the server's prompt cache makes cheap."""
+        probe = {**body, "stream": False, "max_tokens": 1}
+        probe.pop("stream_options", None)
+        async with self._client().post(url, json=probe, headers=headers) as response:
+            if response.status >= 400:
+                raise RuntimeFailure(f"model runtime answered {response.status} to a usage probe")
+            answer = await response.json()
+        prompt_tokens: int = answer["usage"]["prompt_tokens"]
+        return prompt_tokens
 
 
 async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[str]:

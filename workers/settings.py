@@ -7,16 +7,23 @@ from typing import Any
 from arq.connections import RedisSettings
 from arq.worker import func
 
+from app.catalog import Catalog
 from app.queue import job_deserializer, job_serializer
 from app.redis_keys import GENERATE_JOB
 from app.settings import Settings
 from workers.deps import WorkerDeps
 from workers.generate import generate
+from workers.hosting import hosted_queue, start_model_server
 from workers.queue_worker import QueueWorker
 
 
 async def _startup(ctx: dict[str, Any]) -> None:
-    deps = WorkerDeps.open(ctx["settings"], ctx["redis"])
+    settings: Settings = ctx["settings"]
+    catalog = Catalog.load(settings.models_path)
+    supervisor = None
+    if ctx["hosted_model"] is not None:  # jobs wait in the queue until the model's server answers
+        catalog, supervisor = await start_model_server(catalog, ctx["hosted_model"])
+    deps = WorkerDeps.open(settings, ctx["redis"], catalog, supervisor)
     deps.start()
     ctx["deps"] = deps
 
@@ -26,15 +33,20 @@ async def _shutdown(ctx: dict[str, Any]) -> None:
         await ctx["deps"].close()
 
 
-def build_worker(settings: Settings, **overrides: Any) -> QueueWorker:
-    """A worker tuned for token latency (poll every 10 ms) and GPU batching (hundreds of jobs at once)."""
+def build_worker(settings: Settings, hosted_model: str | None = None, **overrides: Any) -> QueueWorker:
+    """A worker tuned for token latency (poll every 10 ms) and GPU batching (hundreds of jobs at
+    once). With `hosted_model` it starts that model's server and serves that model's queue;
+    without, it serves every model on an external server."""
+    queue_name = settings.queue_name
+    if hosted_model is not None:
+        queue_name = hosted_queue(Catalog.load(settings.models_path), hosted_model, settings.queue_name)
     options: dict[str, Any] = {
         "functions": [func(generate, name=GENERATE_JOB, max_tries=3)],
-        "queue_name": settings.queue_name,
+        "queue_name": queue_name,
         "redis_settings": RedisSettings.from_dsn(settings.redis_url),
         "on_startup": _startup,
         "on_shutdown": _shutdown,
-        "ctx": {"settings": settings},
+        "ctx": {"settings": settings, "hosted_model": hosted_model},
         "max_jobs": settings.worker_max_jobs,
         "poll_delay": settings.worker_poll_delay,
         "job_timeout": settings.job_timeout_seconds,

@@ -127,11 +127,12 @@ class StreamTranslator:
         return FINISH_TO_INCOMPLETE.get(self.finish_reason or "")
 
     def usage_object(self) -> dict[str, Any]:
-        """Usage as the runtime reported it; without a report, the content chunks are counted."""
+        """Usage as the runtime reported it; what it left out of its report is counted here (a
+        streaming server sends one token per content chunk)."""
         if not self.usage:
             return usage_object(0, self.content_chunks)
         prompt = self.usage.get("prompt_tokens") or 0
-        completion = self.usage.get("completion_tokens") or 0
+        completion = self.usage.get("completion_tokens", self.content_chunks)
         cached = (self.usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
         reasoning = (self.usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
         return usage_object(prompt, completion, cached, reasoning)

@@ -33,13 +33,12 @@ async def health(request: Request) -> JSONResponse:
 async def list_models(request: Request) -> JSONResponse:
     state: AppState = request.app.state.responses
     await authenticate(state, request)
-    entries = {entry.id: entry for entry in state.catalog.by_name.values()}
     return JSONResponse(
         {
             "object": "list",
             "data": [
                 {"id": model_id, "object": "model", "created": 0, "owned_by": "responses-server"}
-                for model_id in sorted(entries)
+                for model_id in sorted(entry.id for entry in state.catalog.entries)
             ],
         }
     )

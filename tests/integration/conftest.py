@@ -10,6 +10,7 @@ import pytest
 from arq.connections import ArqRedis, RedisSettings, create_pool
 
 from app import service
+from app.catalog import Catalog
 from app.db import accounts as accounts_db
 from app.queue import job_deserializer, job_serializer
 from app.state import AppState
@@ -45,7 +46,8 @@ async def open_worker(environment: Environment) -> AsyncIterator[OpenWorker]:
             job_serializer=job_serializer,
             job_deserializer=job_deserializer,
         )
-        deps = WorkerDeps.open(environment.settings(), redis)
+        settings = environment.settings()
+        deps = WorkerDeps.open(settings, redis, Catalog.load(settings.models_path))
         deps.start()
         opened.append((deps, redis))
         return deps

@@ -164,7 +164,7 @@ async def test_queued_responses_redis_lost_are_requeued_from_postgres(
             update(responses).where(responses.c.id == response_id).values(created_at=responses_db.db_now(-60))
         )
     queue = environment.queue_name + ":requeue-test"  # a queue no other worker of the session reads
-    requeued = await reaper.requeue_lost_jobs(state.engine, state.redis, queue, 10)
+    requeued = await reaper.requeue_lost_jobs(state.engine, state.redis, state.catalog, queue, 10)
     assert response_id in requeued
     from workers.settings import build_worker
 

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from app.catalog import ModelEntry
+from app.catalog import OpenAIModel
 from app.protocol.input_items import parse_input
 from app.protocol.response_object import ResponseRecord
 from workers.chat_request import chat_request
 
-MODEL = ModelEntry(id="m", runtime="openai", base_url="http://x/v1", upstream_model="up", max_output_tokens=100)
+MODEL = OpenAIModel(id="m", runtime="openai", base_url="http://x/v1", upstream_model="up", max_output_tokens=100)
 
 
 def record(instructions: str | None = None, **requested: Any) -> ResponseRecord:

@@ -1,0 +1,83 @@
+"""The embedded CPU model (SmolLM2-135M-Instruct under llama.cpp's server, started by a worker
+that hosts it) end to end through the openai SDK. Its texts differ slightly between llama.cpp
+builds, so these tests check structure and short facts, never long exact texts."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from tests.conftest import Environment, Server, start_worker
+
+
+@pytest.fixture(scope="module")
+def embedded(environment: Environment, server: Server, api_key: str) -> Iterator[openai.OpenAI]:
+    worker = start_worker(environment, "--model", "smollm2")
+    client = openai.OpenAI(base_url=server.base_url, api_key=api_key, max_retries=0, timeout=120)
+    try:
+        # Foreground requests wait in the model's queue until the worker's llama.cpp server is up.
+        client.responses.create(model="smollm2", input="Hi", max_output_tokens=16)
+        yield client
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+
+
+def test_a_chat_answers_sensibly_with_usage_counted_by_the_server(embedded: openai.OpenAI) -> None:
+    response = embedded.responses.create(
+        model="smollm2",
+        input="What is the capital city of France? Answer with one word.",
+        temperature=0,
+        max_output_tokens=40,
+    )
+    assert response.status in ("completed", "incomplete")
+    assert "paris" in response.output_text.lower()
+    usage = response.usage
+    assert usage is not None
+    # llama.cpp sends no usage when streaming; the worker asks it for the templated prompt's length.
+    assert usage.input_tokens > 12  # the question's tokens and the chat template's
+    assert 0 < usage.output_tokens <= 40
+    assert usage.total_tokens == usage.input_tokens + usage.output_tokens
+
+
+def test_a_stream_adds_up_to_the_stored_answer(embedded: openai.OpenAI) -> None:
+    with embedded.responses.stream(
+        model="smollm2", input="Count from one to five.", temperature=0, max_output_tokens=30
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas and deltas == final.output_text
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type in ("response.completed", "response.incomplete")
+    assert embedded.responses.retrieve(final.id).output_text == deltas
+
+
+def test_the_token_limit_cuts_the_answer_as_incomplete(embedded: openai.OpenAI) -> None:
+    response = embedded.responses.create(
+        model="smollm2", input="Write a long story about a dragon.", max_output_tokens=16
+    )
+    assert response.status == "incomplete"
+    assert response.incomplete_details is not None and response.incomplete_details.reason == "max_output_tokens"
+    assert response.usage is not None and response.usage.output_tokens == 16
+
+
+def test_a_chain_gives_the_model_the_earlier_turns(embedded: openai.OpenAI) -> None:
+    first = embedded.responses.create(
+        model="smollm2", input="My name is Ada. Say hello to me.", temperature=0, max_output_tokens=20
+    )
+    second = embedded.responses.create(
+        model="smollm2", input="What is my name?", previous_response_id=first.id, temperature=0, max_output_tokens=20
+    )
+    assert first.usage is not None and second.usage is not None
+    # The second prompt holds the first turn's input and answer, then the new question.
+    assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
+    assert second.output_text
+    items = list(embedded.responses.input_items.list(second.id, order="asc"))
+    assert [i.type for i in items] == ["message", "message", "message"]

