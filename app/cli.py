@@ -19,7 +19,18 @@ def main(argv: list[str] | None = None) -> None:
     api.add_argument("--host", default="127.0.0.1")
     api.add_argument("--port", type=int, default=8000)
     api.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
-    commands.add_parser("worker", help="run a generation worker (arq)")
+    worker = commands.add_parser("worker", help="run a generation worker (arq)")
+    worker.add_argument(
+        "--model",
+        help="host this catalog model (runtime vllm or llamacpp): start its server and take its jobs; "
+        "without it, the worker serves every model of runtime openai",
+    )
+    dev = commands.add_parser(
+        "dev", help="run everything locally: embedded PostgreSQL, Valkey and CPU model, migrations, API, workers"
+    )
+    dev.add_argument("--data", type=Path, default=Path("~/.responses-server"), help="data folder (%(default)s)")
+    dev.add_argument("--host", default="127.0.0.1")
+    dev.add_argument("--port", type=int, default=8000)
     keys = commands.add_parser("keys", help="manage API keys").add_subparsers(dest="keys_command", required=True)
     create = keys.add_parser("create", help="create a key (and its account if new); prints the key last")
     create.add_argument("--account", required=True)
@@ -30,13 +41,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per runtime request is noise
+    if args.command == "dev":
+        from app import local_stack
+
+        sys.exit(local_stack.run(args.data, args.host, args.port))
     settings = Settings()
     if args.command == "migrate":
         migrate(settings)
     elif args.command == "api":
         _serve_api(args.host, args.port, args.workers)
     elif args.command == "worker":
-        _run_worker(settings)
+        _run_worker(settings, args.model)
     else:
         sys.exit(asyncio.run(_keys(settings, args)))
 
@@ -61,14 +76,18 @@ def _serve_api(host: str, port: int, workers: int) -> None:
     )
 
 
-def _run_worker(settings: Settings) -> None:
+def _run_worker(settings: Settings, hosted_model: str | None) -> None:
     import uvloop
 
+    from app.catalog import CatalogError
+    from workers.launch import LaunchError
     from workers.settings import build_worker
 
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-
-    build_worker(settings).run()
+    try:
+        build_worker(settings, hosted_model).run()
+    except (CatalogError, LaunchError) as exc:
+        sys.exit(f"responses-server worker: {exc}")
 
 
 async def _keys(settings: Settings, args: argparse.Namespace) -> int:

