@@ -34,6 +34,12 @@ class ModelEntry(BaseModel):
     api_key_env: str | None = None
     context_window: int = Field(8192, gt=0)
     max_output_tokens: int = Field(4096, gt=0)
+    # A request that fails before its first token (unreachable, 5xx, 429, dropped) is retried this
+    # many times; after the first token nothing is retried (the client has seen output).
+    max_retries: int = Field(2, ge=0)
+    # Towards the model server; the RESPONSES_RUNTIME_*_TIMEOUT settings when unset.
+    connect_timeout_seconds: float | None = Field(None, gt=0)
+    read_timeout_seconds: float | None = Field(None, gt=0)
 
     @property
     def served_name(self) -> str:

@@ -1,5 +1,6 @@
-"""The system under benchmark: its own database, the fake runtime, one API and one worker, each a
-process of its own, torn down afterwards. Shared by the benchmark scripts."""
+"""The system under benchmark: its own database, the fake runtime (or a model catalog of the
+caller's), one API and one worker, each a process of its own, torn down afterwards. Shared by
+the benchmark scripts."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tests.conftest import PG_ADMIN_URL, free_port, wait_for_http  # noqa: E402
 
 @dataclass(frozen=True)
 class Stack:
-    runtime_url: str
+    runtime_url: str  # the fake runtime's; empty with a caller's catalog
     api_url: str
     key: str
     database_url: str
@@ -42,13 +43,21 @@ async def admin(statement: str) -> None:
 
 
 @asynccontextmanager
-async def running_stack(max_output_tokens: int = 4096, **env_overrides: str) -> AsyncIterator[Stack]:
+async def running_stack(
+    max_output_tokens: int = 4096,
+    models_toml: str | None = None,
+    worker_args: tuple[str, ...] = (),
+    **env_overrides: str,
+) -> AsyncIterator[Stack]:
+    """Without `models_toml`, the catalog is the fake runtime as model "fake"; with it, that catalog
+    (and `worker_args`, say `--model ID` for a model the worker hosts)."""
     name = f"rs_bench_{os.getpid()}"
     await admin(f'CREATE DATABASE "{name}"')
     runtime_port, api_port = free_port(), free_port()
     catalog = Path(tempfile.mkdtemp()) / "models.toml"
     catalog.write_text(
-        f'[[models]]\nid = "fake"\nruntime = "openai"\nbase_url = "http://127.0.0.1:{runtime_port}/v1"\n'
+        models_toml
+        or f'[[models]]\nid = "fake"\nruntime = "openai"\nbase_url = "http://127.0.0.1:{runtime_port}/v1"\n'
         f"max_output_tokens = {max_output_tokens}\n"
     )
     database_url = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
@@ -62,8 +71,13 @@ async def running_stack(max_output_tokens: int = 4096, **env_overrides: str) -> 
     }
     cli = [sys.executable, "-m", "app.cli"]
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": ROOT, "env": env}
-    runtime = subprocess.Popen([sys.executable, "-m", "tests.fake_runtime", "--port", str(runtime_port)], **quiet)  # type: ignore[call-overload]
-    processes = [runtime]
+    processes: list[subprocess.Popen[bytes]] = []
+    pids: dict[str, int] = {}
+    if models_toml is None:
+        runtime = subprocess.Popen([sys.executable, "-m", "tests.fake_runtime", "--port", str(runtime_port)], **quiet)  # type: ignore[call-overload]
+        processes.append(runtime)
+        pids["fake_runtime"] = runtime.pid
+        wait_for_http(f"http://127.0.0.1:{runtime_port}/_stats")
     try:
         subprocess.run([*cli, "migrate"], check=True, **quiet)  # type: ignore[call-overload]
         created = subprocess.run(
@@ -75,16 +89,15 @@ async def running_stack(max_output_tokens: int = 4096, **env_overrides: str) -> 
             env=env,
         )
         api = subprocess.Popen([*cli, "api", "--port", str(api_port)], **quiet)  # type: ignore[call-overload]
-        worker = subprocess.Popen([*cli, "worker"], **quiet)  # type: ignore[call-overload]
+        worker = subprocess.Popen([*cli, "worker", *worker_args], **quiet)  # type: ignore[call-overload]
         processes += [api, worker]
-        wait_for_http(f"http://127.0.0.1:{runtime_port}/_stats")
         wait_for_http(f"http://127.0.0.1:{api_port}/health")
         yield Stack(
-            runtime_url=f"http://127.0.0.1:{runtime_port}",
+            runtime_url="" if models_toml else f"http://127.0.0.1:{runtime_port}",
             api_url=f"http://127.0.0.1:{api_port}/v1",
             key=created.stdout.strip().splitlines()[-1],
             database_url=database_url,
-            pids={"fake_runtime": runtime.pid, "api": api.pid, "worker": worker.pid},
+            pids={**pids, "api": api.pid, "worker": worker.pid},
         )
     finally:
         for process in reversed(processes):

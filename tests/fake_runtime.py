@@ -7,6 +7,7 @@ first line is `#fake {json}` scripts it instead:
     delay, first_delay seconds between chunks / before the first one
     finish_reason      what the last chunk says (default "stop"; "length" when max_tokens cuts)
     status             answer this HTTP status with an error body instead of streaming
+    fail_times         ... only for the first this many requests with the same script
     error_after        send an in-stream error after this many chunks
     break_after        drop the connection after this many chunks
     no_usage           send no usage chunk
@@ -35,6 +36,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 received: list[dict[str, Any]] = []
+failures: dict[str, int] = {}  # requests seen per script, for fail_times
 stats: dict[str, float] = {"streams_started": 0, "streams_finished": 0, "streams_aborted": 0, "last_abort_at": 0.0}
 
 
@@ -70,7 +72,9 @@ async def chat_completions(request: Request) -> Response:
     body = await request.json()
     received.append(body)
     script = _script(body)
-    if "status" in script:
+    key = json.dumps(script, sort_keys=True)
+    failures[key] = failures.get(key, 0) + 1
+    if "status" in script and failures[key] <= script.get("fail_times", failures[key]):
         return JSONResponse(
             {"error": {"message": "scripted failure", "type": "server_error"}}, status_code=script["status"]
         )
@@ -121,6 +125,7 @@ async def _stream(
 async def requests_log(request: Request) -> Response:
     if request.method == "DELETE":
         received.clear()
+        failures.clear()
         for key in stats:
             stats[key] = 0
         return JSONResponse({})

@@ -77,6 +77,10 @@ def llamacpp_command(model: LlamaCppModel, port: int) -> list[str]:
         str(model.context_window),
         "--verbose",  # per-request timings on stderr would drown the worker's own log
         "False",
+        # By default a new request interrupts the one being generated (a chat UI's habit); the
+        # worker sends many at once, and they must queue instead.
+        "--interrupt_requests",
+        "False",
     ]
     if model.threads:
         command += ["--n_threads", str(model.threads)]

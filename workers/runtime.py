@@ -6,7 +6,9 @@ is how a generation is aborted: the server frees the sequence when the connectio
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,9 +17,20 @@ import aiohttp
 
 from app.catalog import ModelEntry
 
+log = logging.getLogger(__name__)
+
 
 class RuntimeFailure(Exception):
     """The runtime refused, broke off or could not be reached; the message says which."""
+
+    def __init__(self, message: str, retryable: bool = False) -> None:
+        super().__init__(message)
+        # Whether asking again may succeed: the server was unreachable, busy or broke off, as
+        # opposed to refusing this request.
+        self.retryable = retryable
+
+
+RETRY_BACKOFF_SECONDS = 0.25  # then doubled per attempt
 
 
 class ChatRuntimeClient:
@@ -25,7 +38,8 @@ class ChatRuntimeClient:
     the worker's hottest loop, and aiohttp's C parser costs about half the CPU per chunk."""
 
     def __init__(self, connect_timeout: float, read_timeout: float) -> None:
-        self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_read=read_timeout)
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
         self._session: aiohttp.ClientSession | None = None
 
     async def aclose(self) -> None:
@@ -34,22 +48,49 @@ class ChatRuntimeClient:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout, connector=aiohttp.TCPConnector(limit=0))
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         return self._session
 
+    def _timeout(self, model: ModelEntry) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(
+            total=None,
+            connect=model.connect_timeout_seconds or self._connect_timeout,
+            sock_read=model.read_timeout_seconds or self._read_timeout,
+        )
+
     async def stream(self, model: ModelEntry, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """Yields the runtime's chunks as dicts; raises RuntimeFailure on any failure. Leaving the
-        iteration early (a stop) closes the connection, which aborts the generation upstream.
-        For a server that streams no usage, a usage chunk with the prompt's tokens comes last."""
+        """Yields the runtime's chunks as dicts; raises RuntimeFailure on any failure. A failure
+        before the first token is retried (model.max_retries); after it, it ends the generation.
+        Leaving the iteration early (a stop) closes the connection, which aborts the generation
+        upstream. For a server that streams no usage, a usage chunk with the prompt's tokens comes last."""
         url = f"{(model.base_url or '').rstrip('/')}/chat/completions"
         headers = {}
         if model.api_key_env and os.environ.get(model.api_key_env):
             headers["Authorization"] = f"Bearer {os.environ[model.api_key_env]}"
+        for attempt in range(model.max_retries + 1):
+            produced = False
+            try:
+                async for chunk in self._attempt(model, url, body, headers):
+                    produced = produced or _carries_output(chunk)
+                    yield chunk
+                return
+            except RuntimeFailure as failure:
+                if produced or not failure.retryable or attempt == model.max_retries:
+                    raise
+                log.warning("model %s: %s; retrying (%d of %d)", model.id, failure, attempt + 1, model.max_retries)
+            await asyncio.sleep(RETRY_BACKOFF_SECONDS * 2**attempt)
+
+    async def _attempt(
+        self, model: ModelEntry, url: str, body: dict[str, Any], headers: dict[str, str]
+    ) -> AsyncIterator[dict[str, Any]]:
         try:
-            async with self._client().post(url, json=body, headers=headers) as response:
+            async with self._client().post(url, json=body, headers=headers, timeout=self._timeout(model)) as response:
                 if response.status >= 400:
                     detail = (await response.read()).decode(errors="replace")[:500]
-                    raise RuntimeFailure(f"model runtime answered {response.status}: {detail}")
+                    raise RuntimeFailure(
+                        f"model runtime answered {response.status}: {detail}",
+                        retryable=response.status >= 500 or response.status == 429,
+                    )
                 async for line in _lines(response.content):
                     chunk = _parse_line(line)
                     if chunk == "done":
@@ -57,21 +98,30 @@ class ChatRuntimeClient:
                     if isinstance(chunk, dict):
                         yield chunk
             if not model.streams_usage:
-                yield {"choices": [], "usage": {"prompt_tokens": await self._prompt_tokens(url, body, headers)}}
+                usage = {"prompt_tokens": await self._prompt_tokens(model, url, body, headers)}
+                yield {"choices": [], "usage": usage}
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise RuntimeFailure(f"model runtime unreachable or broke off: {exc!r}") from exc
+            raise RuntimeFailure(f"model runtime unreachable or broke off: {exc!r}", retryable=True) from exc
 
-    async def _prompt_tokens(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> int:
+    async def _prompt_tokens(self, model: ModelEntry, url: str, body: dict[str, Any], headers: dict[str, str]) -> int:
         """The prompt's length in tokens, as the server counts it after its chat template: a
         one-token request for the same messages, which the server's prompt cache makes cheap."""
         probe = {**body, "stream": False, "max_tokens": 1}
         probe.pop("stream_options", None)
-        async with self._client().post(url, json=probe, headers=headers) as response:
+        async with self._client().post(url, json=probe, headers=headers, timeout=self._timeout(model)) as response:
             if response.status >= 400:
                 raise RuntimeFailure(f"model runtime answered {response.status} to a usage probe")
             answer = await response.json()
         prompt_tokens: int = answer["usage"]["prompt_tokens"]
         return prompt_tokens
+
+
+def _carries_output(chunk: dict[str, Any]) -> bool:
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") or {}
+        if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls"):
+            return True
+    return False
 
 
 async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[str]:

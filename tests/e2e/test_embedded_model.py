@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
@@ -57,6 +58,18 @@ def test_a_stream_adds_up_to_the_stored_answer(embedded: openai.OpenAI) -> None:
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert events[-1].type in ("response.completed", "response.incomplete")
     assert embedded.responses.retrieve(final.id).output_text == deltas
+
+
+def test_concurrent_responses_all_complete(embedded: openai.OpenAI) -> None:
+    # llama.cpp's server generates one answer at a time; the others wait their turn, none is dropped.
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(
+            pool.map(
+                lambda n: embedded.responses.create(model="smollm2", input=f"Count to {n}.", max_output_tokens=16),
+                range(3, 7),
+            )
+        )
+    assert all(a.status in ("completed", "incomplete") and a.output_text for a in answers)
 
 
 def test_the_token_limit_cuts_the_answer_as_incomplete(embedded: openai.OpenAI) -> None:

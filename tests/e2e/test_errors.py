@@ -180,3 +180,24 @@ def test_mid_stream_failure_keeps_the_partial_output(script: str, client: openai
     assert failed.status == "failed"
     assert failed.output_text == "a b"
     assert failed.output[0].status == "incomplete"
+    assert len(fake.requests()) == 1  # after the first token nothing is retried
+
+
+def test_a_runtime_that_fails_before_the_first_token_is_asked_again(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    response = client.responses.create(model="fake", input='#fake {"status": 503, "fail_times": 1, "text": "ok"}')
+    assert response.status == "completed" and response.output_text == "ok"
+    assert len(fake.requests()) == 2
+
+
+def test_a_connection_dropped_before_the_first_token_is_retried_then_fails(
+    client: openai.OpenAI, fake: FakeRuntime
+) -> None:
+    events = list(client.responses.create(model="fake", input='#fake {"text": "a b", "break_after": 0}', stream=True))
+    assert [e.type for e in events] == ["response.created", "response.in_progress", "response.failed"]
+    assert len(fake.requests()) == 3  # the first try and max_retries (2) more
+
+
+def test_a_runtime_that_refuses_the_request_is_not_asked_again(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    events = list(client.responses.create(model="fake", input='#fake {"status": 400}', stream=True))
+    assert events[-1].type == "response.failed" and "400" in events[-1].response.error.message
+    assert len(fake.requests()) == 1

@@ -84,3 +84,8 @@ def test_a_worker_points_its_hosted_model_at_its_server(tmp_path: Path) -> None:
 def test_a_bad_catalog_is_refused_with_the_reason(tmp_path: Path, text: str, complaint: str) -> None:
     with pytest.raises(CatalogError, match=complaint):
         load(tmp_path, text)
+
+
+def test_the_example_catalog_in_the_repository_is_valid() -> None:
+    catalog = Catalog.load(Path(__file__).parents[2] / "models.example.toml")
+    assert {entry.runtime for entry in catalog.entries} == {"openai", "vllm", "llamacpp"}

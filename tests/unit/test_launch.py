@@ -56,6 +56,7 @@ def test_llamacpp_runs_the_embedded_model_by_default() -> None:
     assert command[command.index("--n_threads") + 1] == "2"
     assert command[command.index("--port") + 1] == "9"
     assert command[command.index("--verbose") + 1] == "False"
+    assert command[command.index("--interrupt_requests") + 1] == "False"
 
 
 def test_llamacpp_refuses_a_model_file_that_is_not_there(tmp_path: Path) -> None:

@@ -1,0 +1,168 @@
+"""A real model through the whole path vs. the same model server directly, in one run.
+
+The worker starts the model's server (llama.cpp for the embedded CPU model, or vLLM on a GPU
+host) on a known port; each concurrency level streams the same prompt (temperature 0, so both
+paths generate the same tokens) (a) through `POST /v1/responses` and (b) straight from that
+server's `/v1/chat/completions`, and reports TTFT p50/p99, output tokens/s and their ratios.
+
+    python bench/runtime_benchmark.py                         # embedded SmolLM2 under llama.cpp (CPU)
+    python bench/runtime_benchmark.py --runtime vllm --model Qwen/Qwen3-8B --levels 1 32 256
+
+The vLLM form is for a GPU host with vLLM installed and the weights at hand (`pip install
+'.[gpu]'`); it needs Postgres and Redis as the tests do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.stack import running_stack  # noqa: E402
+from tests.conftest import free_port  # noqa: E402
+
+PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+
+
+def catalog(args: argparse.Namespace, port: int) -> str:
+    common = f'id = "bench-model"\nport = {port}\nmax_output_tokens = {args.tokens}\n'
+    if args.runtime == "llamacpp":
+        return f'[[models]]\nruntime = "llamacpp"\ncontext_window = 2048\n{common}'
+    return (
+        f'[[models]]\nruntime = "vllm"\nmodel = "{args.model}"\ntensor_parallel_size = {args.tensor_parallel_size}\n'
+        f"context_window = {args.context_window}\n{common}"
+    )
+
+
+async def wait_for_server(url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            try:
+                async with http.get(url) as answer:
+                    if answer.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.5)
+    raise TimeoutError(f"{url} did not come up in {timeout} s")
+
+
+async def through_responses(http: aiohttp.ClientSession, url: str, key: str, tokens: int) -> tuple[float, int]:
+    """TTFT and output tokens (from the terminal event's usage) of one streamed response."""
+    body = {"model": "bench-model", "input": PROMPT, "stream": True, "temperature": 0, "max_output_tokens": tokens}
+    start, first, used = time.perf_counter(), 0.0, 0
+    async with http.post(f"{url}/responses", json=body, headers={"Authorization": f"Bearer {key}"}) as answer:
+        answer.raise_for_status()
+        async for line in answer.content:
+            if not first and b"response.output_text.delta" in line:
+                first = time.perf_counter()
+            elif line.startswith(b"data: ") and (b'"response.completed"' in line or b'"response.incomplete"' in line):
+                used = json.loads(line[6:])["response"]["usage"]["output_tokens"]
+    return first - start, used
+
+
+async def direct(http: aiohttp.ClientSession, url: str, tokens: int) -> tuple[float, int]:
+    """TTFT and output tokens of the same request straight to the model server (its usage chunk
+    where it sends one, else its content chunks: one token each)."""
+    body = {
+        "model": "bench-model",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0,
+        "max_tokens": tokens,
+    }
+    start, first, chunks, used = time.perf_counter(), 0.0, 0, None
+    async with http.post(f"{url}/chat/completions", json=body) as answer:
+        answer.raise_for_status()
+        async for line in answer.content:
+            if not line.startswith(b"data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                used = chunk["usage"]["completion_tokens"]
+            for choice in chunk.get("choices") or []:
+                if (choice.get("delta") or {}).get("content"):
+                    chunks += 1
+                    first = first or time.perf_counter()
+    return first - start, used if used is not None else chunks
+
+
+async def level(concurrency: int, rounds: int, one: object) -> dict[str, float]:
+    ttfts: list[float] = []
+    produced = 0
+
+    async def slot() -> None:
+        nonlocal produced
+        for _ in range(rounds):
+            ttft, tokens = await one()  # type: ignore[operator]
+            ttfts.append(ttft)
+            produced += tokens
+
+    start = time.perf_counter()
+    await asyncio.gather(*(slot() for _ in range(concurrency)))
+    seconds = time.perf_counter() - start
+    ordered = sorted(ttfts)
+    return {
+        "ttft_p50_ms": 1000 * statistics.median(ordered),
+        "ttft_p99_ms": 1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+        "tokens_per_s": produced / seconds,
+        "output_tokens": produced,
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runtime", choices=["llamacpp", "vllm"], default="llamacpp")
+    parser.add_argument("--model", help="for vllm: a Hugging Face name or a local path")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--context-window", type=int, default=8192)
+    parser.add_argument("--levels", type=int, nargs="+")
+    parser.add_argument("--tokens", type=int, default=128, help="output tokens per answer")
+    parser.add_argument("--rounds", type=int, default=3, help="answers each concurrent slot streams, back to back")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if args.runtime == "vllm" and not args.model:
+        parser.error("--runtime vllm needs --model")
+    levels = args.levels or ([1, 4] if args.runtime == "llamacpp" else [1, 32, 256])
+
+    port = free_port()
+    server_url = f"http://127.0.0.1:{port}/v1"
+    async with running_stack(models_toml=catalog(args, port), worker_args=("--model", "bench-model")) as stack:
+        await wait_for_server(f"{server_url}/models", 1800)
+        timeout = aiohttp.ClientTimeout(total=1800)
+        async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as http:
+            ours = lambda: through_responses(http, stack.api_url, stack.key, args.tokens)  # noqa: E731
+            theirs = lambda: direct(http, server_url, args.tokens)  # noqa: E731
+            await level(1, 1, ours)  # warm up both paths
+            await level(1, 1, theirs)
+            results = []
+            for concurrency in levels:
+                base = await level(concurrency, args.rounds, theirs)
+                full = await level(concurrency, args.rounds, ours)
+                row = {
+                    "runtime": args.runtime,
+                    "streams": concurrency,
+                    "direct": base,
+                    "responses_server": full,
+                    "ttft_p50_overhead_ms": full["ttft_p50_ms"] - base["ttft_p50_ms"],
+                    "throughput_ratio": full["tokens_per_s"] / base["tokens_per_s"],
+                }
+                results.append(row)
+                print(json.dumps(row), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
