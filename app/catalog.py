@@ -40,6 +40,10 @@ class ModelEntry(BaseModel):
     # Towards the model server; the RESPONSES_RUNTIME_*_TIMEOUT settings when unset.
     connect_timeout_seconds: float | None = Field(None, gt=0)
     read_timeout_seconds: float | None = Field(None, gt=0)
+    # How the server takes a JSON schema for structured output: OpenAI's `response_format`
+    # json_schema (vLLM, SGLang), llama.cpp's `{"type": "json_object", "schema": …}`, or not at
+    # all (text.format json_object / json_schema is then a 400).
+    structured_output: Literal["json_schema", "json_object_schema", "none"] = "json_schema"
 
     @property
     def served_name(self) -> str:
@@ -97,6 +101,8 @@ class LlamaCppModel(SupervisedModel):
     model_path: Path | None = None
     threads: int | None = Field(None, gt=0)
     startup_timeout_seconds: float = Field(120.0, gt=0)
+    # Its server answers json_schema with a 500 but enforces a schema given this way.
+    structured_output: Literal["json_schema", "json_object_schema", "none"] = "json_object_schema"
 
     @property
     def streams_usage(self) -> bool:

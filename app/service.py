@@ -20,6 +20,7 @@ from app.ids import new_id
 from app.protocol.accumulate import output_so_far
 from app.protocol.create_request import ValidatedCreate, echoed_settings, parse_create_request
 from app.protocol.lifecycle import lifecycle_event, terminal_event
+from app.protocol.model_fit import check_fit
 from app.protocol.response_object import ResponseRecord
 from app.queue import enqueue_generate, signal_stop
 from app.state import AppState
@@ -45,6 +46,7 @@ class Accepted:
 async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Accepted:
     create = parse_create_request(body)
     model = state.catalog.resolve(create.request.model)
+    check_fit(create, model)
     record = _new_record(create, model.id)
     input_items = [items_db.with_new_id(item) for item in create.input_items]
     accepted = Accepted(record, input_items)
@@ -81,7 +83,7 @@ async def withdraw(state: AppState, accepted: Accepted) -> None:
 
 def _new_record(create: ValidatedCreate, model_id: str) -> ResponseRecord:
     request = create.request
-    settings = echoed_settings(request, request.max_output_tokens)
+    settings = echoed_settings(create, request.max_output_tokens)
     # What the client actually set, for the runtime request (defaults stay the runtime's).
     settings["requested"] = {
         "temperature": request.temperature,

@@ -128,6 +128,13 @@ upstream_model = "fake-upstream"
 context_window = 4096
 max_output_tokens = 64
 
+# A server that cannot constrain its output to a schema.
+[[models]]
+id = "plain-model"
+runtime = "openai"
+base_url = "{fake_runtime_url}/v1"
+structured_output = "none"
+
 [[models]]
 id = "unreachable-model"
 runtime = "openai"

@@ -38,4 +38,20 @@ def chat_request(record: ResponseRecord, context: list[Item], model: ModelEntry)
         body["temperature"] = requested["temperature"]
     if requested.get("top_p") is not None:
         body["top_p"] = requested["top_p"] or TOP_P_ZERO
+    response_format = _response_format(record.settings["text"]["format"], model)
+    if response_format is not None:
+        body["response_format"] = response_format
     return body
+
+
+def _response_format(text_format: dict[str, Any], model: ModelEntry) -> dict[str, Any] | None:
+    if text_format["type"] == "json_object":
+        return {"type": "json_object"}
+    if text_format["type"] != "json_schema":
+        return None
+    if model.structured_output == "json_object_schema":
+        return {"type": "json_object", "schema": text_format["schema"]}
+    json_schema = {"name": text_format["name"], "schema": text_format["schema"], "strict": text_format["strict"]}
+    if text_format.get("description"):
+        json_schema["description"] = text_format["description"]
+    return {"type": "json_schema", "json_schema": json_schema}

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app import errors
 from app.protocol.input_items import Item, parse_input
+from app.protocol.text_format import parse_text_format
 from app.protocol.validation import validate
 
 INCLUDABLE = {
@@ -31,16 +32,10 @@ class StreamOptions(BaseModel):
     include_obfuscation: bool | None = None
 
 
-class TextFormat(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    type: Literal["text", "json_object", "json_schema"]
-
-
 class TextOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    format: TextFormat | None = None
+    format: dict[str, Any] | None = None  # checked by text_format.parse_text_format
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
@@ -102,6 +97,7 @@ class ValidatedCreate(BaseModel):
 
     request: CreateResponseRequest
     input_items: list[Item]
+    text_format: dict[str, Any]
 
     @property
     def store(self) -> bool:
@@ -123,7 +119,8 @@ def parse_create_request(body: dict[str, Any]) -> ValidatedCreate:
     body = {key: value for key, value in body.items() if key not in UNSUPPORTED}  # their nulls mean absent
     request = validate(CreateResponseRequest, body)
     _reject_unserved_values(request)
-    return ValidatedCreate(request=request, input_items=parse_input(request.input))
+    text_format = parse_text_format(request.text.format if request.text else None)
+    return ValidatedCreate(request=request, input_items=parse_input(request.input), text_format=text_format)
 
 
 def _reject_unserved_values(request: CreateResponseRequest) -> None:
@@ -134,8 +131,6 @@ def _reject_unserved_values(request: CreateResponseRequest) -> None:
         raise errors.UnsupportedParameter("tool_choice", "a tool_choice other than 'auto' or 'none'")
     if request.truncation == "auto":
         raise errors.UnsupportedParameter("truncation", "truncation 'auto'")
-    if request.text and request.text.format and request.text.format.type != "text":
-        raise errors.UnsupportedParameter("text.format.type", f"text.format '{request.text.format.type}'")
     if request.reasoning and request.reasoning.effort not in (None, "none"):
         raise errors.UnsupportedParameter("reasoning.effort", f"reasoning effort '{request.reasoning.effort}'")
     if request.top_logprobs:
@@ -149,8 +144,9 @@ def _reject_unserved_values(request: CreateResponseRequest) -> None:
             raise errors.UnsupportedParameter(f"include[{index}]", "logprobs")
 
 
-def echoed_settings(request: CreateResponseRequest, max_output_tokens: int | None) -> dict[str, Any]:
+def echoed_settings(create: ValidatedCreate, max_output_tokens: int | None) -> dict[str, Any]:
     """The request settings a Response object echoes, with OpenAI's defaults filled in."""
+    request = create.request
     text = request.text or TextOptions()
     return {
         "frequency_penalty": 0.0,
@@ -168,7 +164,7 @@ def echoed_settings(request: CreateResponseRequest, max_output_tokens: int | Non
         "service_tier": request.service_tier or "auto",
         "temperature": 1.0 if request.temperature is None else request.temperature,
         "text": {
-            "format": text.format.model_dump() if text.format else {"type": "text"},
+            "format": create.text_format,
             "verbosity": text.verbosity or "medium",
         },
         "tool_choice": request.tool_choice or "auto",

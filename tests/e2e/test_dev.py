@@ -63,7 +63,8 @@ class Dev:
 
 def readme_example() -> str:
     readme = (ROOT / "README.md").read_text()
-    return re.findall(r"```python\n(.*?)```", readme, re.S)[0]
+    example: str = re.findall(r"```python\n(.*?)```", readme, re.S)[0]
+    return example
 
 
 def running(pid: int) -> bool:

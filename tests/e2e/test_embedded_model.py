@@ -4,10 +4,12 @@ builds, so these tests check structure and short facts, never long exact texts."
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+import jsonschema
 import openai
 import pytest
 
@@ -70,6 +72,25 @@ def test_concurrent_responses_all_complete(embedded: openai.OpenAI) -> None:
             )
         )
     assert all(a.status in ("completed", "incomplete") and a.output_text for a in answers)
+
+
+def test_a_json_schema_answer_is_valid_json_of_that_schema(embedded: openai.OpenAI) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 40}, "country": {"type": "string", "maxLength": 40}},
+        "required": ["city", "country"],
+        "additionalProperties": False,
+    }
+    response = embedded.responses.create(
+        model="smollm2",
+        instructions="Answer in JSON.",
+        input="Name a famous city and its country.",
+        text={"format": {"type": "json_schema", "name": "place", "schema": schema, "strict": True}},
+        temperature=0,
+        max_output_tokens=100,
+    )
+    assert response.status == "completed"
+    jsonschema.validate(json.loads(response.output_text), schema)  # llama.cpp's grammar held it to the schema
 
 
 def test_the_token_limit_cuts_the_answer_as_incomplete(embedded: openai.OpenAI) -> None:

@@ -55,10 +55,27 @@ BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
     ({"model": "fake", "input": "x", "tools": [{"type": "web_search"}]}, 400, "tools[0].type", "unsupported_parameter"),
     ({"model": "fake", "input": "x", "truncation": "auto"}, 400, "truncation", "unsupported_parameter"),
     (
-        {"model": "fake", "input": "x", "text": {"format": {"type": "json_object"}}},
+        {"model": "fake", "input": "x", "text": {"format": {"type": "json_schema", "schema": {"type": "object"}}}},
+        400,
+        "text.format.name",
+        "missing_required_parameter",
+    ),
+    (
+        {
+            "model": "fake",
+            "input": "x",
+            "text": {"format": {"type": "json_schema", "name": "a", "schema": {"type": 7}}},
+        },
+        400,
+        "text.format.schema",
+        "invalid_json_schema",
+    ),
+    ({"model": "fake", "input": "x", "text": {"format": {"type": "xml"}}}, 400, "text.format.type", "invalid_value"),
+    (
+        {"model": "plain-model", "input": "x", "text": {"format": {"type": "json_object"}}},
         400,
         "text.format.type",
-        "unsupported_parameter",
+        "unsupported_value",
     ),
     ({"model": "fake", "input": "x", "include": ["nonsense"]}, 400, "include[0]", "invalid_value"),
     (

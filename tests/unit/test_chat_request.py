@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from app.catalog import OpenAIModel
+from app.catalog import LlamaCppModel, OpenAIModel
 from app.protocol.input_items import parse_input
 from app.protocol.response_object import ResponseRecord
 from workers.chat_request import chat_request
@@ -14,7 +14,9 @@ from workers.chat_request import chat_request
 MODEL = OpenAIModel(id="m", runtime="openai", base_url="http://x/v1", upstream_model="up", max_output_tokens=100)
 
 
-def record(instructions: str | None = None, **requested: Any) -> ResponseRecord:
+def record(
+    instructions: str | None = None, text_format: dict[str, Any] | None = None, **requested: Any
+) -> ResponseRecord:
     return ResponseRecord(
         id="resp_1",
         model="m",
@@ -22,7 +24,7 @@ def record(instructions: str | None = None, **requested: Any) -> ResponseRecord:
         created_at=0,
         instructions=instructions,
         previous_response_id=None,
-        settings={"requested": requested},
+        settings={"requested": requested, "text": {"format": text_format or {"type": "text"}}},
         metadata={},
         store=True,
         background=False,
@@ -77,3 +79,25 @@ def test_multipart_content_is_joined() -> None:
         [{"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}]}]
     )
     assert chat_request(record(), context, MODEL)["messages"] == [{"role": "user", "content": "ab"}]
+
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+JSON_SCHEMA_FORMAT = {"type": "json_schema", "name": "place", "schema": SCHEMA, "strict": True, "description": None}
+
+
+def test_structured_output_goes_out_as_each_server_takes_it() -> None:
+    context = parse_input("x")
+    assert "response_format" not in chat_request(record(), context, MODEL)
+    assert chat_request(record(text_format={"type": "json_object"}), context, MODEL)["response_format"] == {
+        "type": "json_object"
+    }
+    assert chat_request(record(text_format=JSON_SCHEMA_FORMAT), context, MODEL)["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "place", "schema": SCHEMA, "strict": True},
+    }
+    llamacpp = LlamaCppModel(id="local", runtime="llamacpp")
+    # llama.cpp's server answers json_schema with a 500, and enforces a schema given this way.
+    assert chat_request(record(text_format=JSON_SCHEMA_FORMAT), context, llamacpp)["response_format"] == {
+        "type": "json_object",
+        "schema": SCHEMA,
+    }

@@ -48,7 +48,7 @@ def test_null_means_absent() -> None:
         }
     )
     assert create.store is True
-    settings = echoed_settings(create.request, None)
+    settings = echoed_settings(create, None)
     assert settings["temperature"] == 1.0 and settings["tool_choice"] == "auto" and settings["tools"] == []
 
 

@@ -1,0 +1,66 @@
+"""`text.format`: plain text, any JSON object, or JSON matching a schema (structured output).
+
+Validated here, before anything is stored, so a schema the model server would choke on is a 400
+naming `text.format.schema` rather than a failed response later.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field
+
+from app import errors
+from app.protocol.validation import validate
+
+PLAIN_TEXT: dict[str, Any] = {"type": "text"}
+
+
+class _Plain(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["text", "json_object"]
+
+
+class _JsonSchema(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+    type: Literal["json_schema"]
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    json_schema: dict[str, Any] = Field(alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+
+def parse_text_format(raw: Any) -> dict[str, Any]:
+    """The format as a Response echoes it (and the worker reads it)."""
+    if raw is None:
+        return PLAIN_TEXT
+    if not isinstance(raw, dict):
+        raise errors.InvalidRequest("Invalid 'text.format': expected an object.", param="text.format")
+    if raw.get("type") != "json_schema":
+        if raw.get("type") not in ("text", "json_object"):
+            raise errors.InvalidRequest(
+                f"Invalid 'text.format.type': unknown value {raw.get('type')!r}; expected 'text', 'json_object' "
+                "or 'json_schema'.",
+                param="text.format.type",
+                code="invalid_value",
+            )
+        return {"type": validate(_Plain, raw, prefix="text.format").type}
+    parsed = validate(_JsonSchema, raw, prefix="text.format")
+    try:
+        jsonschema.validators.validator_for(parsed.json_schema).check_schema(parsed.json_schema)
+    except jsonschema.SchemaError as exc:
+        raise errors.InvalidRequest(
+            f"Invalid 'text.format.schema': not a valid JSON Schema: {exc.message}.",
+            param="text.format.schema",
+            code="invalid_json_schema",
+        ) from None
+    return {
+        "type": "json_schema",
+        "description": parsed.description,
+        "name": parsed.name,
+        "schema": parsed.json_schema,
+        "strict": parsed.strict is True,
+    }
