@@ -12,7 +12,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -59,6 +59,12 @@ class ModelEntry(BaseModel):
         """Whether the server sends a usage chunk when asked to (`stream_options.include_usage`)."""
         return True
 
+    @property
+    def counts_prompt_first(self) -> bool:
+        """Whether the worker measures the prompt (the server's /tokenize) before generating, to
+        refuse input that cannot fit and to keep max_tokens inside what is left of the context."""
+        return False
+
 
 class OpenAIModel(ModelEntry):
     runtime: Literal["openai"]
@@ -93,6 +99,23 @@ class VllmModel(SupervisedModel):
     max_model_len: int | None = Field(None, gt=0)
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _context_window_from_max_model_len(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("max_model_len") and "context_window" not in data:
+            return {**data, "context_window": data["max_model_len"]}
+        return data
+
+    @model_validator(mode="after")
+    def _context_fits_the_engine(self) -> VllmModel:
+        if self.max_model_len is not None and self.context_window > self.max_model_len:
+            raise ValueError(f"model {self.id!r}: context_window is larger than max_model_len")
+        return self
+
+    @property
+    def counts_prompt_first(self) -> bool:
+        return True  # vLLM refuses a request whose prompt + max_tokens exceed max_model_len
 
 
 class LlamaCppModel(SupervisedModel):

@@ -11,10 +11,12 @@ first line is `#fake {json}` scripts it instead:
     error_after        send an in-stream error after this many chunks
     break_after        drop the connection after this many chunks
     no_usage           send no usage chunk
+    context_window     refuse (400, as vLLM words it) when prompt words + max_tokens exceed it
 
 GET /_requests lists the request bodies it received; GET /_stats counts streams that clients
 closed early (an aborted generation) and says the server's pid; DELETE /_requests clears both.
-GET /v1/models answers as a model server's health check does.
+GET /v1/models answers as a model server's health check does; POST /tokenize counts the words of
+chat messages as vLLM's counts their tokens.
 
 Run: python -m tests.fake_runtime --port 9100
 """
@@ -37,6 +39,7 @@ from starlette.routing import Route
 
 received: list[dict[str, Any]] = []
 failures: dict[str, int] = {}  # requests seen per script, for fail_times
+received_tokenize: list[dict[str, Any]] = []
 stats: dict[str, float] = {"streams_started": 0, "streams_finished": 0, "streams_aborted": 0, "last_abort_at": 0.0}
 
 
@@ -84,6 +87,11 @@ async def chat_completions(request: Request) -> Response:
     if limit is not None and len(chunks) > limit:
         chunks, finish = chunks[:limit], "length"
     prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+    if limit is not None and prompt_tokens + limit > script.get("context_window", 1_000_000):
+        return JSONResponse(  # as vLLM and llama.cpp word it
+            {"error": {"message": "This model's maximum context length is exceeded.", "type": "BadRequestError"}},
+            status_code=400,
+        )
     return StreamingResponse(
         _stream(body.get("model", ""), chunks, finish, script, prompt_tokens), media_type="text/event-stream"
     )
@@ -126,6 +134,7 @@ async def requests_log(request: Request) -> Response:
     if request.method == "DELETE":
         received.clear()
         failures.clear()
+        received_tokenize.clear()
         for key in stats:
             stats[key] = 0
         return JSONResponse({})
@@ -134,6 +143,14 @@ async def requests_log(request: Request) -> Response:
 
 async def stats_view(request: Request) -> Response:
     return JSONResponse({**stats, "pid": os.getpid()})
+
+
+async def tokenize(request: Request) -> Response:
+    """vLLM's /tokenize for chat messages: here one token per word of every message."""
+    body = await request.json()
+    received_tokenize.append(body)
+    count = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+    return JSONResponse({"count": count, "max_model_len": 4096, "tokens": list(range(count))})
 
 
 async def models(request: Request) -> Response:
@@ -146,6 +163,7 @@ app = Starlette(
         Route("/_requests", requests_log, methods=["GET", "DELETE"]),
         Route("/_stats", stats_view, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
     ]
 )
 

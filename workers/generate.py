@@ -144,10 +144,11 @@ def _ending(
     if error is not None:
         if not isinstance(error, RuntimeFailure):
             log.error("generation failed", exc_info=error)
-        message = str(error) if isinstance(error, RuntimeFailure) else "internal error during generation"
-        return [], responses_db.Outcome(
-            "failed", translator.partial_output(), now, error={"code": "server_error", "message": message}
-        )
+        if isinstance(error, RuntimeFailure):
+            failure = {"code": error.code, "message": str(error)}
+        else:
+            failure = {"code": "server_error", "message": "internal error during generation"}
+        return [], responses_db.Outcome("failed", translator.partial_output(), now, error=failure)
     events, output = translator.close()
     reason = translator.incomplete_reason
     return events, responses_db.Outcome(

@@ -17,6 +17,7 @@ from app.streaming.sse import wait_for_disconnect
 from app.streaming.wire import WireEvent
 
 Event = dict[str, Any]
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 
 
 class FinalResponse:
@@ -66,8 +67,9 @@ def _answer(terminal: Event) -> tuple[int, dict[str, Any]]:
     if response["status"] != "failed":
         return 200, response
     error = response.get("error") or {}
-    failure = errors.GenerationFailed(
-        f"Response {response['id']} failed: {error.get('message', 'unknown error')}",
-        code=error.get("code") or "server_error",
-    )
+    message = f"Response {response['id']} failed: {error.get('message', 'unknown error')}"
+    if error.get("code") == CONTEXT_LENGTH_EXCEEDED:  # the client's input, not our failure
+        refusal = errors.InvalidRequest(message, param="input", code=CONTEXT_LENGTH_EXCEEDED)
+        return refusal.status_code, refusal.body()
+    failure = errors.GenerationFailed(message, code=error.get("code") or "server_error")
     return failure.status_code, failure.body()

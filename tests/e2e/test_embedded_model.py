@@ -93,6 +93,13 @@ def test_a_json_schema_answer_is_valid_json_of_that_schema(embedded: openai.Open
     jsonschema.validate(json.loads(response.output_text), schema)  # llama.cpp's grammar held it to the schema
 
 
+def test_input_beyond_the_context_window_is_refused_not_truncated(embedded: openai.OpenAI) -> None:
+    # llama.cpp's server ends such a stream empty; its refusal comes with the prompt-length probe.
+    with pytest.raises(openai.BadRequestError) as caught:
+        embedded.responses.create(model="smollm2", input="lighthouse " * 2500, max_output_tokens=16)
+    assert caught.value.body["code"] == "context_length_exceeded" and caught.value.body["param"] == "input"
+
+
 def test_the_token_limit_cuts_the_answer_as_incomplete(embedded: openai.OpenAI) -> None:
     response = embedded.responses.create(
         model="smollm2", input="Write a long story about a dragon.", max_output_tokens=16

@@ -218,3 +218,15 @@ def test_a_runtime_that_refuses_the_request_is_not_asked_again(client: openai.Op
     events = list(client.responses.create(model="fake", input='#fake {"status": 400}', stream=True))
     assert events[-1].type == "response.failed" and "400" in events[-1].response.error.message
     assert len(fake.requests()) == 1
+
+
+def test_input_longer_than_the_context_is_a_400_naming_input(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    script = '#fake {"context_window": 50}\n' + "word " * 60
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="fake", input=script)
+    assert caught.value.status_code == 400
+    assert caught.value.body["code"] == "context_length_exceeded" and caught.value.body["param"] == "input"
+    assert len(fake.requests()) == 1  # a refusal is not retried
+    events = list(client.responses.create(model="fake", input=script, stream=True))
+    assert events[-1].type == "response.failed"
+    assert events[-1].response.error.code == "context_length_exceeded"

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -95,8 +96,6 @@ def test_a_hosted_model_waits_for_its_worker_which_starts_vllm_with_the_catalogs
 
 def fake_requests_model(worker: HostingWorker) -> str:
     """The model name the stand-in server was asked for (it keeps its own request log)."""
-    import httpx
-
     port = worker.launched()[-1]["port"]
     model: str = httpx.get(f"http://127.0.0.1:{port}/_requests").json()[-1]["model"]
     return model
@@ -134,3 +133,19 @@ def test_a_worker_refuses_to_host_what_it_cannot(environment: Environment) -> No
             timeout=30,
         )
         assert done.returncode != 0 and complaint in done.stderr
+
+
+def test_the_prompt_is_measured_first_so_vllm_never_refuses_max_tokens(
+    client: openai.OpenAI, hosting: HostingWorker
+) -> None:
+    # The catalog: context_window 4096, max_output_tokens 64. The stand-in counts one token a word.
+    fits = client.responses.create(model="hosted-vllm", input="w " * 4050)
+    assert fits.status == "incomplete"  # cut where the context ends, not refused
+    port = hosting.launched()[-1]["port"]
+    sent = httpx.get(f"http://127.0.0.1:{port}/_requests").json()
+    assert sent[-1]["max_tokens"] == 4096 - 4050
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="hosted-vllm", input="w " * 4100)
+    assert caught.value.body["code"] == "context_length_exceeded"
+    assert "4100 tokens" in caught.value.message
+    assert len(httpx.get(f"http://127.0.0.1:{port}/_requests").json()) == len(sent)  # never sent to generate

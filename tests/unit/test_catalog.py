@@ -76,6 +76,10 @@ def test_a_worker_points_its_hosted_model_at_its_server(tmp_path: Path) -> None:
         ('[[models]]\nid = "a"\nruntime = "vllm"\nmodel = "m"\ngpu_memory_utilization = 1.5\n', "gpu_memory"),
         ('[[models]]\nid = "a"\nruntime = "llamacpp"\nthreds = 2\n', "threds"),
         (
+            '[[models]]\nid = "a"\nruntime = "vllm"\nmodel = "m"\nmax_model_len = 4096\ncontext_window = 8192\n',
+            "larger than max_model_len",
+        ),
+        (
             '[[models]]\nid = "a"\nruntime = "llamacpp"\n[[models]]\nid = "b"\naliases = ["a"]\nruntime = "llamacpp"\n',
             "twice",
         ),
@@ -89,3 +93,8 @@ def test_a_bad_catalog_is_refused_with_the_reason(tmp_path: Path, text: str, com
 def test_the_example_catalog_in_the_repository_is_valid() -> None:
     catalog = Catalog.load(Path(__file__).parents[2] / "models.example.toml")
     assert {entry.runtime for entry in catalog.entries} == {"openai", "vllm", "llamacpp"}
+
+
+def test_a_vllm_models_context_window_defaults_to_its_max_model_len(tmp_path: Path) -> None:
+    catalog = load(tmp_path, '[[models]]\nid = "a"\nruntime = "vllm"\nmodel = "m"\nmax_model_len = 4096\n')
+    assert catalog.by_name["a"].context_window == 4096
