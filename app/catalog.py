@@ -60,10 +60,10 @@ class ModelEntry(BaseModel):
         return True
 
     @property
-    def counts_prompt_first(self) -> bool:
-        """Whether the worker measures the prompt (the server's /tokenize) before generating, to
-        refuse input that cannot fit and to keep max_tokens inside what is left of the context."""
-        return False
+    def prompt_measure(self) -> Literal["none", "tokenize", "probe"]:
+        """How the worker measures the prompt before generating (workers/prompt_length.py), if it
+        can: an external server's endpoints are unknown, so it enforces its context itself."""
+        return "none"
 
 
 class OpenAIModel(ModelEntry):
@@ -114,8 +114,8 @@ class VllmModel(SupervisedModel):
         return self
 
     @property
-    def counts_prompt_first(self) -> bool:
-        return True  # vLLM refuses a request whose prompt + max_tokens exceed max_model_len
+    def prompt_measure(self) -> Literal["none", "tokenize", "probe"]:
+        return "tokenize"  # vLLM refuses a request whose prompt + max_tokens exceed max_model_len
 
 
 class LlamaCppModel(SupervisedModel):
@@ -130,6 +130,10 @@ class LlamaCppModel(SupervisedModel):
     @property
     def streams_usage(self) -> bool:
         return False  # llama-cpp-python's server ignores stream_options
+
+    @property
+    def prompt_measure(self) -> Literal["none", "tokenize", "probe"]:
+        return "probe"  # a prompt that overflows its context ends its stream empty, without a reason
 
 
 AnyModel = Annotated[OpenAIModel | VllmModel | LlamaCppModel, Field(discriminator="runtime")]

@@ -12,6 +12,8 @@ first line is `#fake {json}` scripts it instead:
     break_after        drop the connection after this many chunks
     no_usage           send no usage chunk
     context_window     refuse (400, as vLLM words it) when prompt words + max_tokens exceed it
+    reasoning          reasoning text streamed (as `reasoning_content`, word by word) before the answer
+    tool_calls         [{"name", "arguments"}]: calls streamed after the text, finish_reason "tool_calls"
 
 GET /_requests lists the request bodies it received; GET /_stats counts streams that clients
 closed early (an aborted generation) and says the server's pid; DELETE /_requests clears both.
@@ -56,8 +58,28 @@ def _script(body: dict[str, Any]) -> dict[str, Any]:
 def _chunks(script: dict[str, Any]) -> list[str]:
     if "chunks" in script:
         return list(script["chunks"])
-    words = script.get("text", "").split(" ")
-    return [w if i == 0 else " " + w for i, w in enumerate(words) if w or i == 0]
+    if "tool_calls" in script and "text" not in script:
+        return []
+    return _words(script.get("text", ""))
+
+
+def _words(text: str) -> list[str]:
+    return [w if i == 0 else " " + w for i, w in enumerate(text.split(" ")) if w or (i == 0 and text)]
+
+
+def _call_deltas(index: int, call: dict[str, Any]) -> list[dict[str, Any]]:
+    """As OpenAI streams a call: id, type and name first, then the arguments in pieces."""
+    arguments = call["arguments"]
+    half = len(arguments) // 2
+    first = {
+        "index": index,
+        "id": f"call_{index}",
+        "type": "function",
+        "function": {"name": call["name"], "arguments": ""},
+    }
+    return [first] + [
+        {"index": index, "function": {"arguments": part}} for part in (arguments[:half], arguments[half:])
+    ]
 
 
 def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> str:
@@ -83,7 +105,7 @@ async def chat_completions(request: Request) -> Response:
         )
     chunks = _chunks(script)
     limit = body.get("max_tokens")
-    finish = script.get("finish_reason", "stop")
+    finish = script.get("finish_reason", "tool_calls" if script.get("tool_calls") else "stop")
     if limit is not None and len(chunks) > limit:
         chunks, finish = chunks[:limit], "length"
     prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
@@ -104,6 +126,8 @@ async def _stream(
     try:
         yield _chunk(model, {"role": "assistant", "content": ""})
         await asyncio.sleep(script.get("first_delay", 0))
+        for word in _words(script.get("reasoning", "")):
+            yield _chunk(model, {"reasoning_content": word})
         for index, text in enumerate(chunks):
             if index == script.get("error_after"):
                 yield f"data: {json.dumps({'error': {'message': 'scripted mid-stream failure'}})}\n\n"
@@ -113,12 +137,17 @@ async def _stream(
             if index:
                 await asyncio.sleep(script.get("delay", 0))
             yield _chunk(model, {"content": text})
+        for index, call in enumerate(script.get("tool_calls", [])):
+            for delta in _call_deltas(index, call):
+                yield _chunk(model, {"tool_calls": [delta]})
         yield _chunk(model, {}, finish)
         if not script.get("no_usage"):
+            # As vLLM reports it: reasoning is part of the completion, with no separate count.
+            completion = len(chunks) + len(_words(script.get("reasoning", "")))
             usage = {
                 "prompt_tokens": prompt_tokens,
-                "completion_tokens": len(chunks),
-                "total_tokens": prompt_tokens + len(chunks),
+                "completion_tokens": completion,
+                "total_tokens": prompt_tokens + completion,
                 "prompt_tokens_details": {"cached_tokens": script.get("cached_tokens", 0)},
             }
             yield f"data: {json.dumps({'id': 'chatcmpl-fake', 'choices': [], 'usage': usage})}\n\n"

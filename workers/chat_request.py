@@ -13,22 +13,10 @@ TOP_P_ZERO = 1e-9
 
 
 def chat_request(record: ResponseRecord, context: list[Item], model: ModelEntry) -> dict[str, Any]:
-    system_parts = [record.instructions] if record.instructions else []
-    messages: list[dict[str, Any]] = []
-    for item in context:
-        if item["type"] != "message":
-            continue
-        if item["role"] in ("system", "developer"):
-            system_parts.append(item_text(item))
-        else:
-            messages.append({"role": item["role"], "content": item_text(item)})
-    if system_parts:
-        messages.insert(0, {"role": "system", "content": "\n\n".join(system_parts)})
-
     requested = record.settings.get("requested", {})
     body: dict[str, Any] = {
         "model": model.served_name,
-        "messages": messages,
+        "messages": chat_messages(record.instructions, context),
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": min(requested.get("max_output_tokens") or model.max_output_tokens, model.max_output_tokens),
@@ -41,6 +29,58 @@ def chat_request(record: ResponseRecord, context: list[Item], model: ModelEntry)
     response_format = _response_format(record.settings["text"]["format"], model)
     if response_format is not None:
         body["response_format"] = response_format
+    return body | _tools(record.settings)
+
+
+def chat_messages(instructions: str | None, context: list[Item]) -> list[dict[str, Any]]:
+    """The system prompt is `instructions` then every system/developer message, in order; a
+    function call joins the assistant message before it (one assistant turn may say something
+    and call tools); earlier reasoning is left out, as chat templates leave it out."""
+    system_parts = [instructions] if instructions else []
+    messages: list[dict[str, Any]] = []
+    for item in context:
+        kind = item["type"]
+        if kind == "message" and item["role"] in ("system", "developer"):
+            system_parts.append(item_text(item))
+        elif kind == "message":
+            messages.append({"role": item["role"], "content": item_text(item)})
+        elif kind == "function_call":
+            call = {
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"]},
+            }
+            if messages and messages[-1]["role"] == "assistant":
+                messages[-1].setdefault("tool_calls", []).append(call)
+            else:
+                # Empty, not null: llama.cpp refuses null, and chat templates concatenate content.
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item["output"]
+            content = output if isinstance(output, str) else "".join(p.get("text", "") for p in output)
+            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": content})
+    if system_parts:
+        messages.insert(0, {"role": "system", "content": "\n\n".join(system_parts)})
+    return messages
+
+
+def _tools(settings: dict[str, Any]) -> dict[str, Any]:
+    tools = settings.get("tools") or []
+    if not tools:
+        return {}
+    functions = [
+        {
+            "type": "function",
+            "function": {k: tool[k] for k in ("name", "description", "parameters") if tool.get(k) is not None},
+        }
+        for tool in tools
+    ]
+    choice = settings["tool_choice"]
+    if isinstance(choice, dict):
+        choice = {"type": "function", "function": {"name": choice["name"]}}
+    body = {"tools": functions, "tool_choice": choice}
+    if not settings["parallel_tool_calls"]:  # servers default to allowing them, as OpenAI does
+        body["parallel_tool_calls"] = False
     return body
 
 

@@ -23,8 +23,9 @@ from app.protocol.response_object import ResponseRecord
 from app.redis_keys import ALIVE_PREFIX, EPHEMERAL_CLAIM_PREFIX
 from workers.chat_request import chat_request
 from workers.deps import WorkerDeps
-from workers.runtime import RuntimeFailure
-from workers.translate import Event, StreamTranslator
+from workers.output_items import Event
+from workers.runtime_errors import RuntimeFailure
+from workers.translate import StreamTranslator
 
 log = logging.getLogger(__name__)
 

@@ -10,43 +10,16 @@ import asyncio
 import json
 import logging
 import os
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 
 from app.catalog import ModelEntry
+from workers import prompt_length
+from workers.runtime_errors import RuntimeFailure, refusal
 
 log = logging.getLogger(__name__)
-
-
-class RuntimeFailure(Exception):
-    """The runtime refused, broke off or could not be reached; the message says which."""
-
-    def __init__(self, message: str, retryable: bool = False, code: str = "server_error") -> None:
-        super().__init__(message)
-        # Whether asking again may succeed: the server was unreachable, busy or broke off, as
-        # opposed to refusing this request.
-        self.retryable = retryable
-        # The error code the failed response carries: context_length_exceeded when the input
-        # cannot fit the model's context, else server_error.
-        self.code = code
-
-
-CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
-# How servers word it when they do not say it with a code (vLLM, TGI, Ollama, llama.cpp).
-_CONTEXT_WORDING = re.compile(
-    r"context_length_exceeded|maximum context length|context window|context length|exceeds? .*context", re.I
-)
-
-
-def refusal(status: int, detail: str) -> RuntimeFailure:
-    """The failure for an HTTP error answer of a model server."""
-    code = CONTEXT_LENGTH_EXCEEDED if status == 400 and _CONTEXT_WORDING.search(detail) else "server_error"
-    return RuntimeFailure(
-        f"model runtime answered {status}: {detail}", retryable=status >= 500 or status == 429, code=code
-    )
 
 
 RETRY_BACKOFF_SECONDS = 0.25  # then doubled per attempt
@@ -103,8 +76,9 @@ class ChatRuntimeClient:
         self, model: ModelEntry, url: str, body: dict[str, Any], headers: dict[str, str]
     ) -> AsyncIterator[dict[str, Any]]:
         try:
-            if model.counts_prompt_first:
-                body = await self._fit_to_context(model, body, headers)
+            prompt_tokens = await prompt_length.measure(self._client(), model, body, headers, self._timeout(model))
+            if prompt_tokens is not None:
+                body = prompt_length.fit_to_context(body, prompt_tokens, model.context_window)
             async with self._client().post(url, json=body, headers=headers, timeout=self._timeout(model)) as response:
                 if response.status >= 400:
                     raise refusal(response.status, (await response.read()).decode(errors="replace")[:500])
@@ -116,44 +90,12 @@ class ChatRuntimeClient:
                     if isinstance(chunk, dict):
                         finished = finished or any(c.get("finish_reason") for c in chunk.get("choices") or [])
                         yield chunk
-            if not model.streams_usage:  # its refusal also tells why a stream came back empty
-                usage = {"prompt_tokens": await self._prompt_tokens(model, url, body, headers)}
-                yield {"choices": [], "usage": usage}
+            if not model.streams_usage:
+                yield {"choices": [], "usage": {"prompt_tokens": prompt_tokens or 0}}
             if not finished:
                 raise RuntimeFailure("model runtime ended its stream without a finish_reason", retryable=True)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise RuntimeFailure(f"model runtime unreachable or broke off: {exc!r}", retryable=True) from exc
-
-    async def _fit_to_context(self, model: ModelEntry, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        """The request with max_tokens cut to what the context has left after the prompt (as the
-        server counts it, chat template included); a prompt that leaves no room is refused."""
-        root = (model.base_url or "").rstrip("/").removesuffix("/v1")
-        probe = {"model": body["model"], "messages": body["messages"]}
-        async with self._client().post(
-            f"{root}/tokenize", json=probe, headers=headers, timeout=self._timeout(model)
-        ) as answer:
-            if answer.status >= 400:
-                raise refusal(answer.status, (await answer.read()).decode(errors="replace")[:500])
-            count: int = (await answer.json())["count"]
-        room = model.context_window - count
-        if room <= 0:
-            raise RuntimeFailure(
-                f"The input is {count} tokens; the model's context window is {model.context_window} tokens.",
-                code=CONTEXT_LENGTH_EXCEEDED,
-            )
-        return {**body, "max_tokens": min(body["max_tokens"], room)}
-
-    async def _prompt_tokens(self, model: ModelEntry, url: str, body: dict[str, Any], headers: dict[str, str]) -> int:
-        """The prompt's length in tokens, as the server counts it after its chat template: a
-        one-token request for the same messages, which the server's prompt cache makes cheap."""
-        probe = {**body, "stream": False, "max_tokens": 1}
-        probe.pop("stream_options", None)
-        async with self._client().post(url, json=probe, headers=headers, timeout=self._timeout(model)) as response:
-            if response.status >= 400:
-                raise refusal(response.status, (await response.read()).decode(errors="replace")[:500])
-            answer = await response.json()
-        prompt_tokens: int = answer["usage"]["prompt_tokens"]
-        return prompt_tokens
 
 
 def _carries_output(chunk: dict[str, Any]) -> bool:

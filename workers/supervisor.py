@@ -21,7 +21,7 @@ from pathlib import Path
 
 import aiohttp
 
-from workers.runtime import RuntimeFailure
+from workers.runtime_errors import RuntimeFailure
 
 log = logging.getLogger(__name__)
 

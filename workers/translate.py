@@ -1,6 +1,9 @@
 """Chat Completions chunks → Responses stream events and output items. Pure: no I/O, no clock.
 
-Events come out without `sequence_number`; the event log numbers them.
+A chunk's delta carries reasoning (`reasoning_content`, or `reasoning` on newer vLLM), text
+(`content`) or tool calls (`tool_calls`); each kind goes to an output item of its own, opened
+when it first appears and closed when another kind takes over. Events come out without
+`sequence_number`; the event log numbers them.
 """
 
 from __future__ import annotations
@@ -10,117 +13,90 @@ from typing import Any
 
 from app.ids import new_id
 from app.protocol.response_object import usage_object
-
-Event = dict[str, Any]
-Item = dict[str, Any]
+from workers.output_items import Event, FunctionCallOutput, Item, MessageOutput, OutputItem, ReasoningOutput
 
 FINISH_TO_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
-
-
-@dataclass
-class TextMessageState:
-    """The one assistant message being generated."""
-
-    id: str = field(default_factory=lambda: new_id("msg"))
-    output_index: int = 0
-    text: str = ""
-
-    def item(self, status: str) -> Item:
-        content = [{"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}]
-        return {"id": self.id, "type": "message", "status": status, "role": "assistant", "content": content}
-
-    def started(self) -> list[Event]:
-        return [
-            {
-                "type": "response.output_item.added",
-                "output_index": self.output_index,
-                "item": {**self.item("in_progress"), "content": []},
-            },
-            {
-                "type": "response.content_part.added",
-                "item_id": self.id,
-                "output_index": self.output_index,
-                "content_index": 0,
-                "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []},
-            },
-        ]
-
-    def delta(self, text: str) -> Event:
-        self.text += text
-        return {
-            "type": "response.output_text.delta",
-            "item_id": self.id,
-            "output_index": self.output_index,
-            "content_index": 0,
-            "delta": text,
-            "logprobs": [],
-        }
-
-    def done(self, status: str) -> list[Event]:
-        item = self.item(status)
-        return [
-            {
-                "type": "response.output_text.done",
-                "item_id": self.id,
-                "output_index": self.output_index,
-                "content_index": 0,
-                "text": self.text,
-                "logprobs": [],
-            },
-            {
-                "type": "response.content_part.done",
-                "item_id": self.id,
-                "output_index": self.output_index,
-                "content_index": 0,
-                "part": item["content"][0],
-            },
-            {"type": "response.output_item.done", "output_index": self.output_index, "item": item},
-        ]
 
 
 @dataclass
 class StreamTranslator:
     """Folds a runtime's chunks into Responses events, then tells how the generation ended."""
 
-    message: TextMessageState | None = None
+    items: list[OutputItem] = field(default_factory=list)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
-    content_chunks: int = 0
+    content_chunks: int = 0  # every chunk that carried output: one token each, for servers that do not count
+    reasoning_chunks: int = 0
+    _calls: dict[int, FunctionCallOutput] = field(default_factory=dict)  # by the runtime's tool-call index
 
     def on_chunk(self, chunk: dict[str, Any]) -> list[Event]:
         events: list[Event] = []
         if chunk.get("usage"):
             self.usage = chunk["usage"]
         for choice in chunk.get("choices") or []:
-            text = (choice.get("delta") or {}).get("content")
-            if text:
-                events += self._text(text)
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning:
+                self.reasoning_chunks += 1
+                events += self._grow(ReasoningOutput, reasoning)
+            if delta.get("content"):
+                events += self._grow(MessageOutput, delta["content"])
+            for call in delta.get("tool_calls") or []:
+                events += self._tool_call(call)
+            if reasoning or delta.get("content") or delta.get("tool_calls"):
+                self.content_chunks += 1
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
         return events
 
-    def _text(self, text: str) -> list[Event]:
-        self.content_chunks += 1
+    @property
+    def _open(self) -> OutputItem | None:
+        return self.items[-1] if self.items else None
+
+    def _grow(self, kind: type[MessageOutput] | type[ReasoningOutput], text: str) -> list[Event]:
         events: list[Event] = []
-        if self.message is None:
-            self.message = TextMessageState()
-            events += self.message.started()
-        events.append(self.message.delta(text))
+        current = self._open
+        if not isinstance(current, kind):
+            events += self._close_open("completed")
+            current = kind(output_index=len(self.items))
+            self.items.append(current)
+            events += current.started()
+        events.append(current.delta(text))
         return events
+
+    def _tool_call(self, call: dict[str, Any]) -> list[Event]:
+        events: list[Event] = []
+        function = call.get("function") or {}
+        index = call.get("index", 0)
+        current = self._calls.get(index)
+        if current is None:
+            events += self._close_open("completed")
+            current = FunctionCallOutput(len(self.items), call.get("id") or new_id("call"), function.get("name") or "")
+            self._calls[index] = current
+            self.items.append(current)
+            events += current.started()
+        if function.get("arguments"):
+            events.append(current.delta(function["arguments"]))
+        return events
+
+    def _close_open(self, status: str) -> list[Event]:
+        return self._open.done(status) if self._open is not None else []
 
     def close(self) -> tuple[list[Event], list[Item]]:
         """The closing events of a generation that ran to its end, and the final output items."""
         events: list[Event] = []
-        if self.message is None:  # an empty answer is still one (empty) message
-            self.message = TextMessageState()
-            events += self.message.started()
+        if not self.items:  # an empty answer is still one (empty) message
+            self.items.append(MessageOutput(output_index=0))
+            events += self.items[0].started()
         status = "incomplete" if self.incomplete_reason else "completed"
-        events += self.message.done(status)
-        return events, [self.message.item(status)]
+        events += self._close_open(status)
+        return events, [item.item("completed") for item in self.items[:-1]] + [self.items[-1].item(status)]
 
     def partial_output(self) -> list[Item]:
         """Output items of a generation that stopped early (failed or cancelled)."""
-        return [] if self.message is None else [self.message.item("incomplete")]
+        return [item.item("completed") for item in self.items[:-1]] + [
+            item.item("incomplete") for item in self.items[-1:]
+        ]
 
     @property
     def incomplete_reason(self) -> str | None:
@@ -128,11 +104,12 @@ class StreamTranslator:
 
     def usage_object(self) -> dict[str, Any]:
         """Usage as the runtime reported it; what it left out of its report is counted here (a
-        streaming server sends one token per content chunk)."""
+        streaming server sends one token per chunk)."""
         if not self.usage:
-            return usage_object(0, self.content_chunks)
+            return usage_object(0, self.content_chunks, 0, self.reasoning_chunks)
         prompt = self.usage.get("prompt_tokens") or 0
         completion = self.usage.get("completion_tokens", self.content_chunks)
         cached = (self.usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-        reasoning = (self.usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+        details = self.usage.get("completion_tokens_details") or {}
+        reasoning = details.get("reasoning_tokens") or min(self.reasoning_chunks, completion)
         return usage_object(prompt, completion, cached, reasoning)

@@ -19,6 +19,8 @@ def output_so_far(events: Iterable[Event]) -> list[Item]:
             items[event["output_index"]] = copy.deepcopy(event["item"])
         elif kind == "response.content_part.added":
             items[event["output_index"]].setdefault("content", []).append(dict(event["part"]))
-        elif kind == "response.output_text.delta":
+        elif kind in ("response.output_text.delta", "response.reasoning_text.delta"):
             items[event["output_index"]]["content"][event["content_index"]]["text"] += event["delta"]
+        elif kind == "response.function_call_arguments.delta":
+            items[event["output_index"]]["arguments"] += event["delta"]
     return [items[index] for index in sorted(items)]

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from app import errors
 from app.protocol.input_items import Item, parse_input
 from app.protocol.text_format import parse_text_format
+from app.protocol.tools import Tool, ToolChoice, parse_tool_choice, parse_tools
 from app.protocol.validation import validate
 
 INCLUDABLE = {
@@ -61,7 +62,7 @@ class CreateResponseRequest(BaseModel):
     include: list[str] | None = None
     text: TextOptions | None = None
     reasoning: ReasoningOptions | None = None
-    tools: list[dict[str, Any]] | None = None
+    tools: list[Any] | None = None  # checked by tools.parse_tools
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     max_output_tokens: int | None = Field(None, ge=16)
@@ -98,6 +99,8 @@ class ValidatedCreate(BaseModel):
     request: CreateResponseRequest
     input_items: list[Item]
     text_format: dict[str, Any]
+    tools: list[Tool]
+    tool_choice: ToolChoice
 
     @property
     def store(self) -> bool:
@@ -120,15 +123,20 @@ def parse_create_request(body: dict[str, Any]) -> ValidatedCreate:
     request = validate(CreateResponseRequest, body)
     _reject_unserved_values(request)
     text_format = parse_text_format(request.text.format if request.text else None)
-    return ValidatedCreate(request=request, input_items=parse_input(request.input), text_format=text_format)
+    tools = parse_tools(request.tools)
+    return ValidatedCreate(
+        request=request,
+        input_items=parse_input(request.input),
+        text_format=text_format,
+        tools=tools,
+        tool_choice=parse_tool_choice(request.tool_choice, tools),
+    )
 
 
 def _reject_unserved_values(request: CreateResponseRequest) -> None:
     """Values that are valid for OpenAI but would be silently ignored here: refuse them instead."""
-    if request.tools:
-        raise errors.UnsupportedParameter("tools[0].type", f"a tool of type '{request.tools[0].get('type')}'")
-    if request.tool_choice not in (None, "auto", "none"):
-        raise errors.UnsupportedParameter("tool_choice", "a tool_choice other than 'auto' or 'none'")
+    if request.max_tool_calls is not None:  # would be ignored: refuse instead
+        raise errors.UnsupportedParameter("max_tool_calls", "max_tool_calls")
     if request.truncation == "auto":
         raise errors.UnsupportedParameter("truncation", "truncation 'auto'")
     if request.reasoning and request.reasoning.effort not in (None, "none"):
@@ -167,8 +175,8 @@ def echoed_settings(create: ValidatedCreate, max_output_tokens: int | None) -> d
             "format": create.text_format,
             "verbosity": text.verbosity or "medium",
         },
-        "tool_choice": request.tool_choice or "auto",
-        "tools": [],
+        "tool_choice": create.tool_choice,
+        "tools": create.tools,
         "top_logprobs": request.top_logprobs or 0,
         "top_p": 1.0 if request.top_p is None else request.top_p,
         "truncation": request.truncation or "disabled",

@@ -7,6 +7,7 @@ its content but gets a fresh id), so every listed item has one stable id of ours
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,9 +20,6 @@ Item = dict[str, Any]
 # Known to OpenAI, not served here yet: a clear 400 rather than a silent drop.
 UNSUPPORTED_CONTENT_TYPES = {"input_image", "input_file", "input_audio"}
 UNSUPPORTED_ITEM_TYPES = {
-    "function_call",
-    "function_call_output",
-    "reasoning",
     "item_reference",
     "compaction",
     "computer_call",
@@ -54,6 +52,38 @@ class _Message(BaseModel):
     id: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
     phase: Literal["commentary", "final_answer"] | None = None
+
+
+class _FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["function_call"]
+    call_id: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1)
+    arguments: str
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class _FunctionCallOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["function_call_output"]
+    call_id: str = Field(min_length=1, max_length=64)
+    output: str | list[dict[str, Any]]
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class _Reasoning(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["reasoning"]
+    summary: list[dict[str, Any]]
+    content: list[dict[str, Any]] | None = None
+    encrypted_content: str | None = None
+    id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
 class _TextPart(BaseModel):
@@ -92,10 +122,15 @@ def _parse_item(raw: Any, param: str) -> Item:
     item_type = raw.get("type", "message")
     if item_type in UNSUPPORTED_ITEM_TYPES:
         raise errors.UnsupportedParameter(f"{param}.type", f"an input item of type '{item_type}'")
-    if item_type != "message":
+    parse = _ITEM_PARSERS.get(item_type)
+    if parse is None:
         raise errors.InvalidRequest(
             f"Invalid '{param}.type': unknown item type '{item_type}'.", param=f"{param}.type", code="invalid_value"
         )
+    return parse(raw, param)
+
+
+def _message(raw: dict[str, Any], param: str) -> Item:
     message = validate(_Message, raw, prefix=param)
     parts = (
         message.content
@@ -107,6 +142,39 @@ def _parse_item(raw: Any, param: str) -> Item:
     if message.phase is not None:
         item["phase"] = message.phase
     return item
+
+
+def _function_call(raw: dict[str, Any], param: str) -> Item:
+    call = validate(_FunctionCall, raw, prefix=param)
+    return {
+        "type": "function_call",
+        "call_id": call.call_id,
+        "name": call.name,
+        "arguments": call.arguments,
+        "status": "completed",
+    }
+
+
+def _function_call_output(raw: dict[str, Any], param: str) -> Item:
+    result = validate(_FunctionCallOutput, raw, prefix=param)
+    output = result.output
+    if not isinstance(output, str):  # content parts: text only, for now
+        output = [_parse_part(part, "user", f"{param}.output[{j}]") for j, part in enumerate(output)]
+    return {"type": "function_call_output", "call_id": result.call_id, "output": output, "status": "completed"}
+
+
+def _reasoning(raw: dict[str, Any], param: str) -> Item:
+    # Kept in the context as given; the chat request leaves earlier reasoning out, as chat templates do.
+    reasoning = validate(_Reasoning, raw, prefix=param)
+    return {"type": "reasoning", "summary": reasoning.summary, "content": reasoning.content or []}
+
+
+_ITEM_PARSERS: dict[str, Callable[[dict[str, Any], str], Item]] = {
+    "message": _message,
+    "function_call": _function_call,
+    "function_call_output": _function_call_output,
+    "reasoning": _reasoning,
+}
 
 
 def _parse_part(raw: Any, role: str, param: str) -> Item:

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 
 from app import errors
-from app.protocol.validation import validate
+from app.protocol.validation import check_json_schema, validate
 
 PLAIN_TEXT: dict[str, Any] = {"type": "text"}
 
@@ -49,14 +48,7 @@ def parse_text_format(raw: Any) -> dict[str, Any]:
             )
         return {"type": validate(_Plain, raw, prefix="text.format").type}
     parsed = validate(_JsonSchema, raw, prefix="text.format")
-    try:
-        jsonschema.validators.validator_for(parsed.json_schema).check_schema(parsed.json_schema)
-    except jsonschema.SchemaError as exc:
-        raise errors.InvalidRequest(
-            f"Invalid 'text.format.schema': not a valid JSON Schema: {exc.message}.",
-            param="text.format.schema",
-            code="invalid_json_schema",
-        ) from None
+    check_json_schema(parsed.json_schema, "text.format.schema")
     return {
         "type": "json_schema",
         "description": parsed.description,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+import jsonschema
 from pydantic import BaseModel, ValidationError
 
 from app import errors
@@ -40,3 +41,13 @@ def validate(model: type[ModelT], data: Mapping[str, Any], prefix: str = "") -> 
                 f"Unknown parameter: '{param}'.", param=param, code="unknown_parameter"
             ) from None
         raise errors.InvalidRequest(f"Invalid '{param}': {first['msg']}.", param=param, code="invalid_value") from None
+
+
+def check_json_schema(schema: dict[str, Any], param: str) -> None:
+    """A 400 naming `param` unless `schema` is a valid JSON Schema (by its own metaschema)."""
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise errors.InvalidRequest(
+            f"Invalid '{param}': not a valid JSON Schema: {exc.message}.", param=param, code="invalid_json_schema"
+        ) from None

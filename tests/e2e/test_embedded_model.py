@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import jsonschema
 import openai
 import pytest
+from openai.types.responses import FunctionToolParam
 
 from tests.conftest import Environment, Server, start_worker
 
@@ -91,6 +92,38 @@ def test_a_json_schema_answer_is_valid_json_of_that_schema(embedded: openai.Open
     )
     assert response.status == "completed"
     jsonschema.validate(json.loads(response.output_text), schema)  # llama.cpp's grammar held it to the schema
+
+
+def test_a_forced_tool_call_names_the_function_with_valid_arguments(embedded: openai.OpenAI) -> None:
+    parameters: dict[str, object] = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    tool: FunctionToolParam = {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": parameters,
+        "strict": True,
+    }
+    response = embedded.responses.create(
+        model="smollm2",
+        input="What is the weather in Paris?",
+        tools=[tool],
+        tool_choice={"type": "function", "name": "get_weather"},
+        temperature=0,
+        max_output_tokens=64,
+    )
+    assert response.status == "completed"
+    [call] = response.output
+    assert call.type == "function_call" and call.name == "get_weather" and call.call_id
+    call_id = str(call.call_id)
+    jsonschema.validate(json.loads(call.arguments), parameters)
+    # The tool's result goes back to the model in the same chain.
+    answer = embedded.responses.create(
+        model="smollm2",
+        previous_response_id=response.id,
+        input=[{"type": "function_call_output", "call_id": call_id, "output": "Sunny, 21 degrees."}],
+        max_output_tokens=40,
+    )
+    assert answer.status in ("completed", "incomplete") and answer.output_text
 
 
 def test_input_beyond_the_context_window_is_refused_not_truncated(embedded: openai.OpenAI) -> None:

@@ -45,7 +45,7 @@ BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
         "unsupported_parameter",
     ),
     (
-        {"model": "fake", "input": [{"type": "function_call_output", "call_id": "c", "output": "o"}]},
+        {"model": "fake", "input": [{"type": "item_reference", "id": "msg_1"}]},
         400,
         "input[0].type",
         "unsupported_parameter",
@@ -54,6 +54,12 @@ BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
     ({"model": "fake", "input": "x", "prompt": {"id": "p"}}, 400, "prompt", "unsupported_parameter"),
     ({"model": "fake", "input": "x", "tools": [{"type": "web_search"}]}, 400, "tools[0].type", "unsupported_parameter"),
     ({"model": "fake", "input": "x", "truncation": "auto"}, 400, "truncation", "unsupported_parameter"),
+    (
+        {"model": "fake", "input": [{"type": "function_call", "call_id": "c", "name": "f"}]},
+        400,
+        "input[0].arguments",
+        "missing_required_parameter",
+    ),
     (
         {"model": "fake", "input": "x", "text": {"format": {"type": "json_schema", "schema": {"type": "object"}}}},
         400,

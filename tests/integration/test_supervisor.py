@@ -17,7 +17,7 @@ import pytest
 from app.catalog import LlamaCppModel
 from tests.conftest import ROOT, free_port
 from workers.launch import llamacpp_command
-from workers.runtime import RuntimeFailure
+from workers.runtime_errors import RuntimeFailure
 from workers.supervisor import RuntimeSupervisor
 
 

@@ -77,3 +77,108 @@ def test_partial_output_of_a_stopped_generation() -> None:
     [item] = translator.partial_output()
     assert item["status"] == "incomplete" and item["content"][0]["text"] == "partial"
     assert StreamTranslator().partial_output() == []
+
+
+def delta(**fields: Any) -> dict[str, Any]:
+    return {"choices": [{"delta": fields, "finish_reason": None}]}
+
+
+def test_reasoning_then_text_are_two_items_in_order() -> None:
+    translator, events = run(
+        delta(role="assistant"),
+        delta(reasoning_content="Let me "),
+        delta(reasoning="think."),  # newer vLLM calls the field `reasoning`
+        delta(content="Four."),
+        chunk(finish="stop"),
+    )
+    closing, output = translator.close()
+    assert [e["type"] for e in events + closing] == [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ]
+    reasoning, message = output
+    assert reasoning["id"].startswith("rs_") and reasoning["type"] == "reasoning"
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": "Let me think."}] and reasoning["summary"] == []
+    assert message["content"][0]["text"] == "Four." and message["status"] == "completed"
+    assert [e["output_index"] for e in events if "output_index" in e] == [0, 0, 0, 0, 0, 0, 0, 1, 1, 1]
+    # Without a report from the server, the reasoning chunks count as reasoning tokens.
+    assert translator.usage_object()["output_tokens_details"] == {"reasoning_tokens": 2}
+    assert translator.usage_object()["output_tokens"] == 3
+
+
+def call(index: int, arguments: str, call_id: str | None = None, name: str | None = None) -> dict[str, Any]:
+    function = {"arguments": arguments, **({"name": name} if name else {})}
+    return delta(tool_calls=[{"index": index, **({"id": call_id} if call_id else {}), "function": function}])
+
+
+def test_tool_calls_become_function_call_items_with_streamed_arguments() -> None:
+    translator, events = run(
+        delta(content="Checking."),
+        call(0, "", "call_a", "get_weather"),
+        call(0, '{"city": '),
+        call(0, '"Paris"}'),
+        call(1, '{"city": "Oslo"}', "call_b", "get_weather"),
+        chunk(finish="tool_calls"),
+    )
+    closing, output = translator.close()
+    types = [e["type"] for e in events + closing]
+    assert types[6:] == [
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+    ]
+    message, first, second = output
+    assert message["type"] == "message"
+    assert first == {
+        "id": first["id"],
+        "type": "function_call",
+        "status": "completed",
+        "call_id": "call_a",
+        "name": "get_weather",
+        "arguments": '{"city": "Paris"}',
+    }
+    assert first["id"].startswith("fc_") and second["call_id"] == "call_b" and second["arguments"] == '{"city": "Oslo"}'
+    assert events[6]["item"]["arguments"] == "" and events[6]["item"]["status"] == "in_progress"
+    done = next(e for e in closing if e["type"] == "response.function_call_arguments.done")
+    assert done["name"] == "get_weather" and done["arguments"] == '{"city": "Oslo"}'
+    assert translator.incomplete_reason is None  # a tool_calls finish is a completed response
+
+
+def test_a_server_that_repeats_the_call_id_and_name_in_every_delta_makes_one_call() -> None:
+    # llama.cpp's server sends id and name with every arguments delta.
+    translator, _ = run(
+        call(0, '{"city', "call_x", "get_weather"),
+        call(0, '": "Paris"}', "call_x", "get_weather"),
+        chunk(finish="tool_calls"),
+    )
+    _, [item] = translator.close()
+    assert item["name"] == "get_weather" and item["arguments"] == '{"city": "Paris"}'
+
+
+def test_a_call_without_an_id_gets_one() -> None:
+    translator, _ = run(call(0, "{}", name="f"), chunk(finish="tool_calls"))
+    _, [item] = translator.close()
+    assert item["call_id"].startswith("call_")
+
+
+def test_partial_output_keeps_finished_items_and_marks_the_last_incomplete() -> None:
+    translator, _ = run(delta(reasoning_content="hmm"), delta(content="Half"))
+    reasoning, message = translator.partial_output()
+    assert reasoning["content"][0]["text"] == "hmm" and message["status"] == "incomplete"

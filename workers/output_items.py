@@ -1,0 +1,137 @@
+"""The output items a generation produces, each with the stream events of its life: opened,
+grown by deltas, done. Pure; `translate.py` decides which item a runtime chunk goes to.
+
+Each item opens with `response.output_item.added` and ends with `response.output_item.done`,
+with its own deltas between: the order the SDK's stream helper asserts (reference §8.4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.ids import new_id
+
+Event = dict[str, Any]
+Item = dict[str, Any]
+
+
+@dataclass
+class MessageOutput:
+    """An assistant message with one output_text part."""
+
+    output_index: int
+    id: str = field(default_factory=lambda: new_id("msg"))
+    text: str = ""
+
+    def item(self, status: str) -> Item:
+        content = [{"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}]
+        return {"id": self.id, "type": "message", "status": status, "role": "assistant", "content": content}
+
+    def started(self) -> list[Event]:
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        return [
+            {"type": "response.output_item.added", "output_index": self.output_index, "item": self._opening()},
+            {**self._where(), "type": "response.content_part.added", "part": part},
+        ]
+
+    def delta(self, text: str) -> Event:
+        self.text += text
+        return {**self._where(), "type": "response.output_text.delta", "delta": text, "logprobs": []}
+
+    def done(self, status: str) -> list[Event]:
+        item = self.item(status)
+        return [
+            {**self._where(), "type": "response.output_text.done", "text": self.text, "logprobs": []},
+            {**self._where(), "type": "response.content_part.done", "part": item["content"][0]},
+            {"type": "response.output_item.done", "output_index": self.output_index, "item": item},
+        ]
+
+    def _opening(self) -> Item:
+        return {**self.item("in_progress"), "content": []}
+
+    def _where(self) -> Event:
+        return {"item_id": self.id, "output_index": self.output_index, "content_index": 0}
+
+
+@dataclass
+class ReasoningOutput:
+    """The model's reasoning, as a reasoning item with one reasoning_text part (open models
+    show their reasoning; there is no summary)."""
+
+    output_index: int
+    id: str = field(default_factory=lambda: new_id("rs"))
+    text: str = ""
+
+    def item(self, status: str) -> Item:
+        return {"id": self.id, "type": "reasoning", "summary": [], "content": [self._part()]}
+
+    def started(self) -> list[Event]:
+        return [
+            {
+                "type": "response.output_item.added",
+                "output_index": self.output_index,
+                "item": {**self.item("in_progress"), "content": []},
+            },
+            {**self._where(), "type": "response.content_part.added", "part": {"type": "reasoning_text", "text": ""}},
+        ]
+
+    def delta(self, text: str) -> Event:
+        self.text += text
+        return {**self._where(), "type": "response.reasoning_text.delta", "delta": text}
+
+    def done(self, status: str) -> list[Event]:
+        return [
+            {**self._where(), "type": "response.reasoning_text.done", "text": self.text},
+            {**self._where(), "type": "response.content_part.done", "part": self._part()},
+            {"type": "response.output_item.done", "output_index": self.output_index, "item": self.item(status)},
+        ]
+
+    def _part(self) -> Item:
+        return {"type": "reasoning_text", "text": self.text}
+
+    def _where(self) -> Event:
+        return {"item_id": self.id, "output_index": self.output_index, "content_index": 0}
+
+
+@dataclass
+class FunctionCallOutput:
+    """A call of one of the request's function tools; its arguments stream as JSON text."""
+
+    output_index: int
+    call_id: str
+    name: str
+    id: str = field(default_factory=lambda: new_id("fc"))
+    arguments: str = ""
+
+    def item(self, status: str) -> Item:
+        return {
+            "id": self.id,
+            "type": "function_call",
+            "status": status,
+            "call_id": self.call_id,
+            "name": self.name,
+            "arguments": self.arguments,
+        }
+
+    def started(self) -> list[Event]:
+        return [
+            {"type": "response.output_item.added", "output_index": self.output_index, "item": self.item("in_progress")}
+        ]
+
+    def delta(self, text: str) -> Event:
+        self.arguments += text
+        return {"type": "response.function_call_arguments.delta", **self._where(), "delta": text}
+
+    def done(self, status: str) -> list[Event]:
+        done = {"type": "response.function_call_arguments.done", **self._where(), "name": self.name}
+        return [
+            {**done, "arguments": self.arguments},
+            {"type": "response.output_item.done", "output_index": self.output_index, "item": self.item(status)},
+        ]
+
+    def _where(self) -> Event:
+        return {"item_id": self.id, "output_index": self.output_index}
+
+
+OutputItem = MessageOutput | ReasoningOutput | FunctionCallOutput
