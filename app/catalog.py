@@ -19,6 +19,25 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from app import errors
 
 SUPERVISED_RUNTIMES = ("vllm", "llamacpp")
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+
+
+class ReasoningSupport(BaseModel):
+    """A model that reasons, and how `reasoning.effort` reaches its server."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # The efforts a request may ask for; "none" turns reasoning off, the others on.
+    efforts: tuple[Literal["none", "minimal", "low", "medium", "high", "xhigh"], ...] = (
+        "none",
+        "low",
+        "medium",
+        "high",
+    )
+    # chat_template_kwargs: the chat template's switch (Qwen3, GLM: enable_thinking); reasoning_effort:
+    # the effort itself, for models that grade it (gpt-oss).
+    control: Literal["chat_template_kwargs", "reasoning_effort"] = "chat_template_kwargs"
+    template_flag: str = "enable_thinking"
 
 
 class ModelEntry(BaseModel):
@@ -44,6 +63,10 @@ class ModelEntry(BaseModel):
     # json_schema (vLLM, SGLang), llama.cpp's `{"type": "json_object", "schema": …}`, or not at
     # all (text.format json_object / json_schema is then a 400).
     structured_output: Literal["json_schema", "json_object_schema", "none"] = "json_schema"
+    # Set for a model that reasons: `reasoning.effort` is then accepted (else a 400, except "none").
+    reasoning: ReasoningSupport | None = None
+    # Images per request the model takes (vLLM: --limit-mm-per-prompt); 0 refuses input_image.
+    max_images: int = Field(0, ge=0)
 
     @property
     def served_name(self) -> str:

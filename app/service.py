@@ -47,7 +47,7 @@ async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Acce
     create = parse_create_request(body)
     model = state.catalog.resolve(create.request.model)
     check_fit(create, model)
-    record = _new_record(create, model.id)
+    record = new_record(create, model.id)
     input_items = [items_db.with_new_id(item) for item in create.input_items]
     accepted = Accepted(record, input_items)
     if record.background:  # visible (and followable) at once: its first events come with it
@@ -81,7 +81,7 @@ async def withdraw(state: AppState, accepted: Accepted) -> None:
             await responses_db.delete_response(conn, accepted.record.id, None)
 
 
-def _new_record(create: ValidatedCreate, model_id: str) -> ResponseRecord:
+def new_record(create: ValidatedCreate, model_id: str) -> ResponseRecord:
     request = create.request
     settings = echoed_settings(create, request.max_output_tokens)
     # What the client actually set, for the runtime request (defaults stay the runtime's).

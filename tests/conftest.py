@@ -128,6 +128,21 @@ upstream_model = "fake-upstream"
 context_window = 4096
 max_output_tokens = 64
 
+# A model that reasons (switched by its chat template) and takes two images.
+[[models]]
+id = "thinking-model"
+runtime = "openai"
+base_url = "{fake_runtime_url}/v1"
+max_images = 2
+reasoning = {{ efforts = ["none", "low", "high"] }}
+
+# A model whose server grades reasoning effort itself.
+[[models]]
+id = "graded-model"
+runtime = "openai"
+base_url = "{fake_runtime_url}/v1"
+reasoning = {{ control = "reasoning_effort", efforts = ["low", "medium", "high"] }}
+
 # A server that cannot constrain its output to a schema.
 [[models]]
 id = "plain-model"

@@ -48,6 +48,8 @@ stats: dict[str, float] = {"streams_started": 0, "streams_finished": 0, "streams
 def _script(body: dict[str, Any]) -> dict[str, Any]:
     users = [m for m in body.get("messages", []) if m.get("role") == "user"]
     last = users[-1]["content"] if users else ""
+    if isinstance(last, list):  # text and image parts
+        last = "".join(part.get("text", "") for part in last)
     first_line = last.split("\n", 1)[0]
     if first_line.startswith("#fake "):
         script: dict[str, Any] = json.loads(first_line[len("#fake ") :])

@@ -29,39 +29,82 @@ def chat_request(record: ResponseRecord, context: list[Item], model: ModelEntry)
     response_format = _response_format(record.settings["text"]["format"], model)
     if response_format is not None:
         body["response_format"] = response_format
-    return body | _tools(record.settings)
+    return body | _tools(record.settings) | _reasoning(record.settings["reasoning"]["effort"], model)
 
 
 def chat_messages(instructions: str | None, context: list[Item]) -> list[dict[str, Any]]:
     """The system prompt is `instructions` then every system/developer message, in order; a
     function call joins the assistant message before it (one assistant turn may say something
-    and call tools); earlier reasoning is left out, as chat templates leave it out."""
-    system_parts = [instructions] if instructions else []
-    messages: list[dict[str, Any]] = []
+    and call tools); images in function call outputs reach the model as a user message after
+    the tool results (tool messages carry text only); earlier reasoning is left out, as chat
+    templates leave it out."""
+    messages = _Messages()
     for item in context:
+        messages.add(item)
+    return messages.done(instructions)
+
+
+class _Messages:
+    def __init__(self) -> None:
+        self.system_parts: list[str] = []
+        self.messages: list[dict[str, Any]] = []
+        self.tool_images: list[dict[str, Any]] = []
+
+    def add(self, item: Item) -> None:
         kind = item["type"]
+        if kind != "function_call_output":
+            self._flush_tool_images()
         if kind == "message" and item["role"] in ("system", "developer"):
-            system_parts.append(item_text(item))
+            self.system_parts.append(item_text(item))
         elif kind == "message":
-            messages.append({"role": item["role"], "content": item_text(item)})
+            self.messages.append({"role": item["role"], "content": _content(item["content"])})
         elif kind == "function_call":
-            call = {
-                "id": item["call_id"],
-                "type": "function",
-                "function": {"name": item["name"], "arguments": item["arguments"]},
-            }
-            if messages and messages[-1]["role"] == "assistant":
-                messages[-1].setdefault("tool_calls", []).append(call)
-            else:
-                # Empty, not null: llama.cpp refuses null, and chat templates concatenate content.
-                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            self._call(item)
         elif kind == "function_call_output":
             output = item["output"]
-            content = output if isinstance(output, str) else "".join(p.get("text", "") for p in output)
-            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": content})
-    if system_parts:
-        messages.insert(0, {"role": "system", "content": "\n\n".join(system_parts)})
-    return messages
+            parts = [{"type": "input_text", "text": output}] if isinstance(output, str) else output
+            text = "".join(p.get("text", "") for p in parts)
+            self.messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
+            self.tool_images += [_image_part(p) for p in parts if p["type"] == "input_image"]
+
+    def _call(self, item: Item) -> None:
+        call = {
+            "id": item["call_id"],
+            "type": "function",
+            "function": {"name": item["name"], "arguments": item["arguments"]},
+        }
+        if self.messages and self.messages[-1]["role"] == "assistant":
+            self.messages[-1].setdefault("tool_calls", []).append(call)
+        else:
+            # Empty, not null: llama.cpp refuses null, and chat templates concatenate content.
+            self.messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+
+    def _flush_tool_images(self) -> None:
+        if self.tool_images:
+            self.messages.append({"role": "user", "content": self.tool_images})
+            self.tool_images = []
+
+    def done(self, instructions: str | None) -> list[dict[str, Any]]:
+        self._flush_tool_images()
+        system = [instructions] if instructions else []
+        system += self.system_parts
+        if system:
+            return [{"role": "system", "content": "\n\n".join(system)}, *self.messages]
+        return self.messages
+
+
+def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """Text as a string; with images, the chat API's list of text and image_url parts."""
+    if not any(part["type"] == "input_image" for part in parts):
+        return "".join(part.get("text") or part.get("refusal") or "" for part in parts)
+    return [_image_part(p) if p["type"] == "input_image" else {"type": "text", "text": p["text"]} for p in parts]
+
+
+def _image_part(part: dict[str, Any]) -> dict[str, Any]:
+    image_url = {"url": part["image_url"]}
+    if part["detail"] in ("low", "high"):
+        image_url["detail"] = part["detail"]
+    return {"type": "image_url", "image_url": image_url}
 
 
 def _tools(settings: dict[str, Any]) -> dict[str, Any]:
@@ -95,3 +138,12 @@ def _response_format(text_format: dict[str, Any], model: ModelEntry) -> dict[str
     if text_format.get("description"):
         json_schema["description"] = text_format["description"]
     return {"type": "json_schema", "json_schema": json_schema}
+
+
+def _reasoning(effort: str | None, model: ModelEntry) -> dict[str, Any]:
+    """`low` and above turn reasoning on, `none` and `minimal` off; unset leaves the model's default."""
+    if effort is None or model.reasoning is None:
+        return {}
+    if model.reasoning.control == "reasoning_effort":
+        return {"reasoning_effort": effort}
+    return {"chat_template_kwargs": {model.reasoning.template_flag: effort not in ("none", "minimal")}}

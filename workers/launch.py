@@ -4,6 +4,7 @@ OpenAI-compatible server on the CPU. Pure: the tests check them as lists of argu
 from __future__ import annotations
 
 import importlib.util
+import json
 import socket
 import sys
 from pathlib import Path
@@ -52,6 +53,8 @@ def vllm_command(model: VllmModel, port: int) -> list[str]:
         command += ["--enable-auto-tool-choice", "--tool-call-parser", model.tool_call_parser]
     if model.reasoning_parser:
         command += ["--reasoning-parser", model.reasoning_parser]
+    if model.max_images:
+        command += ["--limit-mm-per-prompt", json.dumps({"image": model.max_images})]
     return command + list(model.extra_args)
 
 

@@ -139,8 +139,6 @@ def _reject_unserved_values(request: CreateResponseRequest) -> None:
         raise errors.UnsupportedParameter("max_tool_calls", "max_tool_calls")
     if request.truncation == "auto":
         raise errors.UnsupportedParameter("truncation", "truncation 'auto'")
-    if request.reasoning and request.reasoning.effort not in (None, "none"):
-        raise errors.UnsupportedParameter("reasoning.effort", f"reasoning effort '{request.reasoning.effort}'")
     if request.top_logprobs:
         raise errors.UnsupportedParameter("top_logprobs", "top_logprobs")
     for index, name in enumerate(request.include or []):

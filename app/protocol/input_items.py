@@ -18,7 +18,7 @@ from app.protocol.validation import validate
 Item = dict[str, Any]
 
 # Known to OpenAI, not served here yet: a clear 400 rather than a silent drop.
-UNSUPPORTED_CONTENT_TYPES = {"input_image", "input_file", "input_audio"}
+UNSUPPORTED_CONTENT_TYPES = {"input_file", "input_audio"}
 UNSUPPORTED_ITEM_TYPES = {
     "item_reference",
     "compaction",
@@ -93,6 +93,15 @@ class _TextPart(BaseModel):
     text: str
     annotations: list[Any] | None = None
     logprobs: list[Any] | None = None
+
+
+class _ImagePart(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["input_image"]
+    detail: Literal["low", "high", "auto", "original"] = "auto"
+    image_url: str | None = None
+    file_id: str | None = None
 
 
 class _RefusalPart(BaseModel):
@@ -185,6 +194,8 @@ def _parse_part(raw: Any, role: str, param: str) -> Item:
         raise errors.UnsupportedParameter(f"{param}.type", f"content of type '{part_type}'")
     if part_type == "refusal" and role == "assistant":
         return {"type": "refusal", "refusal": validate(_RefusalPart, raw, prefix=param).refusal}
+    if part_type == "input_image" and role != "assistant":
+        return _image(raw, param)
     expected = "output_text" if role == "assistant" else "input_text"
     if part_type != expected:
         raise errors.InvalidRequest(
@@ -196,6 +207,35 @@ def _parse_part(raw: Any, role: str, param: str) -> Item:
     if role == "assistant":
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
     return {"type": "input_text", "text": text}
+
+
+def _image(raw: dict[str, Any], param: str) -> Item:
+    image = validate(_ImagePart, raw, prefix=param)
+    if image.file_id is not None:
+        raise errors.UnsupportedParameter(f"{param}.file_id", "an image by file_id (there is no Files API here)")
+    if image.image_url is None:
+        raise errors.InvalidRequest(
+            f"Missing required parameter: '{param}.image_url'.",
+            param=f"{param}.image_url",
+            code="missing_required_parameter",
+        )
+    if not image.image_url.startswith(("https://", "http://", "data:image/")):
+        raise errors.InvalidRequest(
+            f"Invalid '{param}.image_url': expected an http(s) URL or a data:image/… URL.",
+            param=f"{param}.image_url",
+            code="invalid_value",
+        )
+    return {"type": "input_image", "detail": image.detail, "image_url": image.image_url}
+
+
+def image_count(items: list[Item]) -> int:
+    """Images in these items: in messages and in function call outputs."""
+    count = 0
+    for item in items:
+        parts = item.get("content") if item["type"] == "message" else item.get("output")
+        if isinstance(parts, list):
+            count += sum(part.get("type") == "input_image" for part in parts)
+    return count
 
 
 def item_text(item: Item) -> str:

@@ -6,9 +6,18 @@ from __future__ import annotations
 from app import errors
 from app.catalog import ModelEntry, VllmModel
 from app.protocol.create_request import ValidatedCreate
+from app.protocol.input_items import image_count
 
 
 def check_fit(create: ValidatedCreate, model: ModelEntry) -> None:
+    _check_reasoning(create, model)
+    images = image_count(create.input_items)
+    if images > model.max_images:
+        raise errors.InvalidRequest(
+            f"Invalid 'input': {images} images; the model '{model.id}' takes at most {model.max_images} per request.",
+            param="input",
+            code="too_many_images",
+        )
     kind = create.text_format["type"]
     if kind != "text" and model.structured_output == "none":
         raise errors.InvalidRequest(
@@ -29,3 +38,22 @@ def _parses_tool_calls(model: ModelEntry) -> bool:
     """vLLM finds tool calls in free text only with a parser; a named tool_choice needs none
     (it constrains the output to that function's arguments)."""
     return not isinstance(model, VllmModel) or model.tool_call_parser is not None
+
+
+def _check_reasoning(create: ValidatedCreate, model: ModelEntry) -> None:
+    effort = create.request.reasoning.effort if create.request.reasoning else None
+    if effort is None or (effort == "none" and model.reasoning is None):
+        return
+    if model.reasoning is None:
+        raise errors.InvalidRequest(
+            f"Invalid 'reasoning.effort': the model '{model.id}' does not reason.",
+            param="reasoning.effort",
+            code="unsupported_value",
+        )
+    if effort not in model.reasoning.efforts:
+        accepted = ", ".join(f"'{e}'" for e in model.reasoning.efforts)
+        raise errors.InvalidRequest(
+            f"Invalid 'reasoning.effort': the model '{model.id}' takes {accepted}, not '{effort}'.",
+            param="reasoning.effort",
+            code="unsupported_value",
+        )

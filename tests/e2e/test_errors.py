@@ -35,8 +35,8 @@ BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
     (
         {"model": "fake", "input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
         400,
-        "input[0].content[0].type",
-        "unsupported_parameter",
+        "input[0].content[0].image_url",
+        "invalid_value",
     ),
     (
         {"model": "fake", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},

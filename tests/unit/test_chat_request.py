@@ -6,30 +6,19 @@ from typing import Any
 
 import pytest
 
-from app.catalog import LlamaCppModel, OpenAIModel
+from app.catalog import LlamaCppModel, OpenAIModel, ReasoningSupport
+from app.protocol.create_request import parse_create_request
 from app.protocol.input_items import parse_input
 from app.protocol.response_object import ResponseRecord
+from app.service import new_record
 from workers.chat_request import chat_request
 
 MODEL = OpenAIModel(id="m", runtime="openai", base_url="http://x/v1", upstream_model="up", max_output_tokens=100)
 
 
-def record(
-    instructions: str | None = None, text_format: dict[str, Any] | None = None, **requested: Any
-) -> ResponseRecord:
-    return ResponseRecord(
-        id="resp_1",
-        model="m",
-        status="in_progress",
-        created_at=0,
-        instructions=instructions,
-        previous_response_id=None,
-        settings={"requested": requested, "text": {"format": text_format or {"type": "text"}}},
-        metadata={},
-        store=True,
-        background=False,
-        stream=False,
-    )
+def record(**body: Any) -> ResponseRecord:
+    """The record the service would store for this request body."""
+    return new_record(parse_create_request({"model": "m", "input": "x", **body}), "m")
 
 
 def test_system_prompt_is_instructions_then_system_and_developer_messages_in_order() -> None:
@@ -42,7 +31,7 @@ def test_system_prompt_is_instructions_then_system_and_developer_messages_in_ord
             {"role": "user", "content": "U2"},
         ]
     )
-    body = chat_request(record("I"), context, MODEL)
+    body = chat_request(record(instructions="I"), context, MODEL)
     assert body["messages"] == [
         {"role": "system", "content": "I\n\nD1\n\nS2"},
         {"role": "user", "content": "U1"},
@@ -88,16 +77,72 @@ JSON_SCHEMA_FORMAT = {"type": "json_schema", "name": "place", "schema": SCHEMA, 
 def test_structured_output_goes_out_as_each_server_takes_it() -> None:
     context = parse_input("x")
     assert "response_format" not in chat_request(record(), context, MODEL)
-    assert chat_request(record(text_format={"type": "json_object"}), context, MODEL)["response_format"] == {
+    assert chat_request(record(text={"format": {"type": "json_object"}}), context, MODEL)["response_format"] == {
         "type": "json_object"
     }
-    assert chat_request(record(text_format=JSON_SCHEMA_FORMAT), context, MODEL)["response_format"] == {
+    assert chat_request(record(text={"format": JSON_SCHEMA_FORMAT}), context, MODEL)["response_format"] == {
         "type": "json_schema",
         "json_schema": {"name": "place", "schema": SCHEMA, "strict": True},
     }
     llamacpp = LlamaCppModel(id="local", runtime="llamacpp")
     # llama.cpp's server answers json_schema with a 500, and enforces a schema given this way.
-    assert chat_request(record(text_format=JSON_SCHEMA_FORMAT), context, llamacpp)["response_format"] == {
+    assert chat_request(record(text={"format": JSON_SCHEMA_FORMAT}), context, llamacpp)["response_format"] == {
         "type": "json_object",
         "schema": SCHEMA,
+    }
+
+
+THINKING = OpenAIModel(
+    id="t", runtime="openai", base_url="http://x/v1", reasoning=ReasoningSupport(efforts=("none", "low", "high"))
+)
+GRADED = OpenAIModel(
+    id="g", runtime="openai", base_url="http://x/v1", reasoning=ReasoningSupport(control="reasoning_effort")
+)
+
+
+@pytest.mark.parametrize(
+    ("model", "effort", "expected"),
+    [
+        (THINKING, None, {}),  # unset: the model's own default
+        (THINKING, "low", {"chat_template_kwargs": {"enable_thinking": True}}),
+        (THINKING, "none", {"chat_template_kwargs": {"enable_thinking": False}}),
+        (GRADED, "medium", {"reasoning_effort": "medium"}),
+        (MODEL, "none", {}),  # a model that does not reason is told nothing
+    ],
+)
+def test_reasoning_effort_reaches_the_server_as_the_catalog_says(
+    model: OpenAIModel, effort: str | None, expected: dict[str, Any]
+) -> None:
+    reasoning = {"reasoning": {"effort": effort}} if effort else {}
+    body = chat_request(record(**reasoning), parse_input("x"), model)
+    assert {k: body[k] for k in ("chat_template_kwargs", "reasoning_effort") if k in body} == expected
+
+
+IMAGE = {"type": "input_image", "image_url": "https://example.com/cat.png", "detail": "low"}
+
+
+def test_images_become_image_url_parts_and_tool_output_images_follow_the_tool_results() -> None:
+    context = parse_input(
+        [
+            {"role": "user", "content": [{"type": "input_text", "text": "Look:"}, IMAGE]},
+            {"type": "function_call", "call_id": "c1", "name": "screenshot", "arguments": "{}"},
+            {
+                "type": "function_call_output",
+                "call_id": "c1",
+                "output": [{"type": "input_text", "text": "taken"}, {**IMAGE, "detail": "auto"}],
+            },
+        ]
+    )
+    messages = chat_request(record(), context, MODEL)["messages"]
+    assert messages[0] == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Look:"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/cat.png", "detail": "low"}},
+        ],
+    }
+    assert messages[2] == {"role": "tool", "tool_call_id": "c1", "content": "taken"}
+    assert messages[3] == {
+        "role": "user",
+        "content": [{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}],
     }

@@ -22,7 +22,7 @@ from app.protocol.create_request import echoed_settings, parse_create_request
         ({"model": "m", "input": [{"role": "user", "content": [{"type": "input_text"}]}]}, "input[0].content[0].text"),
         ({"model": "m", "input": [{"role": "user", "content": "x", "extra": 1}]}, "input[0].extra"),
         ({"model": "m", "input": ["not an object"]}, "input[0]"),
-        ({"model": "m", "input": "x", "reasoning": {"effort": "high"}}, "reasoning.effort"),
+        ({"model": "m", "input": "x", "reasoning": {"effort": "maximal"}}, "reasoning.effort"),
         ({"model": "m", "input": "x", "tool_choice": "required"}, "tool_choice"),
         ({"model": "m", "input": "x", "include": ["message.output_text.logprobs"]}, "include[0]"),
         ({"model": "m", "input": "x", "safety_identifier": "s" * 65}, "safety_identifier"),

@@ -31,6 +31,12 @@ def test_vllm_serves_the_model_under_its_catalog_id_with_the_catalogs_engine_set
     ]  # fmt: skip
 
 
+def test_vllm_is_told_how_many_images_a_prompt_may_hold() -> None:
+    command = vllm_command(VllmModel(id="m", runtime="vllm", model="m", max_images=4), 1)
+    assert command[command.index("--limit-mm-per-prompt") + 1] == '{"image": 4}'
+    assert "--limit-mm-per-prompt" not in vllm_command(VllmModel(id="m", runtime="vllm", model="m"), 1)
+
+
 def test_vllm_without_parsers_passes_none_and_max_model_len_wins_over_the_context_window() -> None:
     model = VllmModel(id="m", runtime="vllm", model="/models/m", max_model_len=4096, executable="/opt/vllm/bin/vllm")
     command = vllm_command(model, 1)

@@ -1,0 +1,86 @@
+"""What the catalog says a model can take decides what a request may ask for and what reaches
+the model: reasoning effort, images (structured output and tools have their own files)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import openai
+import pytest
+
+from tests.conftest import FakeRuntime
+
+CAT = "https://example.com/cat.png"
+DOT = "data:image/png;base64,iVBORw0KGgo="
+
+
+def image(url: str = CAT, **extra: Any) -> dict[str, Any]:
+    return {"type": "input_image", "image_url": url, **extra}
+
+
+def test_reasoning_effort_turns_the_models_thinking_on_and_off(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    high = client.responses.create(model="thinking-model", input="x", reasoning={"effort": "high"})
+    client.responses.create(model="thinking-model", input="x", reasoning={"effort": "none"})
+    client.responses.create(model="graded-model", input="x", reasoning={"effort": "medium"})
+    sent = fake.requests()
+    assert sent[0]["chat_template_kwargs"] == {"enable_thinking": True}
+    assert sent[1]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert sent[2]["reasoning_effort"] == "medium" and "chat_template_kwargs" not in sent[2]
+    assert high.reasoning.effort == "high"
+
+
+@pytest.mark.parametrize(
+    ("model", "effort"),
+    [("fake", "low"), ("thinking-model", "medium"), ("graded-model", "none")],
+)
+def test_an_effort_the_model_does_not_take_is_a_400(
+    client: openai.OpenAI, fake: FakeRuntime, model: str, effort: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model=model, input="x", reasoning=cast(Any, {"effort": effort}))
+    assert (caught.value.body["param"], caught.value.body["code"]) == ("reasoning.effort", "unsupported_value")
+    assert fake.requests() == []
+
+
+def test_effort_none_on_a_model_that_does_not_reason_is_accepted(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    client.responses.create(model="fake", input="x", reasoning={"effort": "none"})
+    assert "chat_template_kwargs" not in fake.requests()[0]
+
+
+def test_images_reach_the_model_as_image_url_parts(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    response = client.responses.create(
+        model="thinking-model",
+        input=cast(
+            Any, [{"role": "user", "content": [{"type": "input_text", "text": "What is this?"}, image(detail="high")]}]
+        ),
+    )
+    assert response.status == "completed"
+    [message] = fake.requests()[0]["messages"]
+    assert message["content"][1] == {"type": "image_url", "image_url": {"url": CAT, "detail": "high"}}
+    [item] = client.responses.input_items.list(response.id)
+    assert item.content[1].type == "input_image" and item.content[1].image_url == CAT
+
+
+@pytest.mark.parametrize(
+    ("model", "images", "param", "code"),
+    [
+        ("thinking-model", [image(), image(DOT), image()], "input", "too_many_images"),
+        ("fake", [image()], "input", "too_many_images"),  # a text-only model takes none
+        ("thinking-model", [{"type": "input_image", "file_id": "file_1"}], "input[0].content[0].file_id", None),
+        ("thinking-model", [{"type": "input_image"}], "input[0].content[0].image_url", "missing_required_parameter"),
+        ("thinking-model", [image("ftp://x/cat.png")], "input[0].content[0].image_url", "invalid_value"),
+    ],
+)
+def test_images_a_model_cannot_take_are_a_400(
+    client: openai.OpenAI,
+    fake: FakeRuntime,
+    model: str,
+    images: list[dict[str, Any]],
+    param: str,
+    code: str | None,
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model=model, input=cast(Any, [{"role": "user", "content": images}]))
+    assert caught.value.body["param"] == param
+    assert caught.value.body["code"] == (code or "unsupported_parameter")
+    assert fake.requests() == []
