@@ -6,6 +6,7 @@ paths generate the same tokens) (a) through `POST /v1/responses` and (b) straigh
 server's `/v1/chat/completions`, and reports TTFT p50/p99, output tokens/s and their ratios.
 
     python bench/runtime_benchmark.py                         # embedded SmolLM2 under llama.cpp (CPU)
+    python bench/runtime_benchmark.py --breakdown             # where one answer's time goes, per path
     python bench/runtime_benchmark.py --runtime vllm --model Qwen/Qwen3-8B --levels 1 32 256
 
 The vLLM form is for a GPU host with vLLM installed and the weights at hand (`pip install
@@ -98,6 +99,52 @@ async def direct(http: aiohttp.ClientSession, url: str, tokens: int) -> tuple[fl
     return first - start, used if used is not None else chunks
 
 
+async def timeline(
+    http: aiohttp.ClientSession, url: str, body: dict[str, object], headers: dict[str, str], marker: bytes, end: bytes
+) -> dict[str, float]:
+    """One streamed answer's TTFT, generation (first to last token) and tail (last token to the
+    end of the stream), in ms."""
+    start = time.perf_counter()
+    first = last = 0.0
+    async with http.post(url, json=body, headers=headers) as answer:
+        answer.raise_for_status()
+        async for line in answer.content:
+            if line.startswith(b"data") and marker in line:
+                last = time.perf_counter()
+                first = first or last
+            elif end in line:
+                break
+    done = time.perf_counter()
+    return {"ttft": 1000 * (first - start), "generation": 1000 * (last - first), "tail": 1000 * (done - last)}
+
+
+async def breakdown(
+    http: aiohttp.ClientSession, api_url: str, key: str, server_url: str, tokens: int, answers: int
+) -> None:
+    """Alternates the two paths one answer at a time and prints the median of each phase."""
+    ours_body = {"model": "bench-model", "input": PROMPT, "stream": True, "temperature": 0, "max_output_tokens": tokens}
+    direct_body = {
+        "model": "bench-model",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "stream": True,
+        "temperature": 0,
+        "max_tokens": tokens,
+    }
+    ours, theirs = [], []
+    for _ in range(answers):
+        ours.append(
+            await timeline(
+                http, f"{api_url}/responses", ours_body, {"Authorization": f"Bearer {key}"},
+                b"response.output_text.delta", b"event: response.completed",
+            )
+        )  # fmt: skip
+        theirs.append(
+            await timeline(http, f"{server_url}/chat/completions", direct_body, {}, b'"content"', b"data: [DONE]")
+        )
+    for name, runs in (("direct", theirs), ("responses_server", ours)):
+        print(json.dumps({"path": name, **{k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]}}))
+
+
 async def level(concurrency: int, rounds: int, one: object) -> dict[str, float]:
     ttfts: list[float] = []
     produced = 0
@@ -131,6 +178,7 @@ async def main() -> None:
     parser.add_argument("--tokens", type=int, default=128, help="output tokens per answer")
     parser.add_argument("--rounds", type=int, default=3, help="answers each concurrent slot streams, back to back")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--breakdown", action="store_true", help="alternate single answers; medians of each phase")
     args = parser.parse_args()
     if args.runtime == "vllm" and not args.model:
         parser.error("--runtime vllm needs --model")
@@ -146,6 +194,9 @@ async def main() -> None:
             theirs = lambda: direct(http, server_url, args.tokens)  # noqa: E731
             await level(1, 1, ours)  # warm up both paths
             await level(1, 1, theirs)
+            if args.breakdown:
+                await breakdown(http, stack.api_url, stack.key, server_url, args.tokens, 2 * args.rounds + 1)
+                return
             results = []
             for concurrency in levels:
                 base = await level(concurrency, args.rounds, theirs)

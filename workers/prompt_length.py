@@ -1,14 +1,19 @@
-"""How long a prompt is, as the model server counts it (chat template included), measured
-before generating: to refuse input that cannot fit the context (never truncate it), to keep
-max_tokens inside what the context has left, and to report usage where the server streams none.
+"""How long a prompt is, as the model server counts it (chat template included): to refuse
+input that cannot fit the context (never truncate it), to keep max_tokens inside what the
+context has left, and to report usage where the server streams none.
 
 - vLLM: its /tokenize endpoint takes the chat messages and counts them without generating.
 - llama.cpp: a one-token request for the same messages; the server's prompt cache keeps the
-  evaluated prompt, so the generation that follows starts from it.
+  evaluated prompt, so a generation before or after it does not evaluate the prompt twice.
+
+Most prompts are far from the context's end, and that can be known without asking: a token
+covers at least one byte, so the request's JSON size bounds its text's tokens. Only prompts that
+might not fit (or hold images, which weigh more than their URL) are measured before generating.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import aiohttp
@@ -39,6 +44,23 @@ async def measure(
         counted = await answer.json()
     tokens: int = counted["count"] if model.prompt_measure == "tokenize" else counted["usage"]["prompt_tokens"]
     return tokens
+
+
+# Tokens a chat template adds around the messages (role markers, a default system prompt).
+TEMPLATE_ALLOWANCE = 256
+
+
+def surely_fits(body: dict[str, Any], context_window: int) -> bool:
+    """Whether prompt + max_tokens fit the context whatever the tokenizer, by the byte bound."""
+    if any(
+        part.get("type") == "image_url"
+        for m in body["messages"]
+        if isinstance(m.get("content"), list)
+        for part in m["content"]
+    ):
+        return False
+    size = len(json.dumps(body["messages"]).encode()) + len(json.dumps(body.get("tools") or []).encode())
+    return size + TEMPLATE_ALLOWANCE + int(body["max_tokens"]) <= context_window
 
 
 def fit_to_context(body: dict[str, Any], prompt_tokens: int, context_window: int) -> dict[str, Any]:

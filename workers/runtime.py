@@ -76,9 +76,11 @@ class ChatRuntimeClient:
         self, model: ModelEntry, url: str, body: dict[str, Any], headers: dict[str, str]
     ) -> AsyncIterator[dict[str, Any]]:
         try:
-            prompt_tokens = await prompt_length.measure(self._client(), model, body, headers, self._timeout(model))
-            if prompt_tokens is not None:
-                body = prompt_length.fit_to_context(body, prompt_tokens, model.context_window)
+            prompt_tokens = None
+            if not prompt_length.surely_fits(body, model.context_window):
+                prompt_tokens = await prompt_length.measure(self._client(), model, body, headers, self._timeout(model))
+                if prompt_tokens is not None:
+                    body = prompt_length.fit_to_context(body, prompt_tokens, model.context_window)
             async with self._client().post(url, json=body, headers=headers, timeout=self._timeout(model)) as response:
                 if response.status >= 400:
                     raise refusal(response.status, (await response.read()).decode(errors="replace")[:500])
@@ -91,6 +93,10 @@ class ChatRuntimeClient:
                         finished = finished or any(c.get("finish_reason") for c in chunk.get("choices") or [])
                         yield chunk
             if not model.streams_usage:
+                if prompt_tokens is None:  # measured now, the prompt is in the server's cache
+                    prompt_tokens = await prompt_length.measure(
+                        self._client(), model, body, headers, self._timeout(model)
+                    )
                 yield {"choices": [], "usage": {"prompt_tokens": prompt_tokens or 0}}
             if not finished:
                 raise RuntimeFailure("model runtime ended its stream without a finish_reason", retryable=True)
