@@ -81,12 +81,13 @@ def _run_worker(settings: Settings, hosted_model: str | None) -> None:
 
     from app.catalog import CatalogError
     from workers.launch import LaunchError
+    from workers.runtime_errors import RuntimeFailure
     from workers.settings import build_worker
 
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     try:
         build_worker(settings, hosted_model).run()
-    except (CatalogError, LaunchError) as exc:
+    except (CatalogError, LaunchError, RuntimeFailure) as exc:  # RuntimeFailure: its model server did not start
         sys.exit(f"responses-server worker: {exc}")
 
 

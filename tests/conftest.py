@@ -167,6 +167,13 @@ context_window = 4096
 max_output_tokens = 64
 startup_timeout_seconds = 30
 
+# A vLLM that dies while starting (no GPU, say).
+[[models]]
+id = "broken-vllm"
+runtime = "vllm"
+model = "org/model-7b"
+executable = "false"
+
 # Hosted by `worker --model smollm2`: the embedded CPU model under llama.cpp's server.
 [[models]]
 id = "smollm2"

@@ -123,7 +123,11 @@ def test_a_model_server_that_dies_fails_its_generations_and_comes_back(
 
 
 def test_a_worker_refuses_to_host_what_it_cannot(environment: Environment) -> None:
-    for model, complaint in [("fake-model", "external server"), ("no-such-model", "not in the catalog")]:
+    for model, complaint in [
+        ("fake-model", "external server"),
+        ("no-such-model", "not in the catalog"),
+        ("broken-vllm", "model server for 'broken-vllm' exited with 1 while starting"),
+    ]:
         done = subprocess.run(
             [sys.executable, "-m", "app.cli", "worker", "--model", model],
             cwd=ROOT,
