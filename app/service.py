@@ -19,6 +19,7 @@ from app.db import responses as responses_db
 from app.ids import new_id
 from app.protocol.accumulate import output_so_far
 from app.protocol.create_request import ValidatedCreate, echoed_settings, parse_create_request
+from app.protocol.input_items import Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.model_fit import check_fit
 from app.protocol.response_object import ResponseRecord
@@ -52,7 +53,7 @@ async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Acce
     accepted = Accepted(record, input_items)
     if record.background:  # visible (and followable) at once: its first events come with it
         async with state.engine.begin() as conn:
-            link = await _chain_link(conn, account_id, create.request.previous_response_id)
+            link = await _chain_link(conn, account_id, create.request.previous_response_id, create.input_items)
             await responses_db.insert_response(conn, record, account_id, link, input_items)
             opening = [lifecycle_event("response.created", record), lifecycle_event("response.queued", record)]
             await events_db.append(conn, record.id, opening)
@@ -60,7 +61,7 @@ async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Acce
     # Autocommit: the chain check reads, and the insert is one atomic statement.
     async with state.engine.connect() as conn:
         await conn.execution_options(isolation_level="AUTOCOMMIT")
-        link = await _chain_link(conn, account_id, create.request.previous_response_id)
+        link = await _chain_link(conn, account_id, create.request.previous_response_id, create.input_items)
         if accepted.persisted:
             await responses_db.insert_response(conn, record, account_id, link, input_items)
     return accepted
@@ -109,6 +110,7 @@ async def _chain_link(
     conn: AsyncConnection,
     account_id: str,
     previous_id: str | None,
+    input_items: list[Item],
 ) -> responses_db.ChainLink:
     if previous_id is None:
         return responses_db.ChainLink(None, 0)
@@ -126,6 +128,10 @@ async def _chain_link(
             param="previous_response_id",
             code="previous_response_not_finished",
         )
+    answered = {item["call_id"] for item in input_items if item["type"] == "function_call_output"}
+    for call_id in previous.call_ids:
+        if call_id not in answered:  # OpenAI's words for it
+            raise errors.InvalidRequest(f"No tool output found for function call {call_id}.", param="input")
     return responses_db.ChainLink(previous.id, previous.chain_depth + 1)
 
 

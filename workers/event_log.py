@@ -48,16 +48,22 @@ class _Pending:
     finished: asyncio.Future[bool] | None = None
 
 
+COALESCIBLE = frozenset(
+    {"response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta"}
+)
+
+
 def _coalesce(pending: list[Event], event: Event) -> bool:
-    """Folds a text delta into the previous one while both wait for the same commit: under load,
-    fewer and larger deltas (as OpenAI's own are of any size); when idle, one event per chunk."""
-    if event["type"] != "response.output_text.delta" or not pending:
+    """Folds a delta into the previous one of the same part while both wait for the same commit:
+    under load, fewer and larger deltas (as OpenAI's own are of any size); when idle, one event
+    per chunk."""
+    if event["type"] not in COALESCIBLE or not pending:
         return False
     last = pending[-1]
     if (
         last["type"] != event["type"]
         or last["item_id"] != event["item_id"]
-        or last["content_index"] != event["content_index"]
+        or last.get("content_index") != event.get("content_index")
     ):
         return False
     last["delta"] += event["delta"]

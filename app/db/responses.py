@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db import DbRow
 from app.db import items as items_db
-from app.db.tables import responses
+from app.db.tables import items, responses
 from app.protocol.response_object import ResponseRecord, Status
 
 
@@ -165,9 +165,16 @@ async def get_record(
 
 
 async def chain_link(conn: AsyncConnection, account_id: str, previous_id: str) -> DbRow | None:
+    """The previous response a new one would continue, with the call_ids of the function calls
+    it ended with (the new input must answer them)."""
+    open_calls = (
+        select(func.coalesce(func.array_agg(items.c.payload["call_id"].astext), text("'{}'::text[]")))
+        .where(items.c.response_id == responses.c.id, items.c.side == "output", items.c.type == "function_call")
+        .scalar_subquery()
+    )
     return (
         await conn.execute(
-            select(responses.c.id, responses.c.chain_depth, responses.c.status).where(
+            select(responses.c.id, responses.c.chain_depth, responses.c.status, open_calls.label("call_ids")).where(
                 responses.c.id == previous_id,
                 responses.c.account_id == account_id,
                 # A store=false background response is kept only to be polled: it cannot be continued.

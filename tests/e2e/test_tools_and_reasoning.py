@@ -76,6 +76,24 @@ def test_the_tools_result_continues_the_chain(client: openai.OpenAI, fake: FakeR
     assert items[1].id == call.id and items[2].id.startswith("fco_")
 
 
+def test_continuing_past_a_tool_call_needs_its_output(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    two_calls = "#fake " + json.dumps(
+        {"tool_calls": [{"name": "get_weather", "arguments": "{}"}, {"name": "get_weather", "arguments": "{}"}]}
+    )
+    first = client.responses.create(model="fake", input=two_calls, tools=[WEATHER])
+    answer_one = [{"type": "function_call_output", "call_id": "call_0", "output": "sunny"}]
+    for partial, unanswered in (("Never mind.", "call_0"), (answer_one, "call_1")):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="fake", previous_response_id=first.id, input=cast(Any, partial))
+        assert caught.value.body["param"] == "input"
+        assert f"No tool output found for function call {unanswered}." in caught.value.message
+    both = [*answer_one, {"type": "function_call_output", "call_id": "call_1", "output": "rainy"}]
+    assert client.responses.create(model="fake", previous_response_id=first.id, input=cast(Any, both)).status == (
+        "completed"
+    )
+    assert len(fake.requests()) == 2  # the refused ones never reached the model
+
+
 def test_a_whole_tool_exchange_can_be_sent_as_input(client: openai.OpenAI, fake: FakeRuntime) -> None:
     client.responses.create(
         model="fake",
@@ -109,15 +127,16 @@ def test_a_streamed_tool_call_arrives_in_the_order_the_sdk_expects(client: opena
     with client.responses.stream(model="fake", input=CALLS_WEATHER, tools=[WEATHER]) as stream:
         events = list(stream)
         final = stream.get_final_response()
-    types = [e.type for e in events]
+    types = [e.type for e in events if e.type != "response.function_call_arguments.delta"]
     assert types[2:] == [
         "response.output_item.added",
-        "response.function_call_arguments.delta",
-        "response.function_call_arguments.delta",
         "response.function_call_arguments.done",
         "response.output_item.done",
         "response.completed",
     ]
+    deltas = [i for i, e in enumerate(events) if e.type == "response.function_call_arguments.delta"]
+    assert deltas and deltas == list(range(deltas[0], deltas[0] + len(deltas)))  # between added and done
+    assert events[deltas[0] - 1].type == "response.output_item.added"
     assert "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta") == '{"city": "Paris"}'
     assert final.output[0].arguments == '{"city": "Paris"}'
 

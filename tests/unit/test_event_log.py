@@ -1,4 +1,4 @@
-"""Coalescing of text deltas that wait for the same commit."""
+"""Coalescing of deltas that wait for the same commit."""
 
 from __future__ import annotations
 
@@ -32,3 +32,14 @@ def test_other_events_and_other_parts_do_not_merge() -> None:
     assert not _coalesce([], delta("a"))
     assert not _coalesce([{"type": "response.content_part.added"}], delta("a"))
     assert pending == [delta("a")]
+
+
+def test_reasoning_and_function_argument_deltas_merge_too_but_not_with_each_other() -> None:
+    reasoning = {"type": "response.reasoning_text.delta", "item_id": "rs_1", "output_index": 0, "content_index": 0}
+    arguments = {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 1}
+    pending = [{**reasoning, "delta": "thin"}]
+    assert _coalesce(pending, {**reasoning, "delta": "king"})
+    assert not _coalesce(pending, {**arguments, "delta": '{"a"'})
+    pending.append({**arguments, "delta": '{"a"'})
+    assert _coalesce(pending, {**arguments, "delta": ": 1}"})
+    assert [e["delta"] for e in pending] == ["thinking", '{"a": 1}']
