@@ -33,8 +33,11 @@ class Subscription:
     queue: asyncio.Queue[list[WireEvent]] = field(default_factory=asyncio.Queue)
 
     async def next_batch(self, timeout: float) -> list[WireEvent] | None:
+        if not self.queue.empty():  # a busy follower: no timer to arm
+            return self.queue.get_nowait()
         try:
-            return await asyncio.wait_for(self.queue.get(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: no task per batch
+                return await self.queue.get()
         except TimeoutError:
             return None
 
@@ -97,8 +100,9 @@ class EventHub:
         while True:
             try:
                 pubsub = await self._connection()
-                message = await pubsub.get_message(timeout=1.0)
-                if message is not None:
+                # listen(), not get_message(timeout=…): no timeout to arm and disarm per message
+                # (it stays subscribed to the idle channel, so it never runs dry).
+                async for message in pubsub.listen():
                     self._dispatch(message)
             except asyncio.CancelledError:
                 raise
