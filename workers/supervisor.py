@@ -11,26 +11,18 @@ for the restarted child.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import os
 import signal
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import aiohttp
 
+from app.child_process import die_with_parent
 from workers.runtime_errors import RuntimeFailure
 
 log = logging.getLogger(__name__)
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class RuntimeSupervisor:
@@ -90,7 +82,7 @@ class RuntimeSupervisor:
                 stdout=output,  # without a log file the child writes where the worker writes
                 stderr=asyncio.subprocess.STDOUT if output else None,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
                 env=self.env,
             )
         except OSError as exc:

@@ -21,7 +21,7 @@ README_EXAMPLE_KEY = "sk-rs-…"
 
 
 class Dev:
-    def __init__(self, data: Path, port: int) -> None:
+    def __init__(self, data: Path, port: int, log: Path) -> None:
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "RESPONSES_MODELS")}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "dev", "--data", str(data), "--port", str(port)],
@@ -29,6 +29,8 @@ class Dev:
             env={**env, "PYTHONUNBUFFERED": "1"},
             stdout=subprocess.PIPE,
             text=True,
+            start_new_session=True,  # its own process group, as a terminal's foreground job is
+            stderr=log.open("ab"),  # the API's, the workers' and the model server's logs too
         )
         self.printed: list[str] = []
         assert self.process.stdout is not None
@@ -57,7 +59,8 @@ class Dev:
         return found
 
     def interrupt(self) -> int:
-        self.process.send_signal(signal.SIGINT)
+        """Ctrl-C in a terminal: SIGINT to every process of the foreground group."""
+        os.killpg(self.process.pid, signal.SIGINT)
         return self.process.wait(90)
 
 
@@ -76,8 +79,8 @@ def running(pid: int) -> bool:
 
 
 def test_dev_runs_everything_from_an_empty_folder_and_keeps_the_data(tmp_path: Path) -> None:
-    data, port = tmp_path / "data", free_port()
-    dev = Dev(data, port)
+    data, port, log = tmp_path / "data", free_port(), tmp_path / "dev.log"
+    dev = Dev(data, port, log)
     try:
         welcome = "".join(dev.printed)
         assert f'OpenAI(base_url="{dev.base_url}", api_key="{dev.key}")' in welcome
@@ -102,12 +105,14 @@ def test_dev_runs_everything_from_an_empty_folder_and_keeps_the_data(tmp_path: P
         code = dev.interrupt()
     assert code == 0
     assert not (data / "postgres" / "postmaster.pid").exists()
+    # The API and the workers stopped before Valkey and Postgres did: no connection lost on the way.
+    assert "Traceback" not in log.read_text() and "lost Redis" not in log.read_text()
     deadline = time.monotonic() + 10
     while any(running(pid) for pid in processes):
         assert time.monotonic() < deadline, [pid for pid in processes if running(pid)]
         time.sleep(0.1)
 
-    again = Dev(data, port)
+    again = Dev(data, port, log)
     try:
         assert again.key == dev.key  # the data folder's key still works
         client = openai.OpenAI(base_url=again.base_url, api_key=again.key, max_retries=0, timeout=60)

@@ -1,14 +1,31 @@
-"""The design's one dependency rule: workers import app; app never imports workers.
+"""The design's dependency rules, read from the source.
 
-The one exception is the command line (`app/cli.py`), the composition root that starts either
-an API or a worker process; it imports the worker lazily, inside the `worker` command."""
+- workers import app; app never imports workers. The one exception is the command line
+  (`app/cli.py`), the composition root that starts either an API or a worker process; it
+  imports the worker lazily, inside the `worker` command.
+- What the service imports is installed by `pip install .` (or the extra that runs it): a
+  test-only package (httpx, openai…) imported by the service would work here and break a user."""
 
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import re
+import sys
+import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+OWN_PACKAGES = {"app", "workers", "migrations"}
+
+
+def imported_modules(path: Path) -> Iterator[str]:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
 
 
 def test_app_never_imports_workers() -> None:
@@ -16,13 +33,43 @@ def test_app_never_imports_workers() -> None:
     for path in (ROOT / "app").rglob("*.py"):
         if path.name == "cli.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else []
-            )
-            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "workers"]
+        names = imported_modules(path)
+        offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "workers"]
     assert offenders == []
+
+
+def _declared(requirements: list[str]) -> set[str]:
+    return {
+        re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].lower().replace("_", "-") for requirement in requirements
+    }
+
+
+def test_the_service_imports_only_what_its_install_declares() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    declared = _declared(project["dependencies"] + extras["cpu"] + extras["gpu"])
+    distributions = importlib.metadata.packages_distributions()
+    undeclared = set()
+    for package in ("app", "workers", "migrations"):
+        for path in (ROOT / package).rglob("*.py"):
+            for module in imported_modules(path):
+                top = module.split(".")[0]
+                if top in OWN_PACKAGES or top in sys.stdlib_module_names:
+                    continue
+                names = {d.lower().replace("_", "-") for d in distributions.get(top, [top])}
+                # An extra's package may pull a module in through its own dependencies (pydantic → typing_extensions).
+                if not names & declared and not _required_by_declared(names, declared):
+                    undeclared.add(f"{path.relative_to(ROOT)}: {module} ({', '.join(sorted(names))})")
+    assert sorted(undeclared) == []
+
+
+def _required_by_declared(names: set[str], declared: set[str]) -> bool:
+    """Whether one of `names` is a dependency of a declared distribution (one level down)."""
+    for distribution in declared:
+        try:
+            requires = importlib.metadata.requires(distribution) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if names & _declared([r for r in requires if "extra ==" not in r]):
+            return True
+    return False
