@@ -76,6 +76,7 @@ class Environment:
             "RESPONSES_QUEUE": self.queue_name,
             "RESPONSES_MODELS": str(self.models_path),
             "PYTHONUNBUFFERED": "1",
+            "FAKE_UPSTREAM_KEY": "upstream-secret",  # what keyed-model's api_key_env names
             **extra,
         }
 
@@ -142,6 +143,21 @@ id = "graded-model"
 runtime = "openai"
 base_url = "{fake_runtime_url}/v1"
 reasoning = {{ control = "reasoning_effort", efforts = ["low", "medium", "high"] }}
+
+# A server that wants an API key, read from the environment.
+[[models]]
+id = "keyed-model"
+runtime = "openai"
+base_url = "{fake_runtime_url}/v1"
+api_key_env = "FAKE_UPSTREAM_KEY"
+
+# A server given little patience: a gap of over 0.3 s between chunks fails, at once.
+[[models]]
+id = "impatient-model"
+runtime = "openai"
+base_url = "{fake_runtime_url}/v1"
+read_timeout_seconds = 0.3
+max_retries = 0
 
 # A server that cannot constrain its output to a schema.
 [[models]]
@@ -277,6 +293,6 @@ class FakeRuntime:
         result: list[dict[str, Any]] = httpx.get(f"{self.url}/_requests").json()
         return result
 
-    def stats(self) -> dict[str, float]:
-        result: dict[str, float] = httpx.get(f"{self.url}/_stats").json()
+    def stats(self) -> dict[str, Any]:
+        result: dict[str, Any] = httpx.get(f"{self.url}/_stats").json()
         return result

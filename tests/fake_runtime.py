@@ -16,7 +16,8 @@ first line is `#fake {json}` scripts it instead:
     tool_calls         [{"name", "arguments"}]: calls streamed after the text, finish_reason "tool_calls"
 
 GET /_requests lists the request bodies it received; GET /_stats counts streams that clients
-closed early (an aborted generation) and says the server's pid; DELETE /_requests clears both.
+closed early (an aborted generation), the Authorization header of each request and the server's
+pid; DELETE /_requests clears them.
 GET /v1/models answers as a model server's health check does; POST /tokenize counts the words of
 chat messages as vLLM's counts their tokens.
 
@@ -42,6 +43,7 @@ from starlette.routing import Route
 received: list[dict[str, Any]] = []
 failures: dict[str, int] = {}  # requests seen per script, for fail_times
 received_tokenize: list[dict[str, Any]] = []
+authorizations: list[str | None] = []  # the Authorization header of each chat request
 stats: dict[str, float] = {"streams_started": 0, "streams_finished": 0, "streams_aborted": 0, "last_abort_at": 0.0}
 
 
@@ -98,6 +100,7 @@ def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> str:
 async def chat_completions(request: Request) -> Response:
     body = await request.json()
     received.append(body)
+    authorizations.append(request.headers.get("authorization"))
     script = _script(body)
     key = json.dumps(script, sort_keys=True)
     failures[key] = failures.get(key, 0) + 1
@@ -164,6 +167,7 @@ async def _stream(
 async def requests_log(request: Request) -> Response:
     if request.method == "DELETE":
         received.clear()
+        authorizations.clear()
         failures.clear()
         received_tokenize.clear()
         for key in stats:
@@ -173,7 +177,7 @@ async def requests_log(request: Request) -> Response:
 
 
 async def stats_view(request: Request) -> Response:
-    return JSONResponse({**stats, "pid": os.getpid()})
+    return JSONResponse({**stats, "pid": os.getpid(), "authorizations": authorizations})
 
 
 async def tokenize(request: Request) -> Response:

@@ -221,3 +221,9 @@ def test_usage_without_a_runtime_report_counts_chunks(client: openai.OpenAI, fak
     assert response.usage is not None
     assert response.usage.output_tokens == 3
     assert response.usage.total_tokens == response.usage.input_tokens + response.usage.output_tokens
+
+
+def test_an_upstream_key_from_the_environment_reaches_only_its_server(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    client.responses.create(model="keyed-model", input="x")
+    client.responses.create(model="fake", input="x")
+    assert fake.stats()["authorizations"] == ["Bearer upstream-secret", None]

@@ -236,3 +236,11 @@ def test_input_longer_than_the_context_is_a_400_naming_input(client: openai.Open
     events = list(client.responses.create(model="fake", input=script, stream=True))
     assert events[-1].type == "response.failed"
     assert events[-1].response.error.code == "context_length_exceeded"
+
+
+def test_a_models_read_timeout_fails_a_silent_stream(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    events = list(client.responses.create(model="impatient-model", input='#fake {"first_delay": 2}', stream=True))
+    assert events[-1].type == "response.failed"
+    assert "Timeout" in events[-1].response.error.message
+    assert len(fake.requests()) == 1  # max_retries = 0
+    assert client.responses.create(model="impatient-model", input="quick").status == "completed"
