@@ -179,10 +179,19 @@ async def main() -> None:
             pg = await asyncpg.connect(stack.database_url.replace("+asyncpg", ""))
             # Counted from the allocator, not the table: retention may purge finished logs mid-run.
             events_before = await pg.fetchval("SELECT coalesce(sum(next_sequence_number), 0) FROM responses")
+            phase_start = await pg.fetchval("SELECT now()")
             cpu_before = meter.snapshot()
             ours = await load(*full, level, args.rounds, ramp)
             cpu_ours = CpuMeter.spent(cpu_before, meter.snapshot())
             events = await pg.fetchval("SELECT sum(next_sequence_number) FROM responses") - events_before
+            # How long created responses waited for a worker to claim them (the queue's share of TTFT).
+            waits = await pg.fetchrow(
+                "SELECT 1000 * extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY wait)) AS p50,"
+                " 1000 * extract(epoch FROM percentile_cont(0.9) WITHIN GROUP (ORDER BY wait)) AS p90"
+                " FROM (SELECT started_at - created_at AS wait FROM responses"
+                " WHERE created_at >= $1 AND started_at IS NOT NULL) AS claimed",
+                phase_start,
+            )
             await pg.close()
             cpu_before = meter.snapshot()
             base = await load(*direct, level, args.rounds, ramp)
@@ -193,6 +202,7 @@ async def main() -> None:
                 "direct": base.row(),
                 "responses_server": ours.row(),
                 "durable_events_per_s": events / ours.seconds,
+                "queue_to_claim_ms": {"p50": round(float(waits["p50"]), 1), "p90": round(float(waits["p90"]), 1)},
                 "cpu_seconds": {"responses_server": cpu_ours, "direct": cpu_direct},
             }
             row["ttft_p50_overhead_ms"] = row["responses_server"]["ttft_p50_ms"] - row["direct"]["ttft_p50_ms"]
