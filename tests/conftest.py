@@ -235,6 +235,17 @@ def start_worker(environment: Environment, *args: str, **env: str) -> subprocess
     )
 
 
+def stop(*processes: subprocess.Popen[bytes], grace: float = 15) -> None:
+    """SIGTERM, then SIGKILL for whatever has not exited after `grace` seconds."""
+    for process in processes:
+        process.terminate()
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 @pytest.fixture(scope="session")
 def server(environment: Environment) -> Iterator[Server]:
     port = free_port()
@@ -243,9 +254,7 @@ def server(environment: Environment) -> Iterator[Server]:
     try:
         yield Server(f"http://127.0.0.1:{port}/v1", api, worker)
     finally:
-        for process in (worker, api):
-            process.terminate()
-            process.wait(15)
+        stop(worker, api)
 
 
 def create_key(environment: Environment, account: str) -> str:

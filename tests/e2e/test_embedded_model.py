@@ -5,7 +5,6 @@ builds, so these tests check structure and short facts, never long exact texts."
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,7 +13,7 @@ import openai
 import pytest
 from openai.types.responses import FunctionToolParam
 
-from tests.conftest import Environment, Server, start_worker
+from tests.conftest import Environment, Server, start_worker, stop
 
 
 @pytest.fixture(scope="module")
@@ -26,11 +25,7 @@ def embedded(environment: Environment, server: Server, api_key: str) -> Iterator
         client.responses.create(model="smollm2", input="Hi", max_output_tokens=16)
         yield client
     finally:
-        worker.terminate()
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        stop(worker, grace=30)
 
 
 def test_a_chat_answers_sensibly_with_usage_counted_by_the_server(embedded: openai.OpenAI) -> None:

@@ -14,14 +14,13 @@ import dataclasses
 import os
 import secrets
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 
 import openai
 import pytest
 
-from tests.conftest import Environment, create_key, free_port, start_api, start_worker
+from tests.conftest import Environment, create_key, free_port, start_api, start_worker, stop
 
 VLLM = os.environ.get("RESPONSES_GPU_VLLM") or shutil.which("vllm")
 MODEL = os.environ.get("RESPONSES_GPU_MODEL", "Qwen/Qwen3-0.6B")
@@ -53,12 +52,7 @@ def gpu_client(environment: Environment, tmp_path_factory: pytest.TempPathFactor
         client.responses.create(model="gpu-model", input="Hi", max_output_tokens=16)  # waits for vLLM to load
         yield client
     finally:
-        for process in (worker, api):
-            process.terminate()
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop(worker, api, grace=60)
 
 
 def test_a_chat_with_usage_from_vllm(gpu_client: openai.OpenAI) -> None:
