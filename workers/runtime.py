@@ -77,7 +77,7 @@ class ChatRuntimeClient:
     ) -> AsyncIterator[dict[str, Any]]:
         try:
             prompt_tokens = None
-            if not prompt_length.surely_fits(body, model.context_window):
+            if model.prompt_measure != "none" and not prompt_length.surely_fits(body, model.context_window):
                 prompt_tokens = await prompt_length.measure(self._client(), model, body, headers, self._timeout(model))
                 if prompt_tokens is not None:
                     body = prompt_length.fit_to_context(body, prompt_tokens, model.context_window)
