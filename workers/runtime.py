@@ -17,7 +17,8 @@ import aiohttp
 
 from app.catalog import ModelEntry
 from workers import prompt_length
-from workers.runtime_errors import RuntimeFailure, refusal
+from workers.runtime_errors import RuntimeFailure, refusal_of
+from workers.translate import chunk_carries_output
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +60,12 @@ class ChatRuntimeClient:
         headers = {}
         if model.api_key_env and os.environ.get(model.api_key_env):
             headers["Authorization"] = f"Bearer {os.environ[model.api_key_env]}"
+        timeout = self._timeout(model)
         for attempt in range(model.max_retries + 1):
             produced = False
             try:
-                async for chunk in self._attempt(model, url, body, headers):
-                    produced = produced or _carries_output(chunk)
+                async for chunk in self._attempt(model, url, body, headers, timeout):
+                    produced = produced or chunk_carries_output(chunk)
                     yield chunk
                 return
             except RuntimeFailure as failure:
@@ -73,17 +75,17 @@ class ChatRuntimeClient:
             await asyncio.sleep(RETRY_BACKOFF_SECONDS * 2**attempt)
 
     async def _attempt(
-        self, model: ModelEntry, url: str, body: dict[str, Any], headers: dict[str, str]
+        self, model: ModelEntry, url: str, body: dict[str, Any], headers: dict[str, str], timeout: aiohttp.ClientTimeout
     ) -> AsyncIterator[dict[str, Any]]:
         try:
             prompt_tokens = None
             if model.prompt_measure != "none" and not prompt_length.surely_fits(body, model.context_window):
-                prompt_tokens = await prompt_length.measure(self._client(), model, body, headers, self._timeout(model))
+                prompt_tokens = await prompt_length.measure(self._client(), model, body, headers, timeout)
                 if prompt_tokens is not None:
                     body = prompt_length.fit_to_context(body, prompt_tokens, model.context_window)
-            async with self._client().post(url, json=body, headers=headers, timeout=self._timeout(model)) as response:
+            async with self._client().post(url, json=body, headers=headers, timeout=timeout) as response:
                 if response.status >= 400:
-                    raise refusal(response.status, (await response.read()).decode(errors="replace")[:500])
+                    raise await refusal_of(response)
                 finished = False
                 async for line in _lines(response.content):
                     chunk = _parse_line(line)
@@ -94,22 +96,12 @@ class ChatRuntimeClient:
                         yield chunk
             if not model.streams_usage:
                 if prompt_tokens is None:  # measured now, the prompt is in the server's cache
-                    prompt_tokens = await prompt_length.measure(
-                        self._client(), model, body, headers, self._timeout(model)
-                    )
+                    prompt_tokens = await prompt_length.measure(self._client(), model, body, headers, timeout)
                 yield {"choices": [], "usage": {"prompt_tokens": prompt_tokens or 0}}
             if not finished:
                 raise RuntimeFailure("model runtime ended its stream without a finish_reason", retryable=True)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise RuntimeFailure(f"model runtime unreachable or broke off: {exc!r}", retryable=True) from exc
-
-
-def _carries_output(chunk: dict[str, Any]) -> bool:
-    for choice in chunk.get("choices") or []:
-        delta = choice.get("delta") or {}
-        if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls"):
-            return True
-    return False
 
 
 async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import aiohttp
+
 
 class RuntimeFailure(Exception):
     """The runtime refused, broke off or could not be reached; the message says which."""
@@ -32,3 +34,8 @@ def refusal(status: int, detail: str) -> RuntimeFailure:
     return RuntimeFailure(
         f"model runtime answered {status}: {detail}", retryable=status >= 500 or status == 429, code=code
     )
+
+
+async def refusal_of(answer: aiohttp.ClientResponse) -> RuntimeFailure:
+    """The failure for a model server's error answer, with the start of its body."""
+    return refusal(answer.status, (await answer.read()).decode(errors="replace")[:500])

@@ -19,7 +19,7 @@ from workers.queue_worker import QueueWorker
 
 async def _startup(ctx: dict[str, Any]) -> None:
     settings: Settings = ctx["settings"]
-    catalog = Catalog.load(settings.models_path)
+    catalog: Catalog = ctx["catalog"]
     supervisor = None
     if ctx["hosted_model"] is not None:  # jobs wait in the queue until the model's server answers
         catalog, supervisor = await start_model_server(catalog, ctx["hosted_model"])
@@ -37,16 +37,17 @@ def build_worker(settings: Settings, hosted_model: str | None = None, **override
     """A worker tuned for token latency (poll every 10 ms) and GPU batching (hundreds of jobs at
     once). With `hosted_model` it starts that model's server and serves that model's queue;
     without, it serves every model on an external server."""
+    catalog = Catalog.load(settings.models_path)  # read once: a bad catalog stops the worker here
     queue_name = settings.queue_name
     if hosted_model is not None:
-        queue_name = hosted_queue(Catalog.load(settings.models_path), hosted_model, settings.queue_name)
+        queue_name = hosted_queue(catalog, hosted_model, settings.queue_name)
     options: dict[str, Any] = {
         "functions": [func(generate, name=GENERATE_JOB, max_tries=3)],
         "queue_name": queue_name,
         "redis_settings": RedisSettings.from_dsn(settings.redis_url),
         "on_startup": _startup,
         "on_shutdown": _shutdown,
-        "ctx": {"settings": settings, "hosted_model": hosted_model},
+        "ctx": {"settings": settings, "catalog": catalog, "hosted_model": hosted_model},
         "max_jobs": settings.worker_max_jobs,
         "poll_delay": settings.worker_poll_delay,
         "job_timeout": settings.job_timeout_seconds,

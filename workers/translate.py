@@ -18,6 +18,17 @@ from workers.output_items import Event, FunctionCallOutput, Item, MessageOutput,
 FINISH_TO_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
+def delta_carries_output(delta: dict[str, Any]) -> bool:
+    """Whether a chunk's delta holds any output: reasoning, text or a tool call's part."""
+    return bool(
+        delta.get("reasoning_content") or delta.get("reasoning") or delta.get("content") or delta.get("tool_calls")
+    )
+
+
+def chunk_carries_output(chunk: dict[str, Any]) -> bool:
+    return any(delta_carries_output(choice.get("delta") or {}) for choice in chunk.get("choices") or [])
+
+
 @dataclass
 class StreamTranslator:
     """Folds a runtime's chunks into Responses events, then tells how the generation ended."""
@@ -43,7 +54,7 @@ class StreamTranslator:
                 events += self._grow(MessageOutput, delta["content"])
             for call in delta.get("tool_calls") or []:
                 events += self._tool_call(call)
-            if reasoning or delta.get("content") or delta.get("tool_calls"):
+            if delta_carries_output(delta):
                 self.content_chunks += 1
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
