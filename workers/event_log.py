@@ -167,17 +167,12 @@ class EventWriter:
 
     async def _commit(self, batch: dict[str, _Pending]) -> dict[str, list[WireEvent]]:
         events = {rid: p.events for rid, p in batch.items()}
-        finishing = {rid: p.outcome for rid, p in batch.items() if p.outcome is not None}
-        if finishing:  # a terminal status and its event commit together, or neither does
-            async with self._engine.begin() as conn:
-                committed = await events_db.append_many(conn, events)
-                for rid, outcome in finishing.items():
-                    if rid in committed and await responses_db.finish(conn, rid, outcome) is None:
-                        del committed[rid]  # unreachable while we hold the row lock; kept as a guard
-        else:  # one statement, atomic by itself: no BEGIN/COMMIT round trips on the token path
-            async with self._engine.connect() as conn:
-                await conn.execution_options(isolation_level="AUTOCOMMIT")
-                committed = await events_db.append_many(conn, events)
+        endings = {rid: p.outcome for rid, p in batch.items() if p.outcome is not None}
+        # One statement, atomic by itself (a terminal status commits with its terminal event or
+        # not at all), however many responses end in the batch: no BEGIN/COMMIT round trips.
+        async with self._engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            committed = await events_db.append_many(conn, events, endings)
         self.batches += 1
         self.events_written += sum(len(e) for e in committed.values())
         return committed

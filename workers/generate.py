@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.catalog import ModelEntry
-from app.db import DbRow
 from app.db import items as items_db
 from app.db import responses as responses_db
 from app.protocol.input_items import Item
@@ -48,26 +47,14 @@ async def generate(ctx: dict[str, Any], response_id: str, ephemeral: dict[str, A
 
 
 async def _claim_stored(deps: WorkerDeps, response_id: str) -> Generation | None:
-    # The claim and the context read run side by side (the context of a response never changes);
-    # a context read for a response someone else has is simply dropped.
-    row, context = await asyncio.gather(_claim(deps, response_id), _context(deps, response_id))
-    if row is None:
-        log.info("response %s: already claimed or ended; nothing to do", response_id)
-        return None
-    record = responses_db.record_from_row(row, [])
-    return Generation(record, deps.catalog.by_name.get(record.model), context)
-
-
-async def _claim(deps: WorkerDeps, response_id: str) -> DbRow | None:
     async with deps.engine.connect() as conn:
         await conn.execution_options(isolation_level="AUTOCOMMIT")  # one atomic statement
-        return await responses_db.claim(conn, response_id, deps.worker_id, deps.settings.lease_seconds)
-
-
-async def _context(deps: WorkerDeps, response_id: str) -> list[Item]:
-    async with deps.engine.connect() as conn:
-        await conn.execution_options(isolation_level="AUTOCOMMIT")
-        return await items_db.context_items(conn, response_id)
+        claim = await responses_db.claim(conn, response_id, deps.worker_id, deps.settings.lease_seconds)
+    if claim is None:
+        log.info("response %s: already claimed or ended; nothing to do", response_id)
+        return None
+    record = responses_db.record_from_row(claim.row, [])
+    return Generation(record, deps.catalog.by_name.get(record.model), claim.context)
 
 
 async def _claim_ephemeral(deps: WorkerDeps, response_id: str, job: dict[str, Any]) -> Generation | None:

@@ -49,8 +49,8 @@ async def reap_expired_leases(engine: AsyncEngine, redis: ArqRedis) -> list[str]
         for row in rows:
             outcome = responses_db.Outcome("failed", [], time.time(), error=WORKER_LOST)
             final = outcome.applied_to(responses_db.record_from_row(row, []))
-            events = await events_db.append(conn, row.id, [terminal_event(final)])
-            if events and await responses_db.finish(conn, row.id, outcome) is not None:
+            events = await events_db.end(conn, row.id, [terminal_event(final)], outcome)
+            if events:
                 published[row.id] = events
     for response_id, events in published.items():
         log.warning("response %s: worker lost; failed", response_id)

@@ -8,12 +8,15 @@ ended: nothing can follow a terminal event (design invariants 2 and 3).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Text, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.db import items as items_db
+from app.db.responses import Outcome
 from app.db.tables import response_events
 from app.streaming import wire
 from app.streaming.wire import WireEvent
@@ -22,34 +25,67 @@ Event = dict[str, Any]
 TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed", "response.cancelled"})
 
 
-# One statement numbers and inserts the events of many responses: atomic without a transaction
-# around it (no BEGIN/COMMIT round trips), and a number is never allocated without its event.
+# One statement numbers and inserts the events of many responses and ends those that end in
+# the batch (terminal status, usage, output items): atomic without a transaction around it (no
+# BEGIN/COMMIT round trips), a number is never allocated without its event, and a terminal
+# status never commits without its terminal event. Only active responses take events or end:
+# the UPDATE is the compare-and-set of design invariant 3, and late events are dropped.
 _APPEND = text("""
     WITH batch AS (
         SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
                              CAST(:payloads AS jsonb[])) AS e(response_id, position, type, payload)
     ), counts AS (
         SELECT response_id, count(*)::int AS n FROM batch GROUP BY response_id
+    ), endings AS (
+        SELECT * FROM unnest(CAST(:end_ids AS text[]), CAST(:end_statuses AS text[]), CAST(:end_usages AS jsonb[]),
+                             CAST(:end_errors AS jsonb[]), CAST(:end_incomplete AS jsonb[]),
+                             CAST(:end_times AS float8[]))
+            AS f(response_id, status, usage, error, incomplete_details, completed_epoch)
     ), allocated AS (
-        UPDATE responses r SET next_sequence_number = r.next_sequence_number + c.n
-        FROM counts c
+        UPDATE responses r SET
+            next_sequence_number = r.next_sequence_number + c.n,
+            status = coalesce(f.status, r.status),
+            usage = CASE WHEN f.response_id IS NULL THEN r.usage ELSE f.usage END,
+            error = CASE WHEN f.response_id IS NULL THEN r.error ELSE f.error END,
+            incomplete_details = CASE WHEN f.response_id IS NULL THEN r.incomplete_details
+                                      ELSE f.incomplete_details END,
+            completed_at = CASE WHEN f.response_id IS NULL THEN r.completed_at
+                                ELSE to_timestamp(f.completed_epoch) END,
+            lease_expires_at = CASE WHEN f.response_id IS NULL THEN r.lease_expires_at END
+        FROM counts c LEFT JOIN endings f ON f.response_id = c.response_id
         WHERE r.id = c.response_id AND r.status IN ('queued', 'in_progress')
-        RETURNING r.id, r.next_sequence_number - c.n AS first
+        RETURNING r.id, r.next_sequence_number - c.n AS first, f.response_id IS NOT NULL AS ended
     ), inserted AS (
         INSERT INTO response_events (response_id, sequence_number, type, payload)
         SELECT b.response_id, a.first + b.position, b.type,
                jsonb_set(b.payload, '{sequence_number}', to_jsonb(a.first + b.position))
         FROM batch b JOIN allocated a ON a.id = b.response_id
+    ), outputs AS (
+        INSERT INTO items (id, response_id, side, position, type, payload)
+        SELECT o.id, o.response_id, 'output', o.position, o.type, o.payload
+        FROM unnest(CAST(:out_ids AS text[]), CAST(:out_responses AS text[]), CAST(:out_positions AS int[]),
+                    CAST(:out_types AS text[]), CAST(:out_payloads AS jsonb[]))
+            AS o(id, response_id, position, type, payload)
+        JOIN allocated a ON a.id = o.response_id AND a.ended
     )
     SELECT id, first FROM allocated
 """)
 
 
+def _json_or_null(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
 async def append_many(
-    conn: AsyncConnection, events_by_response: Mapping[str, Sequence[Event]]
+    conn: AsyncConnection,
+    events_by_response: Mapping[str, Sequence[Event]],
+    endings: Mapping[str, Outcome] | None = None,
 ) -> dict[str, list[WireEvent]]:
-    """Numbers and stores the events of many responses; returns each active response's events,
-    numbered and encoded. Events of responses no longer active are dropped."""
+    """Numbers and stores the events of many responses, and ends the responses in `endings`
+    (whose events must close with their terminal event); returns each active response's events,
+    numbered and encoded. Responses no longer active get nothing: not their events, not their
+    ending."""
+    endings = endings or {}
     ids: list[str] = []
     positions: list[int] = []
     types: list[str] = []
@@ -61,14 +97,39 @@ async def append_many(
         types += [event["type"] for event in events]
     if not ids:
         return {}
-    payloads = [text for texts in encoded.values() for text in texts]
-    rows = await conn.execute(_APPEND, {"ids": ids, "positions": positions, "types": types, "payloads": payloads})
+    outputs = [(rid, position, item) for rid, o in endings.items() for position, item in enumerate(o.output)]
+    rows = await conn.execute(
+        _APPEND,
+        {
+            "ids": ids,
+            "positions": positions,
+            "types": types,
+            "payloads": [text for texts in encoded.values() for text in texts],
+            "end_ids": list(endings),
+            "end_statuses": [o.status for o in endings.values()],
+            "end_usages": [_json_or_null(o.usage) for o in endings.values()],
+            "end_errors": [_json_or_null(o.error) for o in endings.values()],
+            "end_incomplete": [_json_or_null(o.incomplete_details) for o in endings.values()],
+            "end_times": [o.completed_at for o in endings.values()],
+            "out_ids": [item["id"] for _, _, item in outputs],
+            "out_responses": [rid for rid, _, _ in outputs],
+            "out_positions": [position for _, position, _ in outputs],
+            "out_types": [item["type"] for _, _, item in outputs],
+            "out_payloads": [json.dumps(items_db.stored_payload(item)) for _, _, item in outputs],
+        },
+    )
     return {r.id: wire.numbered(events_by_response[r.id], encoded[r.id], r.first) for r in rows}
 
 
 async def append(conn: AsyncConnection, response_id: str, events: Sequence[Event]) -> list[WireEvent]:
     """Numbers and stores one response's events; [] when the response is no longer active."""
     return (await append_many(conn, {response_id: events})).get(response_id, [])
+
+
+async def end(conn: AsyncConnection, response_id: str, events: Sequence[Event], outcome: Outcome) -> list[WireEvent]:
+    """Appends a response's closing events (the terminal one last) and ends it, atomically; []
+    when it had already ended (nothing is written then)."""
+    return (await append_many(conn, {response_id: events}, {response_id: outcome})).get(response_id, [])
 
 
 async def events_after(conn: AsyncConnection, response_id: str, after: int, limit: int | None) -> list[WireEvent]:

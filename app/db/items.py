@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import insert, select, text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import items
@@ -26,24 +26,9 @@ def with_new_id(item: Item) -> Item:
     return {"id": new_id(_ID_PREFIX.get(item["type"], "msg")), **item}
 
 
-async def insert_items(conn: AsyncConnection, response_id: str, side: Side, new_items: list[Item]) -> None:
-    """Stores items that carry their ids already (output items get theirs while streaming)."""
-    if not new_items:
-        return
-    await conn.execute(
-        insert(items),
-        [
-            {
-                "id": item["id"],
-                "response_id": response_id,
-                "side": side,
-                "position": position,
-                "type": item["type"],
-                "payload": {k: v for k, v in item.items() if k != "id"},
-            }
-            for position, item in enumerate(new_items)
-        ],
-    )
+def stored_payload(item: Item) -> Item:
+    """An item as its row's payload keeps it: its id has a column of its own."""
+    return {k: v for k, v in item.items() if k != "id"}
 
 
 async def output_items(conn: AsyncConnection, response_id: str) -> list[Item]:
@@ -55,7 +40,7 @@ async def output_items(conn: AsyncConnection, response_id: str) -> list[Item]:
     return [{"id": r.id, **r.payload} for r in rows]
 
 
-_CONTEXT_CTE = """
+CONTEXT_CTE = """
 WITH RECURSIVE chain AS (
     SELECT id, context_parent_id, chain_depth FROM responses WHERE id = :response_id
     UNION ALL
@@ -79,7 +64,7 @@ async def context_items(
     """What the model sees for this response: the chain's inputs and outputs, then its own input
     (and its own output too with `own_output`, as the context a new turn continues from)."""
     rows = await conn.execute(
-        text(_CONTEXT_CTE + "SELECT id, payload FROM context ORDER BY depth, side, position"),
+        text(CONTEXT_CTE + "SELECT id, payload FROM context ORDER BY depth, side, position"),
         {"response_id": response_id, "exclude_own_output": not own_output},
     )
     return [{"id": r.id, **r.payload} for r in rows]
@@ -113,7 +98,7 @@ async def input_items_page(
             f"(depth, side, position) {backward} (SELECT depth, side, position FROM context WHERE id = :before)"
         )
     query = (
-        _CONTEXT_CTE + f"SELECT id, payload FROM context WHERE {' AND '.join(conditions)} "
+        CONTEXT_CTE + f"SELECT id, payload FROM context WHERE {' AND '.join(conditions)} "
         f"ORDER BY depth {direction}, side {direction}, position {direction} LIMIT :limit"
     )
     rows = (
@@ -133,7 +118,7 @@ async def input_items_page(
 
 async def in_context(conn: AsyncConnection, response_id: str, item_id: str) -> bool:
     row = await conn.execute(
-        text(_CONTEXT_CTE + "SELECT 1 FROM context WHERE id = :item_id"),
+        text(CONTEXT_CTE + "SELECT 1 FROM context WHERE id = :item_id"),
         {"response_id": response_id, "item_id": item_id, "exclude_own_output": True},
     )
     return row.first() is not None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Interval, bindparam, delete, func, select, text, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db import DbRow
@@ -99,17 +99,29 @@ _INSERT_WITH_INPUT = text("""
     FROM response, unnest(CAST(:item_ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
                           CAST(:payloads AS jsonb[])) AS i(id, position, type, payload)
 """)
-_CLAIM = (
-    update(responses)
-    .where(responses.c.id == bindparam("response_id"), responses.c.status == "queued")
-    .values(
-        status="in_progress",
-        started_at=func.now(),
-        worker_id=bindparam("worker_id"),
-        lease_expires_at=func.now() + bindparam("lease", type_=Interval),
+# The claim and the context the model will see, in one statement (the context of a queued
+# response never changes, so reading it beside the UPDATE is safe): one round trip per job start.
+_CLAIM = text(
+    items_db.CONTEXT_CTE
+    + """, claimed AS (
+        UPDATE responses SET status = 'in_progress', started_at = now(), worker_id = :worker_id,
+                             lease_expires_at = now() + make_interval(secs => :lease_seconds)
+        WHERE id = :response_id AND status = 'queued'
+        RETURNING *
     )
-    .returning(responses)
+    SELECT claimed.*, (
+        SELECT coalesce(json_agg(jsonb_build_object('id', id) || payload ORDER BY depth, side, position), '[]')
+        FROM context
+    ) AS context
+    FROM claimed
+"""
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    row: DbRow
+    context: list[dict[str, Any]]  # the chain's inputs and outputs, then the response's own input
 
 
 async def insert_response(
@@ -136,7 +148,7 @@ async def insert_response(
             "item_ids": [item["id"] for item in input_items],
             "positions": list(range(len(input_items))),
             "types": [item["type"] for item in input_items],
-            "payloads": [json.dumps({k: v for k, v in item.items() if k != "id"}) for item in input_items],
+            "payloads": [json.dumps(items_db.stored_payload(item)) for item in input_items],
         },
     )
 
@@ -184,34 +196,17 @@ async def chain_link(conn: AsyncConnection, account_id: str, previous_id: str) -
     ).one_or_none()
 
 
-async def claim(conn: AsyncConnection, response_id: str, worker_id: str, lease_seconds: float) -> DbRow | None:
-    """queued → in_progress for one worker (design invariant 4). None: someone else has it, or it ended."""
-    lease = timedelta(seconds=lease_seconds)
-    result = await conn.execute(_CLAIM, {"response_id": response_id, "worker_id": worker_id, "lease": lease})
-    row: DbRow | None = result.one_or_none()
-    return row
-
-
-async def finish(conn: AsyncConnection, response_id: str, outcome: Outcome) -> DbRow | None:
-    """in_progress → a terminal status, with its output; None when it had already ended."""
-    row: DbRow | None = (
-        await conn.execute(
-            update(responses)
-            .where(responses.c.id == response_id, responses.c.status == "in_progress")
-            .values(
-                status=outcome.status,
-                usage=outcome.usage,
-                error=outcome.error,
-                incomplete_details=outcome.incomplete_details,
-                completed_at=func.to_timestamp(outcome.completed_at),
-                lease_expires_at=None,
-            )
-            .returning(responses)
-        )
-    ).one_or_none()
-    if row is not None:
-        await items_db.insert_items(conn, response_id, "output", outcome.output)
-    return row
+async def claim(conn: AsyncConnection, response_id: str, worker_id: str, lease_seconds: float) -> Claim | None:
+    """queued → in_progress for one worker (design invariant 4), with the response's context.
+    None: someone else has it, or it ended."""
+    parameters = {
+        "response_id": response_id,
+        "worker_id": worker_id,
+        "lease_seconds": lease_seconds,
+        "exclude_own_output": True,
+    }
+    row = (await conn.execute(_CLAIM, parameters)).one_or_none()
+    return None if row is None else Claim(row, row.context)
 
 
 async def request_stop(conn: AsyncConnection, response_id: str) -> None:

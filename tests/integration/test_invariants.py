@@ -76,7 +76,7 @@ async def test_a_terminal_status_never_changes(
     before = await events_of(state, response_id)
     async with state.engine.begin() as conn:
         late = responses_db.Outcome("failed", [], time.time(), error={"code": "x", "message": "late"})
-        assert await responses_db.finish(conn, response_id, late) is None
+        assert await events_db.end(conn, response_id, [{"type": "response.failed"}], late) == []
         assert await responses_db.cancel_queued(conn, response_id) is False
         assert await responses_db.claim(conn, response_id, "late-worker", 30) is None
         assert await events_db.append(conn, response_id, [{"type": "response.output_text.delta"}]) == []
@@ -87,7 +87,7 @@ async def test_a_terminal_status_never_changes(
 async def _finish_as(state: AppState, response_id: str, status: Status) -> bool:
     async with state.engine.begin() as conn:
         outcome = responses_db.Outcome(status, [], time.time())
-        return await responses_db.finish(conn, response_id, outcome) is not None
+        return await events_db.end(conn, response_id, [{"type": f"response.{status}"}], outcome) != []
 
 
 async def test_cancel_racing_completion_has_one_winner(state: AppState, account_id: str) -> None:
@@ -101,6 +101,40 @@ async def test_cancel_racing_completion_has_one_winner(state: AppState, account_
         )
         assert sorted(results) == [False, True]
         assert await status_of(state, response_id) == ("completed" if results[0] else "cancelled")
+
+
+async def test_one_commit_ends_many_responses_and_drops_those_already_ended(state: AppState, account_id: str) -> None:
+    """The event writer commits a whole batch as one statement: each response that ends in it
+    ends with its events and output, and one that had ended meanwhile gets nothing."""
+    ids = [await accept(state, account_id, input=f"batch {i}") for i in range(3)]
+    async with state.engine.begin() as conn:
+        for response_id in ids:
+            assert await responses_db.claim(conn, response_id, "w", 30) is not None
+    assert await _finish_as(state, ids[0], "cancelled")  # a cancel wins the race for the first one
+    usage = {"input_tokens": 3, "output_tokens": 1, "total_tokens": 4}
+    endings = {
+        response_id: responses_db.Outcome(
+            "completed",
+            [{"id": f"msg_{i}_{response_id}", "type": "message", "role": "assistant", "content": []}],
+            time.time(),
+            usage=usage,
+        )
+        for i, response_id in enumerate(ids)
+    }
+    batch = {rid: [{"type": "response.output_text.delta", "delta": "x"}, {"type": "response.completed"}] for rid in ids}
+    async with state.engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        committed = await events_db.append_many(conn, batch, endings)
+    assert set(committed) == set(ids[1:])
+    assert [e.sequence_number for e in committed[ids[1]]] == [0, 1]
+    for response_id in ids[1:]:
+        async with state.engine.connect() as conn:
+            record = await responses_db.get_record(conn, response_id)
+        assert record is not None and record.status == "completed" and record.usage == usage
+        assert [item["id"] for item in record.output] == [endings[response_id].output[0]["id"]]
+        assert [e["type"] for e in await events_of(state, response_id)] == [e["type"] for e in batch[response_id]]
+    assert await status_of(state, ids[0]) == "cancelled"
+    assert [e["type"] for e in await events_of(state, ids[0])] == ["response.cancelled"]
 
 
 async def test_stopping_a_running_generation_cancels_it_with_its_partial_output(
