@@ -7,6 +7,12 @@
 - arq only learns of a new job when it polls (on average half a poll interval late). The API
   publishes each new job's id, and the worker starts that job the moment it hears it (once its
   startup, which may wait for a model server, is done); polling stays as the safety net.
+- Starting a job took arq about eight event-loop turns (four round trips to take it, one to read
+  it, a task to run it and a task to run the function), each as long as the worker is busy with
+  token traffic: with hundreds of streams, that was most of a new response's time to first
+  token. Here a job is taken and read by one script, with arq's keys and semantics (the
+  in-progress key, the try counter, the job removed from the queue when it ends), and its
+  function runs inside the task that took it. Jobs start side by side, never one after another.
 """
 
 from __future__ import annotations
@@ -16,11 +22,26 @@ import logging
 import time
 from typing import Any
 
+from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
+from arq.jobs import deserialize_job_raw
+from arq.utils import timestamp_ms
 from arq.worker import Worker
 
 from app.redis_keys import wake_channel
 
 log = logging.getLogger(__name__)
+
+# Takes a job as arq's start_jobs and run_job do together (not running elsewhere, due, then
+# marked in progress, its try counted) and returns it with its try number; nil if not ours.
+_TAKE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not score or tonumber(score) > tonumber(ARGV[2]) then return false end
+redis.call('PSETEX', KEYS[1], ARGV[3], '1')
+local tries = redis.call('INCR', KEYS[4])
+redis.call('EXPIRE', KEYS[4], 88400)
+return {redis.call('GET', KEYS[3]), tries}
+"""
 
 
 class QueueWorker(Worker):
@@ -35,6 +56,7 @@ class QueueWorker(Worker):
         async def on_startup(ctx: dict[str, Any]) -> None:
             if startup is not None:
                 await startup(ctx)
+            self._take = self.pool.register_script(_TAKE)
             self._started.set()
 
         self.on_startup = on_startup
@@ -48,11 +70,70 @@ class QueueWorker(Worker):
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
         now = time.monotonic()
-        fresh = [j for j in job_ids if j.decode() not in self.tasks and self._elsewhere.get(j, 0.0) < now]
-        await super().start_jobs(fresh)
-        if self.job_counter < self.max_jobs:  # every fresh id was examined: those not started run elsewhere
-            self._elsewhere = {j: t for j, t in self._elsewhere.items() if t >= now}
-            self._elsewhere.update({j: now + self.ELSEWHERE_SECONDS for j in fresh if j.decode() not in self.tasks})
+        self._elsewhere = {j: t for j, t in self._elsewhere.items() if t >= now}
+        for job_id_b in job_ids:
+            job_id = job_id_b.decode()
+            if job_id in self.tasks or job_id_b in self._elsewhere:
+                continue
+            if self.job_counter >= self.max_jobs:
+                return
+            await self.sem.acquire()  # never waits below max_jobs; kept for arq's own accounting
+            self.job_counter += 1
+            task = asyncio.create_task(self._take_and_run(job_id_b))
+            task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
+            self.tasks[job_id] = task
+
+    async def _take_and_run(self, job_id_b: bytes) -> None:
+        """Never raises: arq's poll loop collects finished tasks' results."""
+        job_id = job_id_b.decode()
+        keys = [in_progress_key_prefix + job_id, self.queue_name, job_key_prefix + job_id, retry_key_prefix + job_id]
+        try:
+            taken = await self._take(keys=keys, args=[job_id, timestamp_ms(), int(self.in_progress_timeout_s * 1000)])
+        except Exception:
+            log.warning("could not take job %s; it stays queued", job_id, exc_info=True)
+            taken = None
+        if not taken:  # running elsewhere, finished, deferred, or Redis is away: the poll retries later
+            self._elsewhere[job_id_b] = time.monotonic() + self.ELSEWHERE_SECONDS
+            return
+        data, tries = taken
+        ended = await self._run_taken(job_id, data, tries)
+        try:
+            if ended:
+                await asyncio.shield(self._remove(job_id))
+            else:  # cancelled by a shutdown: the job stays queued for the next worker, as in arq
+                await asyncio.shield(self.pool.delete(in_progress_key_prefix + job_id))
+        except Exception:
+            # Left in the queue, it is delivered again and finds its response ended: a no-op.
+            log.warning("could not remove job %s from the queue", job_id, exc_info=True)
+
+    async def _run_taken(self, job_id: str, data: bytes | None, tries: int) -> bool:
+        """Runs a taken job's function; False when it was cancelled and must run again."""
+        try:
+            if data is None:
+                raise LookupError("the job expired")
+            name, args, kwargs, _, enqueued_ms = deserialize_job_raw(data, deserializer=self.job_deserializer)
+            function = self.functions[name]
+            max_tries = self.max_tries if function.max_tries is None else function.max_tries
+            if tries > max_tries:
+                raise LookupError(f"{tries - 1} tries exhausted")
+            ctx = {**self.ctx, "job_id": job_id, "job_try": tries, "enqueue_time_ms": enqueued_ms}
+            async with asyncio.timeout(self.job_timeout_s if function.timeout_s is None else function.timeout_s):
+                await function.coroutine(ctx, *args, **kwargs)
+        except asyncio.CancelledError:
+            self.jobs_retried += 1
+            return False
+        except Exception:
+            log.exception("job %s failed", job_id)
+            self.jobs_failed += 1
+            return True
+        self.jobs_complete += 1
+        return True
+
+    async def _remove(self, job_id: str) -> None:
+        async with self.pool.pipeline(transaction=True) as pipe:
+            pipe.delete(in_progress_key_prefix + job_id, retry_key_prefix + job_id, job_key_prefix + job_id)
+            pipe.zrem(self.queue_name, job_id)
+            await pipe.execute()
 
     async def _listen_for_wakeups(self) -> None:
         await self._started.wait()
@@ -61,7 +142,7 @@ class QueueWorker(Worker):
                 async with self.pool.pubsub() as pubsub:
                     await pubsub.subscribe(wake_channel(self.queue_name))
                     async for message in pubsub.listen():
-                        if message["type"] == "message" and self.allow_pick_jobs and self.job_counter < self.max_jobs:
+                        if message["type"] == "message" and self.allow_pick_jobs:
                             await self.start_jobs([message["data"]])  # the message names the job
             except asyncio.CancelledError:
                 raise

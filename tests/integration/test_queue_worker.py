@@ -1,0 +1,215 @@
+"""The queue worker's own job handling, against real Redis: how a job is taken, run, removed, or
+left for another worker. The job function here only records its calls; what `generate` does
+with a delivery is tested in test_invariants.py."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from arq.connections import ArqRedis, RedisSettings
+from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
+from arq.worker import func
+
+from app.queue import enqueue_generate, job_deserializer, job_serializer
+from app.redis_keys import GENERATE_JOB
+from app.state import AppState
+from tests.conftest import Environment
+from workers.queue_worker import QueueWorker
+
+
+class Recorder:
+    """A stand-in job function: records each run, and can be held until released."""
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+        self.release = asyncio.Event()
+        self.release.set()
+        self.fail = False
+
+    async def run(self, ctx: dict[str, Any], response_id: str, ephemeral: object = None) -> None:
+        self.runs.append(response_id)
+        await self.release.wait()
+        if self.fail:
+            raise RuntimeError("the job function failed")
+
+
+StartWorker = Callable[..., Awaitable[QueueWorker]]
+RUN = secrets.token_hex(3)  # job ids of this run: a failed run leaves its jobs in Redis for a day
+
+
+@pytest.fixture
+def queue() -> str:
+    return f"responses:test:queue-worker:{secrets.token_hex(4)}"
+
+
+@pytest.fixture
+async def start_worker(environment: Environment, queue: str) -> AsyncIterator[StartWorker]:
+    started: list[tuple[QueueWorker, asyncio.Task[None]]] = []
+
+    async def start(recorder: Recorder, **options: Any) -> QueueWorker:
+        worker = QueueWorker(
+            functions=[func(recorder.run, name=GENERATE_JOB, max_tries=3)],
+            queue_name=queue,
+            redis_settings=RedisSettings.from_dsn(environment.redis_url),
+            job_serializer=job_serializer,
+            job_deserializer=job_deserializer,
+            handle_signals=False,
+            keep_result=0,
+            **{"poll_delay": 0.01, **options},
+        )
+        task = asyncio.create_task(worker.main())
+        started.append((worker, task))
+        await eventually(lambda: worker._started.is_set())
+        return worker
+
+    yield start
+    for worker, task in started:
+        task.cancel()
+        for job in worker.tasks.values():
+            job.cancel()
+        await asyncio.gather(task, *worker.tasks.values(), return_exceptions=True)
+        await worker.pool.aclose()
+
+
+async def eventually(condition: Callable[[], object], timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def job_ended(worker: QueueWorker, job_id: str) -> None:
+    """Waits until the task that ran this job (already seen running) has also cleaned up after it."""
+    await eventually(lambda: job_id not in worker.tasks or worker.tasks[job_id].done())
+
+
+async def job_keys(redis: ArqRedis, queue: str, job_id: str) -> dict[str, bool]:
+    return {
+        "queued": await redis.zscore(queue, job_id) is not None,
+        "job": bool(await redis.exists(job_key_prefix + job_id)),
+        "in_progress": bool(await redis.exists(in_progress_key_prefix + job_id)),
+        "tries": bool(await redis.exists(retry_key_prefix + job_id)),
+    }
+
+
+NOTHING_LEFT = {"queued": False, "job": False, "in_progress": False, "tries": False}
+
+
+async def test_a_woken_worker_starts_the_job_without_polling(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    recorder = Recorder()
+    worker = await start_worker(recorder, poll_delay=3600)  # it polls once at start, then only hears wake-ups
+    await asyncio.sleep(0.1)
+    await enqueue_generate(state.redis, f"resp_woken_{RUN}", queue)
+    await eventually(lambda: recorder.runs == [f"resp_woken_{RUN}"], timeout=2.0)
+    await job_ended(worker, f"resp_woken_{RUN}")
+    assert await job_keys(state.redis, queue, f"resp_woken_{RUN}") == NOTHING_LEFT
+
+
+async def test_a_finished_job_leaves_nothing_in_redis(state: AppState, queue: str, start_worker: StartWorker) -> None:
+    recorder = Recorder()
+    worker = await start_worker(recorder)
+    await enqueue_generate(state.redis, f"resp_done_{RUN}", queue)
+    await eventually(lambda: recorder.runs == [f"resp_done_{RUN}"])
+    await job_ended(worker, f"resp_done_{RUN}")
+    assert worker.jobs_complete == 1
+    assert recorder.runs == [f"resp_done_{RUN}"]
+    assert await job_keys(state.redis, queue, f"resp_done_{RUN}") == NOTHING_LEFT
+
+
+async def test_a_failing_job_is_removed_and_the_worker_goes_on(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    recorder = Recorder()
+    recorder.fail = True
+    worker = await start_worker(recorder)
+    await enqueue_generate(state.redis, f"resp_fails_{RUN}", queue)
+    await eventually(lambda: recorder.runs == [f"resp_fails_{RUN}"])
+    await job_ended(worker, f"resp_fails_{RUN}")
+    assert worker.jobs_failed == 1
+    recorder.fail = False
+    await enqueue_generate(state.redis, f"resp_after_{RUN}", queue)
+    await eventually(lambda: worker.jobs_complete == 1)
+    assert recorder.runs == [f"resp_fails_{RUN}", f"resp_after_{RUN}"]
+    assert await job_keys(state.redis, queue, f"resp_fails_{RUN}") == NOTHING_LEFT
+
+
+async def test_two_workers_woken_for_one_job_run_it_once(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    recorder = Recorder()
+    recorder.release.clear()
+    first, second = await start_worker(recorder), await start_worker(recorder)
+    await enqueue_generate(state.redis, f"resp_contended_{RUN}", queue)
+    await eventually(lambda: recorder.runs == [f"resp_contended_{RUN}"])
+    await asyncio.sleep(0.2)  # both have heard the wake-up and polled many times by now
+    recorder.release.set()
+    await eventually(lambda: first.jobs_complete + second.jobs_complete == 1)
+    assert recorder.runs == [f"resp_contended_{RUN}"]
+
+
+async def test_a_job_cancelled_by_shutdown_stays_queued_for_another_worker(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    held = Recorder()
+    held.release.clear()
+    first = await start_worker(held)
+    await enqueue_generate(state.redis, f"resp_moved_{RUN}", queue)
+    await eventually(lambda: held.runs == [f"resp_moved_{RUN}"])
+    first.tasks[f"resp_moved_{RUN}"].cancel()  # what arq does to running jobs past its shutdown grace
+    await job_ended(first, f"resp_moved_{RUN}")
+    keys = await job_keys(state.redis, queue, f"resp_moved_{RUN}")
+    assert keys == {"queued": True, "job": True, "in_progress": False, "tries": True}
+    first.allow_pick_jobs = False  # it is shutting down
+    taker = Recorder()
+    second = await start_worker(taker)
+    await eventually(lambda: taker.runs == [f"resp_moved_{RUN}"])
+    await job_ended(second, f"resp_moved_{RUN}")
+    assert second.jobs_complete == 1
+    assert await job_keys(state.redis, queue, f"resp_moved_{RUN}") == NOTHING_LEFT
+
+
+async def test_a_job_out_of_tries_is_removed_without_running(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    await enqueue_generate(state.redis, f"resp_tired_{RUN}", queue)
+    await state.redis.set(retry_key_prefix + f"resp_tired_{RUN}", 3)  # three deliveries already started it
+    recorder = Recorder()
+    worker = await start_worker(recorder)
+    await eventually(lambda: worker.jobs_failed == 1)
+    await job_ended(worker, f"resp_tired_{RUN}")
+    assert recorder.runs == []
+    assert await job_keys(state.redis, queue, f"resp_tired_{RUN}") == NOTHING_LEFT
+
+
+async def test_a_queued_id_whose_job_expired_is_removed(state: AppState, queue: str, start_worker: StartWorker) -> None:
+    await enqueue_generate(state.redis, f"resp_expired_{RUN}", queue)
+    await state.redis.delete(job_key_prefix + f"resp_expired_{RUN}")
+    recorder = Recorder()
+    worker = await start_worker(recorder)
+    await eventually(lambda: worker.jobs_failed == 1)
+    await job_ended(worker, f"resp_expired_{RUN}")
+    assert recorder.runs == []
+    assert await job_keys(state.redis, queue, f"resp_expired_{RUN}") == NOTHING_LEFT
+
+
+async def test_a_job_running_elsewhere_is_left_alone(state: AppState, queue: str, start_worker: StartWorker) -> None:
+    await enqueue_generate(state.redis, f"resp_elsewhere_{RUN}", queue)
+    await state.redis.psetex(in_progress_key_prefix + f"resp_elsewhere_{RUN}", 60_000, b"1")  # another worker has it
+    recorder = Recorder()
+    await start_worker(recorder)
+    await asyncio.sleep(0.3)
+    assert recorder.runs == []
+    assert await job_keys(state.redis, queue, f"resp_elsewhere_{RUN}") == {
+        "queued": True,
+        "job": True,
+        "in_progress": True,
+        "tries": False,
+    }
+    await state.redis.delete(
+        queue, job_key_prefix + f"resp_elsewhere_{RUN}", in_progress_key_prefix + f"resp_elsewhere_{RUN}"
+    )
