@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import errors
+from app import errors, gc_tuning
 from app.ids import new_id
 from app.routes import input_items, meta, responses
 from app.settings import Settings
@@ -31,6 +31,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         state = await AppState.open(settings)
         app.state.responses = state
+        gc_tuning.tune_after_startup()
         try:
             yield
         finally:

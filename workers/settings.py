@@ -7,6 +7,7 @@ from typing import Any
 from arq.connections import RedisSettings
 from arq.worker import func
 
+from app import gc_tuning
 from app.catalog import Catalog
 from app.queue import job_deserializer, job_serializer
 from app.redis_keys import GENERATE_JOB
@@ -26,6 +27,7 @@ async def _startup(ctx: dict[str, Any]) -> None:
     deps = WorkerDeps.open(settings, ctx["redis"], catalog, supervisor)
     deps.start()
     ctx["deps"] = deps
+    gc_tuning.tune_after_startup()
 
 
 async def _shutdown(ctx: dict[str, Any]) -> None:
