@@ -130,6 +130,8 @@ responses = Table(
         postgresql_where=text("status IN ('queued', 'in_progress')"),
     ),
     comment="One row per stored (or background) response. Its items and events hang off it.",
+    # Room on each page for in-place (HOT) updates: every event commit bumps next_sequence_number.
+    postgresql_with={"fillfactor": "70"},
 )
 
 items = Table(

@@ -43,6 +43,9 @@ async def test_upgrade_head_matches_the_table_definitions(empty_database_url: st
         assert (await conn.execute(text("SELECT count(*) FROM response_overview"))).scalar() == 0
         comment = (await conn.execute(text("SELECT obj_description('responses'::regclass)"))).scalar()
         assert comment and "items and events hang off it" in comment
+        # as tables.py asks: room for in-place updates of a streaming response's sequence counter
+        options = (await conn.execute(text("SELECT reloptions FROM pg_class WHERE relname = 'responses'"))).scalar()
+        assert options == ["fillfactor=70"]
     await engine.dispose()
 
 
