@@ -17,6 +17,10 @@ class Settings(BaseSettings):
     redis_url: str = Field("redis://127.0.0.1:6379/0", alias="REDIS_URL")
     models_path: Path = Field(Path("models.toml"), alias="RESPONSES_MODELS")
     queue_name: str = Field("responses:queue", alias="RESPONSES_QUEUE")
+    # Connections each process keeps open, and how many more it may open for a burst (those are
+    # closed again at once, which costs Postgres a new backend each time: keep bursts rare).
+    db_pool_size: int = Field(40, alias="RESPONSES_DB_POOL_SIZE")
+    db_max_overflow: int = Field(10, alias="RESPONSES_DB_MAX_OVERFLOW")
 
     max_body_bytes: int = Field(16 * 1024 * 1024, alias="RESPONSES_MAX_BODY_BYTES")
     # A follower with nothing to read re-checks Postgres this often: it heals a missed
