@@ -47,6 +47,7 @@ async def running_stack(
     max_output_tokens: int = 4096,
     models_toml: str | None = None,
     worker_args: tuple[str, ...] = (),
+    worker_processes: int = 1,
     **env_overrides: str,
 ) -> AsyncIterator[Stack]:
     """Without `models_toml`, the catalog is the fake runtime as model "fake"; with it, that catalog
@@ -89,15 +90,18 @@ async def running_stack(
             env=env,
         )
         api = subprocess.Popen([*cli, "api", "--port", str(api_port)], **quiet)  # type: ignore[call-overload]
-        worker = subprocess.Popen([*cli, "worker", *worker_args], **quiet)  # type: ignore[call-overload]
-        processes += [api, worker]
+        workers = [
+            subprocess.Popen([*cli, "worker", *worker_args], **quiet)  # type: ignore[call-overload]
+            for _ in range(worker_processes)
+        ]
+        processes += [api, *workers]
         wait_for_http(f"http://127.0.0.1:{api_port}/health")
         yield Stack(
             runtime_url="" if models_toml else f"http://127.0.0.1:{runtime_port}",
             api_url=f"http://127.0.0.1:{api_port}/v1",
             key=created.stdout.strip().splitlines()[-1],
             database_url=database_url,
-            pids={**pids, "api": api.pid, "worker": worker.pid},
+            pids={**pids, "api": api.pid, **{f"worker{i or ''}": w.pid for i, w in enumerate(workers)}},
         )
     finally:
         for process in reversed(processes):

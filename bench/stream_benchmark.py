@@ -146,10 +146,11 @@ async def main() -> None:
     parser.add_argument("--token-delay", type=float, default=0.02, help="seconds between tokens, as a GPU paces")
     parser.add_argument("--rounds", type=int, default=3, help="answers each stream slot streams, back to back")
     parser.add_argument("--burst", action="store_true", help="start every stream at once instead of staggered")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
-    async with running_stack(max_output_tokens=args.tokens * 2) as stack:
+    async with running_stack(max_output_tokens=args.tokens * 2, worker_processes=args.workers) as stack:
         script = "#fake " + json.dumps({"text": " ".join(["tok"] * args.tokens), "delay": args.token_delay})
         direct: tuple[str, dict[str, object], dict[str, str], bytes] = (
             f"{stack.runtime_url}/v1/chat/completions",
