@@ -7,13 +7,13 @@ is how a generation is aborted: the server frees the sequence when the connectio
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import orjson
 
 from app.catalog import ModelEntry
 from workers import prompt_length
@@ -104,32 +104,37 @@ class ChatRuntimeClient:
             raise RuntimeFailure(f"model runtime unreachable or broke off: {exc!r}", retryable=True) from exc
 
 
-async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[str]:
-    """Lines of any length (aiohttp's own line reader refuses lines over 64 KiB)."""
+async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """Lines of any length (aiohttp's own line reader refuses lines over 64 KiB), undecoded:
+    the JSON parser takes UTF-8 bytes as they are."""
     buffer = b""
     async for data in content.iter_any():
         buffer += data
         *complete, buffer = buffer.split(b"\n")
         for line in complete:
-            yield line.decode()
+            yield line
     if buffer:
-        yield buffer.decode()
+        yield buffer
 
 
-def _parse_line(line: str) -> dict[str, Any] | str | None:
-    if not line.startswith("data:"):
+def _parse_line(line: bytes) -> dict[str, Any] | str | None:
+    if not line.startswith(b"data:"):
         return None
     data = line[5:].strip()
-    if data == "[DONE]":
+    if data == b"[DONE]":
         return "done"
     try:
-        chunk = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise RuntimeFailure(f"model runtime sent invalid JSON: {data[:200]!r}") from exc
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise RuntimeFailure(f"model runtime sent invalid JSON: {_excerpt(data)}") from exc
     if isinstance(chunk, dict) and chunk.get("error"):
         error = chunk["error"]
         message = error.get("message") if isinstance(error, dict) else str(error)
         raise RuntimeFailure(f"model runtime error: {message}")
     if not isinstance(chunk, dict):
-        raise RuntimeFailure(f"model runtime sent a non-object chunk: {data[:200]!r}")
+        raise RuntimeFailure(f"model runtime sent a non-object chunk: {_excerpt(data)}")
     return chunk
+
+
+def _excerpt(data: bytes) -> str:
+    return repr(data[:200].decode(errors="replace"))

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from redis.asyncio import Redis
 
 from app.redis_keys import events_channel
@@ -37,7 +38,7 @@ class WireEvent:
 
 
 def encode(event: Event) -> str:
-    return json.dumps(event, separators=(",", ":"))
+    return orjson.dumps(event).decode()
 
 
 def numbered(events: Sequence[Event], encoded: Sequence[str], first: int) -> list[WireEvent]:
