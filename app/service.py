@@ -221,7 +221,6 @@ async def cancel_and_wait(state: AppState, response_id: str, timeout: float) -> 
         subscription,
         response_id,
         row.next_sequence_number - 1,
-        state.settings.follow_idle_seconds,
     )
     try:
         await stop(state, response_id, persisted=True)

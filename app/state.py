@@ -31,7 +31,7 @@ class AppState:
             job_deserializer=job_deserializer,
             default_queue_name=settings.queue_name,
         )
-        hub = EventHub(redis)
+        hub = EventHub(redis, settings.follow_idle_seconds)
         await hub.start()
         return cls(settings, Catalog.load(settings.models_path), create_engine(settings), redis, hub)
 

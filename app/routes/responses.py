@@ -53,7 +53,6 @@ async def create(request: Request) -> Response | ASGIApp:
         subscription,
         record.id,
         -1,
-        state.settings.follow_idle_seconds,
         log_is_empty=not record.background,
     )
     # A background response outlives its connection; a foreground one stops when its client leaves.
@@ -102,7 +101,6 @@ async def retrieve(request: Request) -> Response | ASGIApp:
         subscription,
         record.id,
         after if after is not None else -1,
-        state.settings.follow_idle_seconds,
     )
     return EventStreamResponse(
         events, obfuscate=query_bool(request, "include_obfuscation", True), on_error=_error_event

@@ -41,7 +41,6 @@ async def follow(
     subscription: Subscription,
     response_id: str,
     after: int,
-    idle_seconds: float,
     *,
     log_is_empty: bool = False,
 ) -> AsyncIterator[list[WireEvent] | None]:
@@ -65,7 +64,7 @@ async def follow(
             if cursor.done or ended:  # ended without a terminal event after `after`: nothing to follow
                 return
         while not cursor.done:
-            batch = await subscription.next_batch(idle_seconds)
+            batch = await subscription.next_batch()
             if batch is None:
                 batch, ended = await _catch_up(source, response_id, cursor.last)
                 if ended and not batch:

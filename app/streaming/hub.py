@@ -30,35 +30,47 @@ _IDLE_CHANNEL = "responses:hub"  # keeps the connection subscribed (and readable
 class Subscription:
     hub: EventHub
     channel: str
-    queue: asyncio.Queue[list[WireEvent]] = field(default_factory=asyncio.Queue)
+    # Batches as they are published; None when nothing came for the hub's idle period.
+    queue: asyncio.Queue[list[WireEvent] | None] = field(default_factory=asyncio.Queue)
+    quiet_ticks: int = 0
 
-    async def next_batch(self, timeout: float) -> list[WireEvent] | None:
-        if not self.queue.empty():  # a busy follower: no timer to arm
-            return self.queue.get_nowait()
-        try:
-            async with asyncio.timeout(timeout):  # not wait_for: no task per batch
-                return await self.queue.get()
-        except TimeoutError:
-            return None
+    async def next_batch(self) -> list[WireEvent] | None:
+        """The next batch of live events, or None after an idle period."""
+        return await self.queue.get()
 
     async def close(self) -> None:
         await self.hub._leave(self)
 
 
 class EventHub:
-    def __init__(self, redis: Redis) -> None:
+    """`idle_seconds`: a follower that received nothing this long is told so (None), to
+    re-check Postgres and keep its connection alive. One clock for all followers: a timer per
+    wait was, with hundreds of streams, a tenth of an API process's CPU."""
+
+    IDLE_TICKS = 4  # the idle period is noticed within a quarter of it
+
+    def __init__(self, redis: Redis, idle_seconds: float) -> None:
         self._redis = redis
+        self._tick_seconds = idle_seconds / self.IDLE_TICKS
         self._pubsub: PubSub | None = None
+        self._opening = asyncio.Lock()
         self._followers: dict[str, set[Subscription]] = {}
         self._confirmed: dict[str, asyncio.Future[None]] = {}
-        self._reader: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        self._reader = asyncio.create_task(self._read(), name="event-hub")
+        try:
+            await self._connection()  # before the reader starts, which would otherwise race to open it
+        except Exception:
+            log.warning("event hub cannot reach Redis yet; it keeps trying", exc_info=True)
+        self._tasks = [
+            asyncio.create_task(self._read(), name="event-hub"),
+            asyncio.create_task(self._watch_idle(), name="event-hub-idle"),
+        ]
 
     async def close(self) -> None:
-        if self._reader:
-            self._reader.cancel()
+        for task in self._tasks:
+            task.cancel()
         if self._pubsub:
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]
 
@@ -91,10 +103,14 @@ class EventHub:
                 log.warning("could not unsubscribe %s", subscription.channel, exc_info=True)
 
     async def _connection(self) -> PubSub:
-        if self._pubsub is None:
-            self._pubsub = self._redis.pubsub()
-            await self._pubsub.subscribe(_IDLE_CHANNEL)
-        return self._pubsub
+        if self._pubsub is not None:
+            return self._pubsub
+        async with self._opening:  # one connection, however many callers find none
+            if self._pubsub is None:
+                pubsub = self._redis.pubsub()
+                await pubsub.subscribe(_IDLE_CHANNEL)
+                self._pubsub = pubsub
+            return self._pubsub
 
     async def _read(self) -> None:
         while True:
@@ -109,7 +125,8 @@ class EventHub:
             except Exception:
                 # Followers fall back to reading Postgres while Redis is away.
                 log.warning("event hub lost Redis; reconnecting", exc_info=True)
-                await asyncio.sleep(0.5)
+            # Also when listen() ran dry: the idle channel's subscription was still on its way.
+            await asyncio.sleep(0.5)
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         channel = message["channel"].decode()
@@ -122,4 +139,16 @@ class EventHub:
         elif message["type"] == "message":
             batch = decode_batch(message["data"])
             for subscription in self._followers.get(channel, ()):
+                subscription.quiet_ticks = 0
                 subscription.queue.put_nowait(batch)
+
+    async def _watch_idle(self) -> None:
+        while True:
+            await asyncio.sleep(self._tick_seconds)
+            for followers in self._followers.values():
+                for subscription in followers:
+                    subscription.quiet_ticks += 1
+                    if subscription.quiet_ticks >= self.IDLE_TICKS:
+                        subscription.quiet_ticks = 0
+                        if subscription.queue.empty():
+                            subscription.queue.put_nowait(None)

@@ -1,0 +1,53 @@
+"""The API's pub/sub fan-out, against real Redis: followers get each published batch, and are
+told when nothing came for the idle period (so they re-check Postgres and keep the connection
+alive), never while events keep coming."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.state import AppState
+from app.streaming import wire
+from app.streaming.hub import EventHub
+from app.streaming.wire import WireEvent
+
+IDLE = 0.4
+
+
+@pytest.fixture
+async def hub(state: AppState) -> AsyncIterator[EventHub]:
+    hub = EventHub(state.redis, IDLE)
+    await hub.start()
+    yield hub
+    await hub.close()
+
+
+def delta(number: int) -> WireEvent:
+    return WireEvent(number, "response.output_text.delta", f'{{"sequence_number":{number}}}')
+
+
+async def test_a_quiet_follower_is_told_once_per_idle_period(hub: EventHub) -> None:
+    subscription = await hub.subscribe(f"resp_quiet_{secrets.token_hex(3)}")
+    started = time.monotonic()
+    assert await asyncio.wait_for(subscription.next_batch(), 2 * IDLE) is None
+    assert IDLE * 0.9 <= time.monotonic() - started <= IDLE * 1.5
+    assert await asyncio.wait_for(subscription.next_batch(), 2 * IDLE) is None
+    await subscription.close()
+
+
+async def test_followers_of_a_busy_response_get_every_batch_and_no_idle_signal(hub: EventHub, state: AppState) -> None:
+    response_id = f"resp_busy_{secrets.token_hex(3)}"
+    first, second = await hub.subscribe(response_id), await hub.subscribe(response_id)
+    batches = 8
+    for number in range(batches):  # a batch every quarter of the idle period, for twice its length
+        await wire.publish(state.redis, response_id, [delta(number)])
+        await asyncio.sleep(IDLE / 4)
+    for subscription in (first, second):
+        received = [await asyncio.wait_for(subscription.next_batch(), IDLE) for _ in range(batches)]
+        assert received == [[delta(number)] for number in range(batches)]
+        await subscription.close()
