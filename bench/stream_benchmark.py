@@ -171,8 +171,10 @@ async def main() -> None:
             b"response.output_text.delta",
         )
         ramp = 0.0 if args.burst else args.tokens * args.token_delay
-        await load(*full, 4, 2, 0.0)  # warm up both paths
-        await load(*direct, 4, 2, 0.0)
+        # Warm up both paths at the largest concurrency, as a server that has been up a while is:
+        # connection pools at full size, statements prepared.
+        await load(*full, max(args.levels), 1, 0.0)
+        await load(*direct, max(args.levels), 1, 0.0)
         meter = CpuMeter({**stack.pids, "client": os.getpid()})
         results = []
         for level in args.levels:
