@@ -48,6 +48,11 @@ class _Pending:
     finished: asyncio.Future[bool] | None = None
 
 
+# A batch's publishes as one command: each response's events on its own channel.
+_PUBLISH_ALL = """
+for i = 1, #ARGV, 2 do redis.call('PUBLISH', ARGV[i], ARGV[i + 1]) end
+"""
+
 COALESCIBLE = frozenset(
     {"response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta"}
 )
@@ -74,6 +79,7 @@ class EventWriter:
     def __init__(self, engine: AsyncEngine, redis: Redis) -> None:
         self._engine = engine
         self._redis = redis
+        self._publish_all = redis.register_script(_PUBLISH_ALL)
         self._pending: dict[str, _Pending] = {}
         self._ephemeral_next: dict[str, int] = {}
         self._wake = asyncio.Event()
@@ -180,11 +186,11 @@ class EventWriter:
     async def _publish(self, committed: dict[str, list[WireEvent]]) -> None:
         if not committed:
             return
+        arguments = []
+        for rid, events in committed.items():
+            arguments += [events_channel(rid), wire.encode_batch(events)]
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for rid, events in committed.items():
-                    pipe.publish(events_channel(rid), wire.encode_batch(events))
-                await pipe.execute()
+            await self._publish_all(args=arguments)
         except Exception:
             # Followers re-read Postgres when idle; a lost wake-up costs latency, never data.
             log.warning("could not publish events", exc_info=True)
