@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 COMMIT_RETRY_SECONDS = 60.0
 BUSY_BATCH_RESPONSES = 16  # a batch carrying this many responses' events means load
-MAX_FLUSH_INTERVAL = 0.05
+MAX_FLUSH_INTERVAL = 0.1
 
 
 def pause_after(batch_responses: int, flush_seconds: float) -> float:
