@@ -55,6 +55,13 @@ context AS (
 """
 
 
+# The context as one JSON array of items, in the order the model sees them.
+CONTEXT_AS_JSON = """
+    SELECT coalesce(json_agg(jsonb_build_object('id', id) || payload ORDER BY depth, side, position), '[]')
+    FROM context
+"""
+
+
 async def context_items(
     conn: AsyncConnection,
     response_id: str,
@@ -63,11 +70,10 @@ async def context_items(
 ) -> list[Item]:
     """What the model sees for this response: the chain's inputs and outputs, then its own input
     (and its own output too with `own_output`, as the context a new turn continues from)."""
-    rows = await conn.execute(
-        text(CONTEXT_CTE + "SELECT id, payload FROM context ORDER BY depth, side, position"),
-        {"response_id": response_id, "exclude_own_output": not own_output},
+    context: list[Item] = await conn.scalar(
+        text(CONTEXT_CTE + CONTEXT_AS_JSON), {"response_id": response_id, "exclude_own_output": not own_output}
     )
-    return [{"id": r.id, **r.payload} for r in rows]
+    return context
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,10 +109,9 @@ _CLAIM = text(
         WHERE id = :response_id AND status = 'queued'
         RETURNING *
     )
-    SELECT claimed.*, (
-        SELECT coalesce(json_agg(jsonb_build_object('id', id) || payload ORDER BY depth, side, position), '[]')
-        FROM context
-    ) AS context
+    SELECT claimed.*, ("""
+    + items_db.CONTEXT_AS_JSON
+    + """) AS context
     FROM claimed
 """
 )

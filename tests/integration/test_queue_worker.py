@@ -173,28 +173,28 @@ async def test_a_job_cancelled_by_shutdown_stays_queued_for_another_worker(
     assert await job_keys(state.redis, queue, f"resp_moved_{RUN}") == NOTHING_LEFT
 
 
-async def test_a_job_out_of_tries_is_removed_without_running(
-    state: AppState, queue: str, start_worker: StartWorker
+@pytest.mark.parametrize(
+    ("case", "key_prefix", "value"),
+    [
+        ("tired", retry_key_prefix, "3"),  # three deliveries already started it
+        ("expired", job_key_prefix, None),  # its job data is gone
+    ],
+)
+async def test_a_job_that_cannot_run_is_removed_without_running(
+    state: AppState, queue: str, start_worker: StartWorker, case: str, key_prefix: str, value: str | None
 ) -> None:
-    await enqueue_generate(state.redis, f"resp_tired_{RUN}", queue)
-    await state.redis.set(retry_key_prefix + f"resp_tired_{RUN}", 3)  # three deliveries already started it
+    job_id = f"resp_{case}_{RUN}"
+    await enqueue_generate(state.redis, job_id, queue)
+    if value is None:
+        await state.redis.delete(key_prefix + job_id)
+    else:
+        await state.redis.set(key_prefix + job_id, value)
     recorder = Recorder()
     worker = await start_worker(recorder)
     await eventually(lambda: worker.jobs_failed == 1)
-    await job_ended(worker, f"resp_tired_{RUN}")
+    await job_ended(worker, job_id)
     assert recorder.runs == []
-    assert await job_keys(state.redis, queue, f"resp_tired_{RUN}") == NOTHING_LEFT
-
-
-async def test_a_queued_id_whose_job_expired_is_removed(state: AppState, queue: str, start_worker: StartWorker) -> None:
-    await enqueue_generate(state.redis, f"resp_expired_{RUN}", queue)
-    await state.redis.delete(job_key_prefix + f"resp_expired_{RUN}")
-    recorder = Recorder()
-    worker = await start_worker(recorder)
-    await eventually(lambda: worker.jobs_failed == 1)
-    await job_ended(worker, f"resp_expired_{RUN}")
-    assert recorder.runs == []
-    assert await job_keys(state.redis, queue, f"resp_expired_{RUN}") == NOTHING_LEFT
+    assert await job_keys(state.redis, queue, job_id) == NOTHING_LEFT
 
 
 async def test_a_job_running_elsewhere_is_left_alone(state: AppState, queue: str, start_worker: StartWorker) -> None:
