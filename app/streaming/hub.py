@@ -47,7 +47,7 @@ class EventHub:
     re-check Postgres and keep its connection alive. One clock for all followers: a timer per
     wait was, with hundreds of streams, a tenth of an API process's CPU."""
 
-    IDLE_TICKS = 4  # the idle period is noticed within a quarter of it
+    IDLE_TICKS = 4  # a follower is told after one to one and a quarter idle periods of quiet
 
     def __init__(self, redis: Redis, idle_seconds: float) -> None:
         self._redis = redis
@@ -148,7 +148,7 @@ class EventHub:
             for followers in self._followers.values():
                 for subscription in followers:
                     subscription.quiet_ticks += 1
-                    if subscription.quiet_ticks >= self.IDLE_TICKS:
+                    if subscription.quiet_ticks > self.IDLE_TICKS:
                         subscription.quiet_ticks = 0
                         if subscription.queue.empty():
                             subscription.queue.put_nowait(None)

@@ -35,7 +35,7 @@ async def test_a_quiet_follower_is_told_once_per_idle_period(hub: EventHub) -> N
     subscription = await hub.subscribe(f"resp_quiet_{secrets.token_hex(3)}")
     started = time.monotonic()
     assert await asyncio.wait_for(subscription.next_batch(), 2 * IDLE) is None
-    assert IDLE * 0.9 <= time.monotonic() - started <= IDLE * 1.5
+    assert IDLE * 0.9 <= time.monotonic() - started < IDLE * 3
     assert await asyncio.wait_for(subscription.next_batch(), 2 * IDLE) is None
     await subscription.close()
 
