@@ -22,10 +22,11 @@ class MessageOutput:
 
     output_index: int
     id: str = field(default_factory=lambda: new_id("msg"))
-    text: str = ""
+    # The text's pieces, joined when an item is made: appending to one string would copy it per token.
+    parts: list[str] = field(default_factory=list)
 
     def item(self, status: str) -> Item:
-        content = [{"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}]
+        content = [{"type": "output_text", "text": "".join(self.parts), "annotations": [], "logprobs": []}]
         return {"id": self.id, "type": "message", "status": status, "role": "assistant", "content": content}
 
     def started(self) -> list[Event]:
@@ -36,13 +37,14 @@ class MessageOutput:
         ]
 
     def delta(self, text: str) -> Event:
-        self.text += text
+        self.parts.append(text)
         return {**self._where(), "type": "response.output_text.delta", "delta": text, "logprobs": []}
 
     def done(self, status: str) -> list[Event]:
         item = self.item(status)
+        text = item["content"][0]["text"]
         return [
-            {**self._where(), "type": "response.output_text.done", "text": self.text, "logprobs": []},
+            {**self._where(), "type": "response.output_text.done", "text": text, "logprobs": []},
             {**self._where(), "type": "response.content_part.done", "part": item["content"][0]},
             {"type": "response.output_item.done", "output_index": self.output_index, "item": item},
         ]
@@ -61,7 +63,7 @@ class ReasoningOutput:
 
     output_index: int
     id: str = field(default_factory=lambda: new_id("rs"))
-    text: str = ""
+    parts: list[str] = field(default_factory=list)
 
     def item(self, status: str) -> Item:
         return {"id": self.id, "type": "reasoning", "summary": [], "content": [self._part()]}
@@ -77,18 +79,20 @@ class ReasoningOutput:
         ]
 
     def delta(self, text: str) -> Event:
-        self.text += text
+        self.parts.append(text)
         return {**self._where(), "type": "response.reasoning_text.delta", "delta": text}
 
     def done(self, status: str) -> list[Event]:
+        item = self.item(status)
+        part = item["content"][0]
         return [
-            {**self._where(), "type": "response.reasoning_text.done", "text": self.text},
-            {**self._where(), "type": "response.content_part.done", "part": self._part()},
-            {"type": "response.output_item.done", "output_index": self.output_index, "item": self.item(status)},
+            {**self._where(), "type": "response.reasoning_text.done", "text": part["text"]},
+            {**self._where(), "type": "response.content_part.done", "part": part},
+            {"type": "response.output_item.done", "output_index": self.output_index, "item": item},
         ]
 
     def _part(self) -> Item:
-        return {"type": "reasoning_text", "text": self.text}
+        return {"type": "reasoning_text", "text": "".join(self.parts)}
 
     def _where(self) -> Event:
         return {"item_id": self.id, "output_index": self.output_index, "content_index": 0}
@@ -102,7 +106,7 @@ class FunctionCallOutput:
     call_id: str
     name: str
     id: str = field(default_factory=lambda: new_id("fc"))
-    arguments: str = ""
+    parts: list[str] = field(default_factory=list)  # of the arguments
 
     def item(self, status: str) -> Item:
         return {
@@ -111,7 +115,7 @@ class FunctionCallOutput:
             "status": status,
             "call_id": self.call_id,
             "name": self.name,
-            "arguments": self.arguments,
+            "arguments": "".join(self.parts),
         }
 
     def started(self) -> list[Event]:
@@ -120,14 +124,15 @@ class FunctionCallOutput:
         ]
 
     def delta(self, text: str) -> Event:
-        self.arguments += text
+        self.parts.append(text)
         return {"type": "response.function_call_arguments.delta", **self._where(), "delta": text}
 
     def done(self, status: str) -> list[Event]:
+        item = self.item(status)
         done = {"type": "response.function_call_arguments.done", **self._where(), "name": self.name}
         return [
-            {**done, "arguments": self.arguments},
-            {"type": "response.output_item.done", "output_index": self.output_index, "item": self.item(status)},
+            {**done, "arguments": item["arguments"]},
+            {"type": "response.output_item.done", "output_index": self.output_index, "item": item},
         ]
 
     def _where(self) -> Event:
