@@ -153,7 +153,7 @@ async def stop(state: AppState, response_id: str, persisted: bool) -> None:
         async with state.engine.begin() as conn:
             published = await _stop_in(conn, response_id)
         if published:
-            await wire.publish(state.redis, response_id, published)
+            await wire.publish(state.redis, {response_id: published})
     await signal_stop(state.redis, response_id, persisted)
 
 

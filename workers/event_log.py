@@ -24,7 +24,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.events import Event
-from app.redis_keys import events_channel
 from app.streaming import wire
 from app.streaming.wire import WireEvent
 
@@ -47,11 +46,6 @@ class _Pending:
     outcome: responses_db.Outcome | None = None
     finished: asyncio.Future[bool] | None = None
 
-
-# A batch's publishes as one command: each response's events on its own channel.
-_PUBLISH_ALL = """
-for i = 1, #ARGV, 2 do redis.call('PUBLISH', ARGV[i], ARGV[i + 1]) end
-"""
 
 COALESCIBLE = frozenset(
     {"response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta"}
@@ -79,7 +73,6 @@ class EventWriter:
     def __init__(self, engine: AsyncEngine, redis: Redis) -> None:
         self._engine = engine
         self._redis = redis
-        self._publish_all = redis.register_script(_PUBLISH_ALL)
         self._pending: dict[str, _Pending] = {}
         self._ephemeral_next: dict[str, int] = {}
         self._wake = asyncio.Event()
@@ -153,7 +146,7 @@ class EventWriter:
                 self._ephemeral_next[rid] += len(pending.events)
                 if pending.outcome is not None:
                     del self._ephemeral_next[rid]
-        await self._publish(committed)
+        await wire.publish(self._redis, committed)
         for rid, pending in batch.items():
             if pending.finished and not pending.finished.done():
                 pending.finished.set_result(rid in committed)
@@ -182,15 +175,3 @@ class EventWriter:
         self.batches += 1
         self.events_written += sum(len(e) for e in committed.values())
         return committed
-
-    async def _publish(self, committed: dict[str, list[WireEvent]]) -> None:
-        if not committed:
-            return
-        arguments = []
-        for rid, events in committed.items():
-            arguments += [events_channel(rid), wire.encode_batch(events)]
-        try:
-            await self._publish_all(args=arguments)
-        except Exception:
-            # Followers re-read Postgres when idle; a lost wake-up costs latency, never data.
-            log.warning("could not publish events", exc_info=True)

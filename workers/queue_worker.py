@@ -70,10 +70,9 @@ class QueueWorker(Worker):
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
         now = time.monotonic()
-        self._elsewhere = {j: t for j, t in self._elsewhere.items() if t >= now}
         for job_id_b in job_ids:
             job_id = job_id_b.decode()
-            if job_id in self.tasks or job_id_b in self._elsewhere:
+            if job_id in self.tasks or self._elsewhere.get(job_id_b, 0.0) > now:
                 continue
             if self.job_counter >= self.max_jobs:
                 return
@@ -93,7 +92,9 @@ class QueueWorker(Worker):
             log.warning("could not take job %s; it stays queued", job_id, exc_info=True)
             taken = None
         if not taken:  # running elsewhere, finished, deferred, or Redis is away: the poll retries later
-            self._elsewhere[job_id_b] = time.monotonic() + self.ELSEWHERE_SECONDS
+            now = time.monotonic()
+            self._elsewhere = {j: t for j, t in self._elsewhere.items() if t > now}
+            self._elsewhere[job_id_b] = now + self.ELSEWHERE_SECONDS
             return
         data, tries = taken
         ended = await self._run_taken(job_id, data, tries)

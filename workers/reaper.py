@@ -52,9 +52,9 @@ async def reap_expired_leases(engine: AsyncEngine, redis: ArqRedis) -> list[str]
             events = await events_db.end(conn, row.id, [terminal_event(final)], outcome)
             if events:
                 published[row.id] = events
-    for response_id, events in published.items():
+    for response_id in published:
         log.warning("response %s: worker lost; failed", response_id)
-        await wire.publish(redis, response_id, events)
+    await wire.publish(redis, published)
     return list(published)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,10 +63,22 @@ def decode_batch(message: bytes | str) -> list[WireEvent]:
     return batch
 
 
-async def publish(redis: Redis, response_id: str, events: Sequence[WireEvent]) -> None:
-    """Wakes the followers of one response with its newly committed events. A lost message costs
-    latency, never data: followers re-read Postgres when idle."""
+# Many responses' publishes as one command (redis-py spends about 2.4 times the CPU on a
+# pipeline of one PUBLISH per response): each response's events on its own channel.
+_PUBLISH_ALL = """
+for i = 1, #ARGV, 2 do redis.call('PUBLISH', ARGV[i], ARGV[i + 1]) end
+"""
+
+
+async def publish(redis: Redis, committed: Mapping[str, Sequence[WireEvent]]) -> None:
+    """Wakes the followers of each response with its newly committed events. A lost message
+    costs latency, never data: followers re-read Postgres when idle."""
+    if not committed:
+        return
+    arguments = []
+    for response_id, events in committed.items():
+        arguments += [events_channel(response_id), encode_batch(events)]
     try:
-        await redis.publish(events_channel(response_id), encode_batch(events))
+        await redis.register_script(_PUBLISH_ALL)(args=arguments)
     except Exception:
-        log.warning("could not publish events of %s", response_id, exc_info=True)
+        log.warning("could not publish the events of %d responses", len(committed), exc_info=True)

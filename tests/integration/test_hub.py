@@ -45,7 +45,7 @@ async def test_followers_of_a_busy_response_get_every_batch_and_no_idle_signal(h
     first, second = await hub.subscribe(response_id), await hub.subscribe(response_id)
     batches = 8
     for number in range(batches):  # a batch every quarter of the idle period, for twice its length
-        await wire.publish(state.redis, response_id, [delta(number)])
+        await wire.publish(state.redis, {response_id: [delta(number)]})
         await asyncio.sleep(IDLE / 4)
     for subscription in (first, second):
         received = [await asyncio.wait_for(subscription.next_batch(), IDLE) for _ in range(batches)]
