@@ -16,18 +16,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import aiohttp
-
 from app.catalog import ModelEntry
+from workers.http_client import HttpClient, RequestTimeouts
 from workers.runtime_errors import CONTEXT_LENGTH_EXCEEDED, RuntimeFailure, refusal_of
 
 
 async def measure(
-    http: aiohttp.ClientSession,
+    http: HttpClient,
     model: ModelEntry,
     body: dict[str, Any],
     headers: dict[str, str],
-    timeout: aiohttp.ClientTimeout,
+    timeout: RequestTimeouts,
 ) -> int | None:
     """The prompt's tokens, or None for a server with no way to count them."""
     root = (model.base_url or "").rstrip("/")
@@ -38,11 +37,15 @@ async def measure(
         probe.pop("stream_options", None)
     else:
         return None
-    async with http.post(url, json=probe, headers=headers, timeout=timeout) as answer:
+    async with http.post_json(url, probe, headers, timeout) as answer:
         if answer.status >= 400:
             raise await refusal_of(answer)
-        counted = await answer.json()
-    tokens: int = counted["count"] if model.prompt_measure == "tokenize" else counted["usage"]["prompt_tokens"]
+        answered = await answer.read()
+    try:
+        counted = json.loads(answered)
+        tokens: int = counted["count"] if model.prompt_measure == "tokenize" else counted["usage"]["prompt_tokens"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RuntimeFailure(f"model runtime sent no token count: {answered[:200]!r}", retryable=True) from exc
     return tokens
 
 

@@ -12,11 +12,11 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import orjson
 
 from app.catalog import ModelEntry
 from workers import prompt_length
+from workers.http_client import HttpClient, HttpError, RequestTimeouts
 from workers.runtime_errors import RuntimeFailure, refusal_of
 from workers.translate import chunk_carries_output
 
@@ -27,28 +27,20 @@ RETRY_BACKOFF_SECONDS = 0.25  # then doubled per attempt
 
 
 class ChatRuntimeClient:
-    """One connection pool per worker. aiohttp rather than httpx here: reading a token stream is
-    the worker's hottest loop, and aiohttp's C parser costs about half the CPU per chunk."""
+    """One connection pool per worker (see workers/http_client.py for why it is our own)."""
 
     def __init__(self, connect_timeout: float, read_timeout: float) -> None:
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
-        self._session: aiohttp.ClientSession | None = None
+        self._http = HttpClient()
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._http.aclose()
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-        return self._session
-
-    def _timeout(self, model: ModelEntry) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(
-            total=None,
+    def _timeout(self, model: ModelEntry) -> RequestTimeouts:
+        return RequestTimeouts(
             connect=model.connect_timeout_seconds or self._connect_timeout,
-            sock_read=model.read_timeout_seconds or self._read_timeout,
+            read=model.read_timeout_seconds or self._read_timeout,
         )
 
     async def stream(self, model: ModelEntry, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
@@ -75,19 +67,19 @@ class ChatRuntimeClient:
             await asyncio.sleep(RETRY_BACKOFF_SECONDS * 2**attempt)
 
     async def _attempt(
-        self, model: ModelEntry, url: str, body: dict[str, Any], headers: dict[str, str], timeout: aiohttp.ClientTimeout
+        self, model: ModelEntry, url: str, body: dict[str, Any], headers: dict[str, str], timeout: RequestTimeouts
     ) -> AsyncIterator[dict[str, Any]]:
         try:
             prompt_tokens = None
             if model.prompt_measure != "none" and not prompt_length.surely_fits(body, model.context_window):
-                prompt_tokens = await prompt_length.measure(self._client(), model, body, headers, timeout)
+                prompt_tokens = await prompt_length.measure(self._http, model, body, headers, timeout)
                 if prompt_tokens is not None:
                     body = prompt_length.fit_to_context(body, prompt_tokens, model.context_window)
-            async with self._client().post(url, json=body, headers=headers, timeout=timeout) as response:
+            async with self._http.post_json(url, body, headers, timeout) as response:
                 if response.status >= 400:
                     raise await refusal_of(response)
                 finished = False
-                async for line in _lines(response.content):
+                async for line in _lines(response.pieces()):
                     chunk = _parse_line(line)
                     if chunk == "done":
                         break
@@ -96,19 +88,18 @@ class ChatRuntimeClient:
                         yield chunk
             if not model.streams_usage:
                 if prompt_tokens is None:  # measured now, the prompt is in the server's cache
-                    prompt_tokens = await prompt_length.measure(self._client(), model, body, headers, timeout)
+                    prompt_tokens = await prompt_length.measure(self._http, model, body, headers, timeout)
                 yield {"choices": [], "usage": {"prompt_tokens": prompt_tokens or 0}}
             if not finished:
                 raise RuntimeFailure("model runtime ended its stream without a finish_reason", retryable=True)
-        except (TimeoutError, aiohttp.ClientError) as exc:
+        except (TimeoutError, OSError, HttpError) as exc:
             raise RuntimeFailure(f"model runtime unreachable or broke off: {exc!r}", retryable=True) from exc
 
 
-async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    """Lines of any length (aiohttp's own line reader refuses lines over 64 KiB), undecoded:
-    the JSON parser takes UTF-8 bytes as they are."""
+async def _lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Lines of any length, undecoded: the JSON parser takes UTF-8 bytes as they are."""
     buffer = b""
-    async for data in content.iter_any():
+    async for data in pieces:
         buffer += data
         *complete, buffer = buffer.split(b"\n")
         for line in complete:

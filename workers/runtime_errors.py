@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-import aiohttp
+from workers.http_client import Answer
 
 
 class RuntimeFailure(Exception):
@@ -36,6 +36,6 @@ def refusal(status: int, detail: str) -> RuntimeFailure:
     )
 
 
-async def refusal_of(answer: aiohttp.ClientResponse) -> RuntimeFailure:
+async def refusal_of(answer: Answer) -> RuntimeFailure:
     """The failure for a model server's error answer, with the start of its body."""
     return refusal(answer.status, (await answer.read()).decode(errors="replace")[:500])

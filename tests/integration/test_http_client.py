@@ -1,0 +1,317 @@
+"""The worker's HTTP client against real sockets: scripted servers that answer as model servers
+do (chunked streams, lengths, bodies until close) and as broken ones do (silence, early close,
+invalid HTTP, a kept connection closed under it)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import uvloop
+
+from app.catalog import VllmModel
+from workers import prompt_length
+from workers.http_client import HttpClient, HttpError, RequestTimeouts
+from workers.runtime_errors import RuntimeFailure
+
+TIMEOUTS = RequestTimeouts(connect=2.0, read=2.0)
+
+
+def on_both_loops(scenario: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[str], None]:
+    """Runs the scenario on asyncio's loop and on uvloop, which the worker runs on (its
+    transports differ from asyncio's)."""
+
+    @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+    def test(loop: str) -> None:
+        if loop == "uvloop":
+            uvloop.run(scenario())
+        else:
+            asyncio.run(scenario())
+
+    test.__name__ = scenario.__name__
+    return test
+
+
+Answering = Callable[["Server", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class Server:
+    """Counts connections and keeps what each request sent."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self.disconnected = asyncio.Event()
+
+    async def read_request(self, reader: asyncio.StreamReader) -> bytes:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0
+        )
+        request = head + await reader.readexactly(length)
+        self.requests.append(request)
+        return request
+
+
+@asynccontextmanager
+async def serving(answer: Answering) -> AsyncIterator[tuple[Server, str]]:
+    server = Server()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        server.connections += 1
+        try:
+            await answer(server, reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    listening = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = listening.sockets[0].getsockname()[1]
+    try:
+        yield server, f"http://127.0.0.1:{port}/v1/chat/completions"
+    finally:
+        listening.close()
+
+
+def chunked(*pieces: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces)
+
+
+STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def keep_answering(body: bytes) -> Answering:
+    async def answer(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await server.read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+
+    return answer
+
+
+@on_both_loops
+async def test_a_chunked_stream_arrives_piece_by_piece_as_sent() -> None:
+    async def answer(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(STREAM_HEAD)
+        for token in (b"data: one\n\n", b"data: two\n\n", b"data: three\n\n"):
+            writer.write(chunked(token))
+            await writer.drain()
+            await asyncio.sleep(0.05)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    http = HttpClient()
+    async with serving(answer) as (server, url):
+        async with http.post_json(url, {"stream": True}, {"Authorization": "Bearer k"}, TIMEOUTS) as reply:
+            assert reply.status == 200
+            pieces = [piece async for piece in reply.pieces()]
+    await http.aclose()
+    assert pieces == [b"data: one\n\n", b"data: two\n\n", b"data: three\n\n"]  # each as it came
+    request = server.requests[0]
+    assert request.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+    assert b"\r\nAuthorization: Bearer k\r\n" in request
+    assert b"\r\nContent-Type: application/json\r\n" in request
+    assert request.endswith(b'\r\n\r\n{"stream":true}')
+
+
+@on_both_loops
+async def test_bodies_with_a_length_or_until_close_are_read_whole() -> None:
+    async def until_close(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\n\r\nall of ")
+        await writer.drain()
+        writer.write(b"it")
+
+    http = HttpClient()
+    async with serving(keep_answering(b'{"count": 7}')) as (_, url):
+        async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+            assert await reply.read() == b'{"count": 7}'
+    async with serving(until_close) as (_, url):
+        async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+            assert await reply.read() == b"all of it"
+    await http.aclose()
+
+
+@on_both_loops
+async def test_an_error_answer_has_its_status_and_body() -> None:
+    async def answer(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        body = b'{"error": "too long"}'
+        writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+
+    http = HttpClient()
+    async with serving(answer) as (_, url):
+        async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+            assert (reply.status, await reply.read()) == (400, b'{"error": "too long"}')
+    await http.aclose()
+
+
+@on_both_loops
+async def test_connections_are_kept_and_reused() -> None:
+    http = HttpClient()
+    async with serving(keep_answering(b"ok")) as (server, url):
+        for _ in range(3):
+            async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+                assert await reply.read() == b"ok"
+        assert server.connections == 1
+
+        # Side by side, each request has a connection of its own.
+        async def one() -> bytes:
+            async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+                await asyncio.sleep(0.05)
+                return await reply.read()
+
+        assert list(await asyncio.gather(one(), one(), one())) == [b"ok"] * 3
+        assert server.connections == 3
+    await http.aclose()
+
+
+@on_both_loops
+async def test_a_kept_connection_the_server_closed_is_replaced_without_failing_the_request() -> None:
+    async def answer_once_then_drop(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # No "Connection: close": the client keeps it, and the server closes it on the next
+        # request without answering, as when its keep-alive runs out just as the client reuses it.
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        await reader.readuntil(b"\r\n\r\n")
+
+    http = HttpClient()
+    async with serving(answer_once_then_drop) as (server, url):
+        for _ in range(3):
+            async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+                assert await reply.read() == b"ok"
+        assert server.connections == 3
+    await http.aclose()
+
+
+@on_both_loops
+async def test_connection_close_is_honoured() -> None:
+    async def answer(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        await asyncio.sleep(1)  # the client must not wait for this close, nor reuse the connection
+
+    http = HttpClient()
+    async with serving(answer) as (server, url):
+        for _ in range(2):
+            async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+                assert await reply.read() == b"ok"
+        assert server.connections == 2
+    await http.aclose()
+
+
+@on_both_loops
+async def test_leaving_a_stream_early_closes_its_connection() -> None:
+    async def endless(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(STREAM_HEAD)
+        while not reader.at_eof():
+            writer.write(chunked(b"data: more\n\n"))
+            await writer.drain()
+            await asyncio.sleep(0.01)
+        server.disconnected.set()
+
+    http = HttpClient()
+    async with serving(endless) as (server, url):
+        async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+            async for _ in reply.pieces():
+                break
+        # The server notices at once: that is how a model server is told to stop generating.
+        await asyncio.wait_for(server.disconnected.wait(), 2)
+        async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+            assert reply.status == 200
+        assert server.connections == 2
+    await http.aclose()
+
+
+@on_both_loops
+async def test_a_silent_server_times_out() -> None:
+    async def silent_after_one(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(STREAM_HEAD + chunked(b"data: one\n\n"))
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    async def silent(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        await asyncio.sleep(5)
+
+    http = HttpClient()
+    quick = RequestTimeouts(connect=2.0, read=0.3)
+    async with serving(silent_after_one) as (_, url):
+        async with http.post_json(url, {}, {}, quick) as reply:
+            pieces = reply.pieces()
+            assert await anext(pieces) == b"data: one\n\n"
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(TimeoutError):
+                await anext(pieces)
+            assert 0.25 < asyncio.get_running_loop().time() - started < 1.5
+    async with serving(silent) as (_, url):  # before the headers, too
+        with pytest.raises(TimeoutError):
+            async with http.post_json(url, {}, {}, quick):
+                pass
+    await http.aclose()
+
+
+@on_both_loops
+async def test_a_stream_broken_off_or_invalid_http_fails() -> None:
+    async def broken_off(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(STREAM_HEAD + chunked(b"data: one\n\n"))
+        await writer.drain()
+
+    async def not_http(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(1)
+
+    http = HttpClient()
+    async with serving(broken_off) as (_, url):
+        async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+            pieces = reply.pieces()
+            assert await anext(pieces) == b"data: one\n\n"
+            with pytest.raises(HttpError, match="closed the connection before the answer ended"):
+                await anext(pieces)
+    async with serving(not_http) as (_, url):
+        with pytest.raises(HttpError, match="invalid HTTP"):
+            async with http.post_json(url, {}, {}, TIMEOUTS):
+                pass
+    await http.aclose()
+
+
+@on_both_loops
+async def test_an_unreachable_server_or_a_bad_url_fails_at_once() -> None:
+    listening = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = listening.sockets[0].getsockname()[1]
+    listening.close()
+    await listening.wait_closed()
+    http = HttpClient()
+    with pytest.raises(ConnectionRefusedError):
+        async with http.post_json(f"http://127.0.0.1:{port}/v1", {}, {}, TIMEOUTS):
+            pass
+    with pytest.raises(ValueError, match="not an http"):
+        async with http.post_json("ftp://127.0.0.1/v1", {}, {}, TIMEOUTS):
+            pass
+
+
+@on_both_loops
+async def test_a_server_that_answers_the_count_without_one_fails_retryably() -> None:
+    http = HttpClient()
+    async with serving(keep_answering(b"<html>not found</html>")) as (_, url):
+        # As a worker that started the vLLM server sets its address.
+        model = VllmModel(id="m", runtime="vllm", model="m").model_copy(
+            update={"base_url": url.removesuffix("/chat/completions")}
+        )
+        with pytest.raises(RuntimeFailure, match="no token count") as failure:
+            await prompt_length.measure(http, model, {"model": "m", "messages": []}, {}, TIMEOUTS)
+    await http.aclose()
+    assert failure.value.retryable
