@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-# Committed events of one response, published after their commit; the payload is a JSON list.
+# Committed events, published after their commit: one message per commit, carrying every
+# response's events (app/streaming/wire.py), on one channel per deployment (its queue name).
 EVENTS_CHANNEL_PREFIX = "responses:events:"
 # Ask the worker running a response to stop it (cancel, client disconnect, delete); payload: the id.
 STOP_CHANNEL = "responses:stop"
@@ -10,8 +11,8 @@ STOP_CHANNEL = "responses:stop"
 GENERATE_JOB = "generate"
 
 
-def events_channel(response_id: str) -> str:
-    return EVENTS_CHANNEL_PREFIX + response_id
+def events_channel(queue_name: str) -> str:
+    return EVENTS_CHANNEL_PREFIX + queue_name
 
 
 # Set (NX) by the worker that takes a store=false response: its "claim", since Postgres has no row.

@@ -24,6 +24,7 @@ from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.model_fit import check_fit
 from app.protocol.response_object import ResponseRecord
 from app.queue import enqueue_generate, signal_stop
+from app.redis_keys import events_channel
 from app.state import AppState
 from app.streaming import wire
 from app.streaming.follow import follow
@@ -153,7 +154,7 @@ async def stop(state: AppState, response_id: str, persisted: bool) -> None:
         async with state.engine.begin() as conn:
             published = await _stop_in(conn, response_id)
         if published:
-            await wire.publish(state.redis, {response_id: published})
+            await wire.publish(state.redis, events_channel(state.settings.queue_name), {response_id: published})
     await signal_stop(state.redis, response_id, persisted)
 
 

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.catalog import Catalog
 from app.db.engine import create_engine
 from app.queue import job_deserializer, job_serializer
+from app.redis_keys import events_channel
 from app.settings import Settings
 from app.streaming.follow import LogSource
 from app.streaming.hub import EventHub
@@ -31,7 +32,7 @@ class AppState:
             job_deserializer=job_deserializer,
             default_queue_name=settings.queue_name,
         )
-        hub = EventHub(redis, settings.follow_idle_seconds)
+        hub = EventHub(redis, events_channel(settings.queue_name), settings.follow_idle_seconds)
         await hub.start()
         return cls(settings, Catalog.load(settings.models_path), create_engine(settings), redis, hub)
 

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.catalog import Catalog
 from app.db import responses as responses_db
 from app.db.engine import create_engine
-from app.redis_keys import ALIVE_PREFIX, STOP_CHANNEL
+from app.redis_keys import ALIVE_PREFIX, STOP_CHANNEL, events_channel
 from app.settings import Settings
 from workers import reaper, retention
 from workers.event_log import EventWriter
@@ -52,7 +52,7 @@ class WorkerDeps:
             supervisor=supervisor,
             engine=engine,
             redis=redis,
-            writer=EventWriter(engine, redis),
+            writer=EventWriter(engine, redis, events_channel(settings.queue_name)),
             runtime=ChatRuntimeClient(settings.runtime_connect_timeout, settings.runtime_read_timeout),
         )
 
@@ -121,7 +121,7 @@ class WorkerDeps:
         while True:
             await asyncio.sleep(self.settings.housekeeping_seconds)
             try:
-                await reaper.reap_expired_leases(self.engine, self.redis)
+                await reaper.reap_expired_leases(self.engine, self.redis, events_channel(self.settings.queue_name))
                 await reaper.requeue_lost_jobs(
                     self.engine, self.redis, self.catalog, self.settings.queue_name, self.settings.requeue_after_seconds
                 )

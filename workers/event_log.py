@@ -70,9 +70,10 @@ def _coalesce(pending: list[Event], event: Event) -> bool:
 
 
 class EventWriter:
-    def __init__(self, engine: AsyncEngine, redis: Redis) -> None:
+    def __init__(self, engine: AsyncEngine, redis: Redis, channel: str) -> None:
         self._engine = engine
         self._redis = redis
+        self._channel = channel
         self._pending: dict[str, _Pending] = {}
         self._ephemeral_next: dict[str, int] = {}
         self._wake = asyncio.Event()
@@ -146,7 +147,7 @@ class EventWriter:
                 self._ephemeral_next[rid] += len(pending.events)
                 if pending.outcome is not None:
                     del self._ephemeral_next[rid]
-        await wire.publish(self._redis, committed)
+        await wire.publish(self._redis, self._channel, committed)
         for rid, pending in batch.items():
             if pending.finished and not pending.finished.done():
                 pending.finished.set_result(rid in committed)

@@ -34,8 +34,9 @@ WORKER_LOST = {
 }
 
 
-async def reap_expired_leases(engine: AsyncEngine, redis: ArqRedis) -> list[str]:
-    """Fails every running response whose lease expired; returns their ids."""
+async def reap_expired_leases(engine: AsyncEngine, redis: ArqRedis, events_channel: str) -> list[str]:
+    """Fails every running response whose lease expired (its followers are told on
+    `events_channel`); returns their ids."""
     published: dict[str, list[WireEvent]] = {}
     async with engine.begin() as conn:
         rows = (
@@ -54,7 +55,7 @@ async def reap_expired_leases(engine: AsyncEngine, redis: ArqRedis) -> list[str]
                 published[row.id] = events
     for response_id in published:
         log.warning("response %s: worker lost; failed", response_id)
-    await wire.publish(redis, published)
+    await wire.publish(redis, events_channel, published)
     return list(published)
 
 

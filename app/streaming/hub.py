@@ -1,9 +1,10 @@
 """One Redis pub/sub connection per API process, fanned out to every follower in it.
 
-Followers of the same response share one subscription; a follower's `Subscription` is ready
-only once Redis confirmed it, so a follower that subscribes and then reads Postgres misses
-nothing in between. This is a cache of live signals, not state: any replica can follow any
-response (design invariant 7).
+The process stays subscribed to the deployment's events channel (app/streaming/wire.py) and
+hands each follower the events of its response. Following starts once the channel is
+subscribed, so a follower that registers and then reads Postgres misses nothing in between.
+This is a cache of live signals, not state: any replica can follow any response (design
+invariant 7).
 """
 
 from __future__ import annotations
@@ -17,19 +18,17 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from app import errors
-from app.redis_keys import EVENTS_CHANNEL_PREFIX, events_channel
-from app.streaming.wire import WireEvent, decode_batch
+from app.streaming.wire import WireEvent, decode_message
 
 log = logging.getLogger(__name__)
 
 SUBSCRIBE_TIMEOUT_SECONDS = 5.0
-_IDLE_CHANNEL = "responses:hub"  # keeps the connection subscribed (and readable) with no followers
 
 
 @dataclass(eq=False)
 class Subscription:
     hub: EventHub
-    channel: str
+    response_id: str
     # Batches as they are published; None when nothing came for the hub's idle period.
     queue: asyncio.Queue[list[WireEvent] | None] = field(default_factory=asyncio.Queue)
     quiet_ticks: int = 0
@@ -39,7 +38,7 @@ class Subscription:
         return await self.queue.get()
 
     async def close(self) -> None:
-        await self.hub._leave(self)
+        self.hub._leave(self)
 
 
 class EventHub:
@@ -49,19 +48,22 @@ class EventHub:
 
     IDLE_TICKS = 4  # a follower is told after one to one and a quarter idle periods of quiet
 
-    def __init__(self, redis: Redis, idle_seconds: float) -> None:
+    def __init__(self, redis: Redis, channel: str, idle_seconds: float) -> None:
         self._redis = redis
+        self._channel = channel
         self._tick_seconds = idle_seconds / self.IDLE_TICKS
         self._pubsub: PubSub | None = None
         self._opening = asyncio.Lock()
         self._followers: dict[str, set[Subscription]] = {}
-        self._confirmed: dict[str, asyncio.Future[None]] = {}
+        self._subscribed = asyncio.Event()  # Redis confirmed the channel on the current connection
+        self._lost = False  # the connection failed, and has not been subscribed again since
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         try:
             await self._connection()  # before the reader starts, which would otherwise race to open it
         except Exception:
+            self._lost = True
             log.warning("event hub cannot reach Redis yet; it keeps trying", exc_info=True)
         self._tasks = [
             asyncio.create_task(self._read(), name="event-hub"),
@@ -75,32 +77,26 @@ class EventHub:
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def subscribe(self, response_id: str) -> Subscription:
-        channel = events_channel(response_id)
-        subscription = Subscription(self, channel)
-        followers = self._followers.setdefault(channel, set())
-        followers.add(subscription)
-        try:
-            if len(followers) == 1:
-                self._confirmed[channel] = asyncio.get_running_loop().create_future()
-                await (await self._connection()).subscribe(channel)
-            await asyncio.wait_for(asyncio.shield(self._confirmed[channel]), SUBSCRIBE_TIMEOUT_SECONDS)
-        except Exception as exc:
-            await self._leave(subscription)
-            raise errors.ServiceUnavailable("The event bus (Redis) is unavailable; please retry.") from exc
+        """Events published from now on; 503 while the events channel is not subscribed."""
+        subscription = Subscription(self, response_id)
+        self._followers.setdefault(response_id, set()).add(subscription)
+        if not self._subscribed.is_set():
+            try:
+                if self._lost:  # no waiting while Redis is known to be away
+                    raise TimeoutError
+                await asyncio.wait_for(self._subscribed.wait(), SUBSCRIBE_TIMEOUT_SECONDS)
+            except TimeoutError as exc:
+                self._leave(subscription)
+                raise errors.ServiceUnavailable("The event bus (Redis) is unavailable; please retry.") from exc
         return subscription
 
-    async def _leave(self, subscription: Subscription) -> None:
-        followers = self._followers.get(subscription.channel)
-        if followers is None or subscription not in followers:
+    def _leave(self, subscription: Subscription) -> None:
+        followers = self._followers.get(subscription.response_id)
+        if followers is None:
             return
         followers.discard(subscription)
         if not followers:
-            del self._followers[subscription.channel]
-            self._confirmed.pop(subscription.channel, None)
-            try:
-                await (await self._connection()).unsubscribe(subscription.channel)
-            except Exception:
-                log.warning("could not unsubscribe %s", subscription.channel, exc_info=True)
+            del self._followers[subscription.response_id]
 
     async def _connection(self) -> PubSub:
         if self._pubsub is not None:
@@ -108,7 +104,7 @@ class EventHub:
         async with self._opening:  # one connection, however many callers find none
             if self._pubsub is None:
                 pubsub = self._redis.pubsub()
-                await pubsub.subscribe(_IDLE_CHANNEL)
+                await pubsub.subscribe(self._channel)
                 self._pubsub = pubsub
             return self._pubsub
 
@@ -117,30 +113,28 @@ class EventHub:
             try:
                 pubsub = await self._connection()
                 # listen(), not get_message(timeout=…): no timeout to arm and disarm per message
-                # (it stays subscribed to the idle channel, so it never runs dry).
+                # (it stays subscribed, so it never runs dry).
                 async for message in pubsub.listen():
                     self._dispatch(message)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 # Followers fall back to reading Postgres while Redis is away.
+                self._lost = True
                 log.warning("event hub lost Redis; reconnecting", exc_info=True)
-            # Also when listen() ran dry: the idle channel's subscription was still on its way.
+            # Also when listen() ran dry: the subscription was still on its way.
+            self._subscribed.clear()
             await asyncio.sleep(0.5)
 
     def _dispatch(self, message: dict[str, Any]) -> None:
-        channel = message["channel"].decode()
-        if not channel.startswith(EVENTS_CHANNEL_PREFIX):
-            return
-        if message["type"] == "subscribe":
-            confirmed = self._confirmed.get(channel)
-            if confirmed is not None and not confirmed.done():
-                confirmed.set_result(None)
-        elif message["type"] == "message":
-            batch = decode_batch(message["data"])
-            for subscription in self._followers.get(channel, ()):
-                subscription.quiet_ticks = 0
-                subscription.queue.put_nowait(batch)
+        if message["type"] == "message":
+            for response_id, batch in decode_message(message["data"], self._followers):
+                for subscription in self._followers[response_id]:
+                    subscription.quiet_ticks = 0
+                    subscription.queue.put_nowait(batch)
+        elif message["type"] == "subscribe":  # also after redis-py reconnected and resubscribed
+            self._lost = False
+            self._subscribed.set()
 
     async def _watch_idle(self) -> None:
         while True:

@@ -1,21 +1,24 @@
 """Events as they travel: each one's JSON is encoded once, where it is numbered, and passed
 through as text to every follower — followers never decode and re-encode it.
 
-On Redis a batch is one message, one event per line: `<sequence_number> <type> <json>`.
+On Redis, what one commit stored is one message on the deployment's events channel, whatever
+the number of responses in it: per response a header line `<response_id> <byte length>`, then
+its events, one per line: `<sequence_number> <type> <json>`. A reader skips the responses it does
+not follow by their length, without reading their events. One channel rather than one per
+response: hundreds of streams cost an API process one message per commit instead of one per
+stream, and no SUBSCRIBE round trip before each stream starts.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from redis.asyncio import Redis
-
-from app.redis_keys import events_channel
 
 log = logging.getLogger(__name__)
 
@@ -50,35 +53,39 @@ def numbered(events: Sequence[Event], encoded: Sequence[str], first: int) -> lis
     ]
 
 
-def encode_batch(events: Iterable[WireEvent]) -> str:
-    return "\n".join(f"{e.sequence_number} {e.type} {e.json}" for e in events)
+def encode_message(committed: Mapping[str, Sequence[WireEvent]]) -> bytes:
+    parts = []
+    for response_id, events in committed.items():
+        body = "\n".join(f"{e.sequence_number} {e.type} {e.json}" for e in events).encode()
+        parts += [f"{response_id} {len(body)}\n".encode(), body]
+    return b"".join(parts)
 
 
-def decode_batch(message: bytes | str) -> list[WireEvent]:
-    text = message.decode() if isinstance(message, bytes) else message
-    batch = []
+def decode_message(message: bytes, wanted: Container[str]) -> Iterator[tuple[str, list[WireEvent]]]:
+    """The events of each response in `wanted`, in the order published."""
+    position = 0
+    while position < len(message):
+        header_end = message.index(b"\n", position)
+        response_id, length = message[position:header_end].decode().split(" ")
+        position = header_end + 1 + int(length)
+        if response_id in wanted:
+            yield response_id, _events(message[header_end + 1 : position].decode())
+
+
+def _events(text: str) -> list[WireEvent]:
+    events = []
     for line in text.split("\n"):
         sequence_number, event_type, payload = line.split(" ", 2)
-        batch.append(WireEvent(int(sequence_number), event_type, payload))
-    return batch
+        events.append(WireEvent(int(sequence_number), event_type, payload))
+    return events
 
 
-# Many responses' publishes as one command (redis-py spends about 2.4 times the CPU on a
-# pipeline of one PUBLISH per response): each response's events on its own channel.
-_PUBLISH_ALL = """
-for i = 1, #ARGV, 2 do redis.call('PUBLISH', ARGV[i], ARGV[i + 1]) end
-"""
-
-
-async def publish(redis: Redis, committed: Mapping[str, Sequence[WireEvent]]) -> None:
+async def publish(redis: Redis, channel: str, committed: Mapping[str, Sequence[WireEvent]]) -> None:
     """Wakes the followers of each response with its newly committed events. A lost message
     costs latency, never data: followers re-read Postgres when idle."""
     if not committed:
         return
-    arguments = []
-    for response_id, events in committed.items():
-        arguments += [events_channel(response_id), encode_batch(events)]
     try:
-        await redis.register_script(_PUBLISH_ALL)(args=arguments)
+        await redis.publish(channel, encode_message(committed))
     except Exception:
         log.warning("could not publish the events of %d responses", len(committed), exc_info=True)

@@ -13,6 +13,7 @@ from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.tables import responses
 from app.protocol.response_object import Status
+from app.redis_keys import events_channel
 from app.state import AppState
 from tests.conftest import Environment, FakeRuntime
 from tests.integration.conftest import OpenWorker, accept, run_job
@@ -180,8 +181,9 @@ async def test_a_dead_workers_response_is_failed_by_the_reaper(state: AppState, 
         await conn.execute(
             update(responses).where(responses.c.id == response_id).values(lease_expires_at=responses_db.db_now(-1))
         )
-    assert response_id in await reaper.reap_expired_leases(state.engine, state.redis)
-    assert response_id not in await reaper.reap_expired_leases(state.engine, state.redis)
+    channel = events_channel(state.settings.queue_name)
+    assert response_id in await reaper.reap_expired_leases(state.engine, state.redis, channel)
+    assert response_id not in await reaper.reap_expired_leases(state.engine, state.redis, channel)
     events = await events_of(state, response_id)
     assert [e["sequence_number"] for e in events] == [0, 1, 2]
     assert events[-1]["type"] == "response.failed"
