@@ -5,7 +5,9 @@ commits everything pending (many events of many responses) with one statement â€
 transaction with the terminal status of any response that ends in the batch â€” then publishes
 each response's new events on its Redis channel. A commit in flight is the batching window, so
 an idle system adds no delay and a busy one gets bigger batches (and, past a size, a short pause
-to gather more). Nothing is published before its commit (design invariant 2).
+to gather more). During that pause, a response's first output and its end still go out within
+URGENT_SPACING, alone: that is what a client waits on (its first token, its answer's end).
+Nothing is published before its commit (design invariant 2).
 
 `store=false` foreground responses never touch Postgres: their events are numbered here and only
 published, to the one API process that follows them.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
@@ -32,6 +35,9 @@ log = logging.getLogger(__name__)
 COMMIT_RETRY_SECONDS = 60.0
 BUSY_BATCH_RESPONSES = 16  # a batch carrying this many responses' events means load
 MAX_FLUSH_INTERVAL = 0.1
+# Between two commits of only starting and ending responses during a pause: each such commit
+# costs about as much as a full one, so at most forty a second.
+URGENT_SPACING = 0.025
 
 
 def pause_after(batch_responses: int, flush_seconds: float) -> float:
@@ -70,13 +76,20 @@ def _coalesce(pending: list[Event], event: Event) -> bool:
 
 
 class EventWriter:
-    def __init__(self, engine: AsyncEngine, redis: Redis, channel: str) -> None:
+    def __init__(
+        self, engine: AsyncEngine, redis: Redis, channel: str, pause: Callable[[int, float], float] = pause_after
+    ) -> None:
         self._engine = engine
         self._redis = redis
         self._channel = channel
+        self._pause = pause
         self._pending: dict[str, _Pending] = {}
         self._ephemeral_next: dict[str, int] = {}
         self._wake = asyncio.Event()
+        # Responses whose pending events hold their first output or their end: they skip the pause.
+        self._urgent: set[str] = set()
+        self._urgent_waiting = asyncio.Event()
+        self._streaming: set[str] = set()  # responses whose first output was committed
         self._flusher: asyncio.Task[None] | None = None
         self._last_batch_size = 0
         self.batches = 0  # counters for the benchmark and operators
@@ -87,7 +100,7 @@ class EventWriter:
 
     async def close(self) -> None:
         while self._pending:
-            await self._flush()
+            await self._flush_pending()
         if self._flusher:
             self._flusher.cancel()
 
@@ -100,7 +113,13 @@ class EventWriter:
         for event in events:
             if not _coalesce(pending, event):
                 pending.append(event)
+                if event["type"] in COALESCIBLE and response_id not in self._streaming:
+                    self._hurry(response_id)
         self._wake.set()
+
+    def _hurry(self, response_id: str) -> None:
+        self._urgent.add(response_id)
+        self._urgent_waiting.set()
 
     async def finish(self, response_id: str, events: list[Event], outcome: responses_db.Outcome) -> bool:
         """Appends the closing events and ends the response, atomically; False if it had already
@@ -109,6 +128,7 @@ class EventWriter:
         pending.events.extend(events)
         pending.outcome = outcome
         pending.finished = asyncio.get_running_loop().create_future()
+        self._hurry(response_id)
         self._wake.set()
         return await pending.finished
 
@@ -122,15 +142,32 @@ class EventWriter:
             # Pace the flushes: a commit costs about the same CPU for 1 event as for 100, so under
             # load the next batch gathers for longer (and text deltas coalesce), while an idle
             # writer still flushes the moment events arrive.
-            await asyncio.sleep(max(0.0, pause_after(self._last_batch_size, took) - took))
+            deadline = started + self._pause(self._last_batch_size, took)
+            while (left := deadline - loop.time()) > 0:
+                try:
+                    await asyncio.wait_for(self._urgent_waiting.wait(), left)
+                except TimeoutError:
+                    break
+                await self._flush_urgent()
+                await asyncio.sleep(min(URGENT_SPACING, max(0.0, deadline - loop.time())))
 
     async def _flush_pending(self) -> None:
         self._wake.clear()
-        await self._flush()
-
-    async def _flush(self) -> None:
+        self._urgent_waiting.clear()
+        self._urgent.clear()
         batch, self._pending = self._pending, {}
         self._last_batch_size = len(batch)
+        await self._flush(batch)
+
+    async def _flush_urgent(self) -> None:
+        """Only the responses starting or ending; the others keep gathering."""
+        self._urgent_waiting.clear()
+        urgent, self._urgent = self._urgent, set()
+        await self._flush({rid: self._pending.pop(rid) for rid in urgent if rid in self._pending})
+
+    async def _flush(self, batch: dict[str, _Pending]) -> None:
+        if not batch:
+            return
         stored = {rid: p for rid, p in batch.items() if rid not in self._ephemeral_next}
         try:
             committed = await self._commit_with_retry(stored) if stored else {}
@@ -149,6 +186,10 @@ class EventWriter:
                     del self._ephemeral_next[rid]
         await wire.publish(self._redis, self._channel, committed)
         for rid, pending in batch.items():
+            if pending.outcome is not None:
+                self._streaming.discard(rid)
+            elif rid not in self._streaming and any(event["type"] in COALESCIBLE for event in pending.events):
+                self._streaming.add(rid)
             if pending.finished and not pending.finished.done():
                 pending.finished.set_result(rid in committed)
 

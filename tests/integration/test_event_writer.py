@@ -1,0 +1,77 @@
+"""The event writer's pacing under load: while a busy batch gathers, a response's first output
+and its end are committed and published at once; the deltas of responses already streaming wait
+for the paced commit."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+
+from sqlalchemy import func, select, update
+
+from app.db import responses as responses_db
+from app.db.tables import response_events, responses
+from app.state import AppState
+from tests.integration.conftest import accept
+from workers.event_log import EventWriter
+
+PACE_SECONDS = 30.0  # far longer than the test: what is not urgent must not go out at all
+
+
+def delta(text: str) -> dict[str, object]:
+    return {
+        "type": "response.output_text.delta",
+        "item_id": "msg_1",
+        "output_index": 0,
+        "content_index": 0,
+        "delta": text,
+    }
+
+
+async def committed(state: AppState, response_id: str) -> int:
+    async with state.engine.connect() as conn:
+        count = await conn.scalar(
+            select(func.count()).select_from(response_events).where(response_events.c.response_id == response_id)
+        )
+    return count or 0
+
+
+async def until_committed(state: AppState, response_id: str, count: int) -> None:
+    while await committed(state, response_id) < count:
+        await asyncio.sleep(0.01)
+
+
+async def test_first_output_and_endings_skip_the_pacing_others_wait(state: AppState, account_id: str) -> None:
+    ids = [await accept(state, account_id, input="hi") for _ in range(20)]
+    async with state.engine.begin() as conn:
+        await conn.execute(update(responses).where(responses.c.id.in_(ids)).values(status="in_progress"))
+    # Paced as under load: after a batch of 16 or more responses, the next waits PACE_SECONDS.
+    writer = EventWriter(
+        state.engine,
+        state.redis,
+        f"responses:events:test-writer-{secrets.token_hex(3)}",
+        pause=lambda responses, _: PACE_SECONDS if responses >= 16 else 0.0,
+    )
+    writer.start()
+    try:
+        streaming, starting, ending = ids[0], ids[1], ids[2]
+        for response_id in ids[:1] + ids[3:]:  # 18 responses stream: one big batch, then the pause
+            writer.append(response_id, [delta("a")])
+        for response_id in ids[:1] + ids[3:]:
+            await asyncio.wait_for(until_committed(state, response_id, 1), 10)
+
+        writer.append(streaming, [delta("b")])  # already streaming: waits for the paced commit
+        writer.append(starting, [delta("first")])  # its first output: goes out now
+        await asyncio.wait_for(until_committed(state, starting, 1), 10)
+        outcome = responses_db.Outcome("completed", [], 0.0)
+        ended = await asyncio.wait_for(writer.finish(ending, [{"type": "response.completed"}], outcome), 10)
+        assert ended and await committed(state, ending) == 1
+
+        assert await committed(state, streaming) == 1  # "b" still gathers
+        writer.append(starting, [delta("second")])  # now streaming: it waits too
+        await asyncio.sleep(0.3)
+        assert await committed(state, starting) == 1
+    finally:
+        await writer.close()  # flushes what waited
+    assert await committed(state, streaming) == 2
+    assert await committed(state, starting) == 2
