@@ -115,10 +115,13 @@ async def _stream(deps: WorkerDeps, generation: Generation, translator: StreamTr
     body = chat_request(generation.record, generation.context, generation.model)
     if deps.supervisor is not None:  # its model server may be restarting
         await deps.supervisor.wait_healthy(deps.supervisor.startup_timeout)
-    async for chunk in deps.runtime.stream(generation.model, body):
-        events = translator.on_chunk(chunk)
-        if events:
-            deps.writer.append(generation.record.id, events)
+    response_id = generation.record.id
+
+    def take(chunk: dict[str, Any]) -> None:
+        if events := translator.on_chunk(chunk):
+            deps.writer.append(response_id, events)
+
+    await deps.runtime.stream(generation.model, body, take)
 
 
 def _ending(

@@ -4,8 +4,9 @@ worker's hottest loop.
 With hundreds of streams, a general client's per-chunk machinery (a stream reader, a read-timeout
 timer rescheduled on every chunk, layers of iterators) cost about as much CPU as everything else
 the worker does per token. Here the C parser (httptools, which uvicorn uses too) runs in the
-protocol's `data_received`; the body is handed over as it comes, waking the reader once per
-arrival; the read timeout is one timer per request that re-arms itself only when it expires.
+protocol's `data_received`, and a streamed body is handed to its consumer right there
+(`Answer.deliver`): no task wakes up per token. The read timeout is one timer per request that
+re-arms itself only when it expires.
 
 Connections are kept alive and reused per host. A reused connection that the server had
 already closed (its keep-alive ran out while ours was idle) is replaced at once, before the
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -27,6 +28,12 @@ import orjson
 
 # Servers close idle keep-alive connections after a few seconds (uvicorn: 5); ours retire sooner.
 IDLE_SECONDS = 4.0
+# How long a consumer that has all it needs waits for the body's formal end (to keep the
+# connection) before closing it.
+END_GRACE_SECONDS = 1.0
+
+# Takes a piece of body; True once it needs no more.
+Consumer = Callable[[bytes], bool]
 
 
 class HttpError(Exception):
@@ -68,8 +75,11 @@ class _Connection(asyncio.Protocol):
         self.received_any = False
         self.error: BaseException | None = None
         self.body: list[bytes] = []
+        self.consumer: Consumer | None = None  # takes the body as it arrives, instead of `body`
+        self.enough = False  # the consumer needs no more
         self._until_close = False  # no length and not chunked: the body ends with the connection
         self._waiter: asyncio.Future[None] | None = None
+        self._notable = False  # something a waiting reader needs to see arrived
         self._last_read = self._loop.time()
 
     # asyncio.Protocol
@@ -79,13 +89,16 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_read = self._loop.time()
-        self.received_any = True
+        if not self.received_any:
+            self.received_any = self._notable = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(HttpError(f"invalid HTTP from the server: {exc}"))
             self.close()
-        self._wake()  # once per arrival, whatever it completed
+        if self._notable:  # at most once per arrival
+            self._notable = False
+            self._wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -100,7 +113,7 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self.status = self._parser.get_status_code()
         self.keep_alive = self._parser.should_keep_alive()  # only known here
-        self.headers_complete = True
+        self.headers_complete = self._notable = True
         self._until_close = self._framing_is_close
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -116,10 +129,19 @@ class _Connection(asyncio.Protocol):
         return not self._framed and self.status not in (204, 304) and self.status >= 200
 
     def on_body(self, body: bytes) -> None:
-        self.body.append(body)
+        if self.consumer is None:
+            self.body.append(body)
+            self._notable = True
+        elif not self.enough:
+            try:
+                self.enough = self._notable = self.consumer(body)
+            except Exception as exc:  # the consumer's failure ends the exchange
+                self.consumer = None
+                self._fail(exc)
+                self.close()
 
     def on_message_complete(self) -> None:
-        self.complete = True
+        self.complete = self._notable = True
 
     # for the request
 
@@ -144,13 +166,11 @@ class _Connection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
 
-    async def wait(self) -> None:
-        """Until more arrives or the connection fails."""
+    def arrival(self) -> asyncio.Future[None]:
+        """Done when more arrives or the connection fails. Made at once (not in a coroutine that
+        starts later), so nothing that arrives in between goes unnoticed."""
         self._waiter = self._loop.create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
+        return self._waiter
 
     def _fail(self, error: BaseException) -> None:
         if self.error is None:
@@ -193,10 +213,33 @@ class Answer:
             elif connection.complete:
                 return
             else:
-                await connection.wait()
+                await connection.arrival()
 
     async def read(self) -> bytes:
         return b"".join([piece async for piece in self.pieces()])
+
+    async def deliver(self, consumer: Consumer) -> None:
+        """Hands the body to `consumer` as it arrives, from the connection's own callback, until
+        the body ends or the consumer has all it needs; raises what the consumer raised, or why
+        the body broke off before the consumer had all it needs."""
+        connection = self._connection
+        if connection.body:
+            arrived, connection.body = connection.body, []
+            if consumer(b"".join(arrived)):
+                return
+        connection.consumer = consumer
+        try:
+            while not connection.complete:
+                if connection.enough:
+                    if connection.error is None:  # keep the connection if its end is on its way
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(connection.arrival(), END_GRACE_SECONDS)
+                    return
+                if connection.error is not None:
+                    raise connection.error
+                await connection.arrival()
+        finally:
+            connection.consumer = None
 
 
 class HttpClient:
@@ -241,7 +284,7 @@ class HttpClient:
             while not connection.headers_complete:
                 if connection.error is not None:
                     raise connection.error
-                await connection.wait()
+                await connection.arrival()
             yield Answer(connection)
         finally:
             connection.done_with_request()
@@ -258,7 +301,7 @@ class HttpClient:
             # A server may close a kept connection just as we reuse it: the request then gets no
             # byte of answer, and goes out again on another connection.
             while not connection.received_any and connection.error is None:
-                await connection.wait()
+                await connection.arrival()
             if connection.received_any:
                 return connection
             connection.done_with_request()

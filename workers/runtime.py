@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 
 RETRY_BACKOFF_SECONDS = 0.25  # then doubled per attempt
+
+ChunkConsumer = Callable[[dict[str, Any]], None]
 
 
 class ChatRuntimeClient:
@@ -43,11 +45,13 @@ class ChatRuntimeClient:
             read=model.read_timeout_seconds or self._read_timeout,
         )
 
-    async def stream(self, model: ModelEntry, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """Yields the runtime's chunks as dicts; raises RuntimeFailure on any failure. A failure
-        before the first token is retried (model.max_retries); after it, it ends the generation.
-        Leaving the iteration early (a stop) closes the connection, which aborts the generation
-        upstream. For a server that streams no usage, a usage chunk with the prompt's tokens comes last."""
+    async def stream(self, model: ModelEntry, body: dict[str, Any], on_chunk: ChunkConsumer) -> None:
+        """Hands the runtime's chunks, as dicts, to `on_chunk` as they arrive (from the
+        connection's callback: no task wakes up per token, and `on_chunk` must not block); raises
+        RuntimeFailure on any failure. A failure before the first token is retried
+        (model.max_retries); after it, it ends the generation. Cancelling the call closes the
+        connection, which aborts the generation upstream. For a server that streams no usage, a
+        usage chunk with the prompt's tokens comes last."""
         url = f"{(model.base_url or '').rstrip('/')}/chat/completions"
         headers = {}
         if model.api_key_env and os.environ.get(model.api_key_env):
@@ -55,10 +59,14 @@ class ChatRuntimeClient:
         timeout = self._timeout(model)
         for attempt in range(model.max_retries + 1):
             produced = False
+
+            def take(chunk: dict[str, Any]) -> None:
+                nonlocal produced
+                produced = produced or chunk_carries_output(chunk)
+                on_chunk(chunk)
+
             try:
-                async for chunk in self._attempt(model, url, body, headers, timeout):
-                    produced = produced or chunk_carries_output(chunk)
-                    yield chunk
+                await self._attempt(model, url, body, headers, timeout, take)
                 return
             except RuntimeFailure as failure:
                 if produced or not failure.retryable or attempt == model.max_retries:
@@ -67,8 +75,14 @@ class ChatRuntimeClient:
             await asyncio.sleep(RETRY_BACKOFF_SECONDS * 2**attempt)
 
     async def _attempt(
-        self, model: ModelEntry, url: str, body: dict[str, Any], headers: dict[str, str], timeout: RequestTimeouts
-    ) -> AsyncIterator[dict[str, Any]]:
+        self,
+        model: ModelEntry,
+        url: str,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        timeout: RequestTimeouts,
+        on_chunk: ChunkConsumer,
+    ) -> None:
         try:
             prompt_tokens = None
             if model.prompt_measure != "none" and not prompt_length.surely_fits(body, model.context_window):
@@ -78,34 +92,49 @@ class ChatRuntimeClient:
             async with self._http.post_json(url, body, headers, timeout) as response:
                 if response.status >= 400:
                     raise await refusal_of(response)
-                finished = False
-                async for line in _lines(response.pieces()):
-                    chunk = _parse_line(line)
-                    if chunk == "done":
-                        break
-                    if isinstance(chunk, dict):
-                        finished = finished or any(c.get("finish_reason") for c in chunk.get("choices") or [])
-                        yield chunk
+                reader = EventStreamReader(on_chunk)
+                await response.deliver(reader.feed)
+                reader.close()
             if not model.streams_usage:
                 if prompt_tokens is None:  # measured now, the prompt is in the server's cache
                     prompt_tokens = await prompt_length.measure(self._http, model, body, headers, timeout)
-                yield {"choices": [], "usage": {"prompt_tokens": prompt_tokens or 0}}
-            if not finished:
+                on_chunk({"choices": [], "usage": {"prompt_tokens": prompt_tokens or 0}})
+            if not reader.finished:
                 raise RuntimeFailure("model runtime ended its stream without a finish_reason", retryable=True)
         except (TimeoutError, OSError, HttpError) as exc:
             raise RuntimeFailure(f"model runtime unreachable or broke off: {exc!r}", retryable=True) from exc
 
 
-async def _lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """Lines of any length, undecoded: the JSON parser takes UTF-8 bytes as they are."""
-    buffer = b""
-    async for data in pieces:
-        buffer += data
-        *complete, buffer = buffer.split(b"\n")
-        for line in complete:
-            yield line
-    if buffer:
-        yield buffer
+class EventStreamReader:
+    """Splits a server-sent event stream into lines of any length, undecoded (the JSON parser
+    takes UTF-8 bytes as they are), and hands on its chunks until `[DONE]`."""
+
+    def __init__(self, on_chunk: ChunkConsumer) -> None:
+        self._on_chunk = on_chunk
+        self._rest = b""
+        self.done = False  # [DONE] came
+        self.finished = False  # a chunk gave a finish_reason
+
+    def feed(self, data: bytes) -> bool:
+        """Takes a piece of the stream; True after [DONE], and nothing more from then on."""
+        if self.done:
+            return True
+        *lines, self._rest = (self._rest + data).split(b"\n")
+        return any(self._take(line) for line in lines)
+
+    def close(self) -> None:
+        """The stream ended: its last line may lack a newline."""
+        if self._rest and not self.done:
+            self._take(self._rest)
+
+    def _take(self, line: bytes) -> bool:
+        chunk = _parse_line(line)
+        if chunk == "done":
+            self.done = True
+        elif isinstance(chunk, dict):
+            self.finished = self.finished or any(c.get("finish_reason") for c in chunk.get("choices") or [])
+            self._on_chunk(chunk)
+        return self.done
 
 
 def _parse_line(line: bytes) -> dict[str, Any] | str | None:

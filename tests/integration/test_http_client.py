@@ -315,3 +315,99 @@ async def test_a_server_that_answers_the_count_without_one_fails_retryably() -> 
             await prompt_length.measure(http, model, {"model": "m", "messages": []}, {}, TIMEOUTS)
     await http.aclose()
     assert failure.value.retryable
+
+
+class Collect:
+    """A consumer that keeps what it gets, and has all it needs once `until` came."""
+
+    def __init__(self, until: bytes | None = None) -> None:
+        self.pieces: list[bytes] = []
+        self.until = until
+
+    def __call__(self, piece: bytes) -> bool:
+        self.pieces.append(piece)
+        return self.until is not None and self.until in piece
+
+
+@on_both_loops
+async def test_a_consumer_gets_the_stream_as_it_comes_and_the_connection_is_kept() -> None:
+    async def answer(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await server.read_request(reader)
+            writer.write(STREAM_HEAD)
+            for token in (b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n"):
+                writer.write(chunked(token))
+                await writer.drain()
+                await asyncio.sleep(0.02)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+
+    http = HttpClient()
+    async with serving(answer) as (server, url):
+        for _ in range(2):
+            received = Collect()
+            async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+                await reply.deliver(received)
+            assert received.pieces == [b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n"]
+        assert server.connections == 1
+    await http.aclose()
+
+
+@on_both_loops
+async def test_a_consumer_with_all_it_needs_stops_the_delivery() -> None:
+    async def answer(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(STREAM_HEAD + chunked(b"data: [DONE]\n\n"))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(chunked(b"data: more\n\n"))
+        await writer.drain()
+        await asyncio.sleep(5)  # and the body never ends
+
+    http = HttpClient()
+    received = Collect(until=b"[DONE]")
+    async with serving(answer) as (server, url):
+        started = asyncio.get_running_loop().time()
+        async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+            await reply.deliver(received)
+        # Nothing after "enough", and no waiting for an end that does not come past a short grace.
+        assert received.pieces == [b"data: [DONE]\n\n"]
+        assert asyncio.get_running_loop().time() - started < 3
+        async with http.post_json(url, {}, {}, TIMEOUTS):  # that connection was not kept
+            pass
+        assert server.connections == 2
+    await http.aclose()
+
+
+@on_both_loops
+async def test_a_failing_consumer_or_a_broken_stream_fails_the_delivery() -> None:
+    async def endless(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(STREAM_HEAD)
+        while not reader.at_eof():
+            writer.write(chunked(b"data: more\n\n"))
+            await writer.drain()
+            await asyncio.sleep(0.01)
+        server.disconnected.set()
+
+    async def broken_off(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(STREAM_HEAD + chunked(b"data: one\n\n"))
+        await writer.drain()
+
+    def refuse(piece: bytes) -> bool:
+        raise ValueError("not what I expected")
+
+    http = HttpClient()
+    async with serving(endless) as (server, url):
+        with pytest.raises(ValueError, match="not what I expected"):
+            async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+                await reply.deliver(refuse)
+        await asyncio.wait_for(server.disconnected.wait(), 2)  # the server was told at once
+    async with serving(broken_off) as (_, url):
+        with pytest.raises(HttpError, match="closed the connection before the answer ended"):
+            async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+                await reply.deliver(lambda piece: False)
+        async with http.post_json(url, {}, {}, TIMEOUTS) as reply:  # unless it had all it needed
+            await reply.deliver(lambda piece: True)
+    await http.aclose()

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from workers.runtime import _parse_line
+from workers.runtime import EventStreamReader, _parse_line
 from workers.runtime_errors import RuntimeFailure
 
 
@@ -40,3 +40,31 @@ def test_chunks_and_the_end_are_read(line: bytes, parsed: object) -> None:
 def test_what_a_broken_server_sends_fails_the_generation(line: bytes, message: str) -> None:
     with pytest.raises(RuntimeFailure, match=re.escape(message)):
         _parse_line(line)
+
+
+def test_lines_split_anywhere_are_joined_and_nothing_after_done_is_taken() -> None:
+    chunks: list[dict[str, object]] = []
+    reader = EventStreamReader(chunks.append)
+    stream = (
+        b'data: {"choices": [{"delta": {"content": "a"}}]}\n\n'
+        b": keep-alive\n\n"
+        b'data: {"choices": [{"delta": {"content": "b"}, "finish_reason": "stop"}]}\n\n'
+        b"data: [DONE]\n\n"
+        b'data: {"choices": [{"delta": {"content": "after"}}]}\n\n'
+    )
+    pieces = [stream[i : i + 7] for i in range(0, len(stream), 7)]  # lines cut mid-way, even mid-UTF-8
+    enough = [reader.feed(piece) for piece in pieces]
+    assert [c["choices"][0]["delta"]["content"] for c in chunks] == ["a", "b"]
+    assert reader.finished and reader.done
+    # "Enough" from the piece that completes the [DONE] line on.
+    first = enough.index(True)
+    assert b"[DONE]\n" in b"".join(pieces[: first + 1]) and b"[DONE]\n" not in b"".join(pieces[:first])
+
+
+def test_a_stream_whose_last_line_lacks_a_newline_still_gives_it() -> None:
+    chunks: list[dict[str, object]] = []
+    reader = EventStreamReader(chunks.append)
+    assert not reader.feed(b'data: {"choices": [{"delta": {}, "finish_reason": "length"}]}')
+    assert chunks == []
+    reader.close()
+    assert len(chunks) == 1 and reader.finished and not reader.done
