@@ -17,6 +17,7 @@ from app.db.engine import create_engine
 from app.redis_keys import ALIVE_PREFIX, STOP_CHANNEL, events_channel
 from app.settings import Settings
 from workers import reaper, retention
+from workers.batching import Batched
 from workers.event_log import EventWriter
 from workers.runtime import ChatRuntimeClient
 from workers.supervisor import RuntimeSupervisor
@@ -39,7 +40,17 @@ class WorkerDeps:
     running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     # The store=false ones among them: kept alive by a Redis key instead of a Postgres lease.
     ephemeral: set[str] = field(default_factory=set)
+    # Claims of the jobs starting together, made by one statement.
+    claims: Batched[str, responses_db.Claim] = field(init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.claims = Batched(self._claim_many, "claims")
+
+    async def _claim_many(self, response_ids: list[str]) -> dict[str, responses_db.Claim]:
+        async with self.engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")  # one atomic statement
+            return await responses_db.claim_many(conn, response_ids, self.worker_id, self.settings.lease_seconds)
 
     @classmethod
     def open(

@@ -47,9 +47,7 @@ async def generate(ctx: dict[str, Any], response_id: str, ephemeral: dict[str, A
 
 
 async def _claim_stored(deps: WorkerDeps, response_id: str) -> Generation | None:
-    async with deps.engine.connect() as conn:
-        await conn.execution_options(isolation_level="AUTOCOMMIT")  # one atomic statement
-        claim = await responses_db.claim(conn, response_id, deps.worker_id, deps.settings.lease_seconds)
+    claim = await deps.claims(response_id)
     if claim is None:
         log.info("response %s: already claimed or ended; nothing to do", response_id)
         return None

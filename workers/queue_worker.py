@@ -13,6 +13,8 @@
   token. Here a job is taken and read by one script, with arq's keys and semantics (the
   in-progress key, the try counter, the job removed from the queue when it ends), and its
   function runs inside the task that took it. Jobs start side by side, never one after another.
+- Jobs that start or end while a take or a removal is in flight are taken or removed together,
+  by one script call (workers/batching.py).
 """
 
 from __future__ import annotations
@@ -28,19 +30,37 @@ from arq.utils import timestamp_ms
 from arq.worker import Worker
 
 from app.redis_keys import wake_channel
+from workers.batching import Batched
 
 log = logging.getLogger(__name__)
 
-# Takes a job as arq's start_jobs and run_job do together (not running elsewhere, due, then
-# marked in progress, its try counted) and returns it with its try number; nil if not ours.
+# Takes jobs as arq's start_jobs and run_job do together (not running elsewhere, due, then
+# marked in progress, its try counted); returns {job id, job or false if expired, try number}
+# for each job taken. KEYS[1]: the queue; ARGV: now (ms), the in-progress timeout (ms), arq's key
+# prefixes for in-progress, job and retry keys, then the job ids.
 _TAKE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return false end
-local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if not score or tonumber(score) > tonumber(ARGV[2]) then return false end
-redis.call('PSETEX', KEYS[1], ARGV[3], '1')
-local tries = redis.call('INCR', KEYS[4])
-redis.call('EXPIRE', KEYS[4], 88400)
-return {redis.call('GET', KEYS[3]), tries}
+local taken = {}
+for i = 6, #ARGV do
+    local id = ARGV[i]
+    local in_progress, retry = ARGV[3] .. id, ARGV[5] .. id
+    local score = redis.call('ZSCORE', KEYS[1], id)
+    if redis.call('EXISTS', in_progress) == 0 and score and tonumber(score) <= tonumber(ARGV[1]) then
+        redis.call('PSETEX', in_progress, ARGV[2], '1')
+        local tries = redis.call('INCR', retry)
+        redis.call('EXPIRE', retry, 88400)
+        table.insert(taken, {id, redis.call('GET', ARGV[4] .. id), tries})
+    end
+end
+return taken
+"""
+# Removes ended jobs as arq does (in-progress, retry and job keys, queue entry). KEYS[1]: the
+# queue; ARGV: arq's in-progress, retry and job key prefixes, then the job ids.
+_REMOVE = """
+for i = 4, #ARGV do
+    local id = ARGV[i]
+    redis.call('DEL', ARGV[1] .. id, ARGV[2] .. id, ARGV[3] .. id)
+    redis.call('ZREM', KEYS[1], id)
+end
 """
 
 
@@ -51,12 +71,15 @@ class QueueWorker(Worker):
         super().__init__(*args, **kwargs)
         self._elsewhere: dict[bytes, float] = {}
         self._started = asyncio.Event()
+        self._take = Batched[str, tuple[bytes | None, int]](self._take_many, "take-jobs")
+        self._remove = Batched[str, None](self._remove_many, "remove-jobs")
         startup = self.on_startup
 
         async def on_startup(ctx: dict[str, Any]) -> None:
             if startup is not None:
                 await startup(ctx)
-            self._take = self.pool.register_script(_TAKE)
+            self._take_script = self.pool.register_script(_TAKE)
+            self._remove_script = self.pool.register_script(_REMOVE)
             self._started.set()
 
         self.on_startup = on_startup
@@ -85,9 +108,8 @@ class QueueWorker(Worker):
     async def _take_and_run(self, job_id_b: bytes) -> None:
         """Never raises: arq's poll loop collects finished tasks' results."""
         job_id = job_id_b.decode()
-        keys = [in_progress_key_prefix + job_id, self.queue_name, job_key_prefix + job_id, retry_key_prefix + job_id]
         try:
-            taken = await self._take(keys=keys, args=[job_id, timestamp_ms(), int(self.in_progress_timeout_s * 1000)])
+            taken = await self._take(job_id)
         except Exception:
             log.warning("could not take job %s; it stays queued", job_id, exc_info=True)
             taken = None
@@ -130,11 +152,16 @@ class QueueWorker(Worker):
         self.jobs_complete += 1
         return True
 
-    async def _remove(self, job_id: str) -> None:
-        async with self.pool.pipeline(transaction=True) as pipe:
-            pipe.delete(in_progress_key_prefix + job_id, retry_key_prefix + job_id, job_key_prefix + job_id)
-            pipe.zrem(self.queue_name, job_id)
-            await pipe.execute()
+    async def _take_many(self, job_ids: list[str]) -> dict[str, tuple[bytes | None, int]]:
+        prefixes = [in_progress_key_prefix, job_key_prefix, retry_key_prefix]
+        now, timeout = timestamp_ms(), int(self.in_progress_timeout_s * 1000)
+        taken = await self._take_script(keys=[self.queue_name], args=[now, timeout, *prefixes, *job_ids])
+        return {job_id.decode(): (data, tries) for job_id, data, tries in taken}
+
+    async def _remove_many(self, job_ids: list[str]) -> dict[str, None]:
+        prefixes = [in_progress_key_prefix, retry_key_prefix, job_key_prefix]
+        await self._remove_script(keys=[self.queue_name], args=[*prefixes, *job_ids])
+        return {}
 
     async def _listen_for_wakeups(self) -> None:
         await self._started.wait()

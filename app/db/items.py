@@ -40,25 +40,29 @@ async def output_items(conn: AsyncConnection, response_id: str) -> list[Item]:
     return [{"id": r.id, **r.payload} for r in rows]
 
 
+# The context of each response in :response_ids (its `root`): its chain's items, walked from it
+# to the chain's start in one recursive query, however long the chain.
 CONTEXT_CTE = """
 WITH RECURSIVE chain AS (
-    SELECT id, context_parent_id, chain_depth FROM responses WHERE id = :response_id
+    SELECT id AS root, id, context_parent_id, chain_depth FROM responses WHERE id = ANY(CAST(:response_ids AS text[]))
     UNION ALL
-    SELECT r.id, r.context_parent_id, r.chain_depth
+    SELECT c.root, r.id, r.context_parent_id, r.chain_depth
     FROM responses r JOIN chain c ON r.id = c.context_parent_id
 ),
 context AS (
-    SELECT i.id, i.payload, c.chain_depth AS depth, i.side, i.position
+    SELECT c.root, i.id, i.payload, c.chain_depth AS depth, i.side, i.position
     FROM chain c JOIN items i ON i.response_id = c.id
-    WHERE NOT (i.response_id = :response_id AND i.side = 'output' AND :exclude_own_output)
+    WHERE NOT (i.response_id = c.root AND i.side = 'output' AND :exclude_own_output)
 )
 """
 
 
-# The context as one JSON array of items, in the order the model sees them.
-CONTEXT_AS_JSON = """
+def context_as_json(root: str) -> str:
+    """The context of the response `root` (an SQL expression) as one JSON array of items, in the
+    order the model sees them."""
+    return f"""
     SELECT coalesce(json_agg(jsonb_build_object('id', id) || payload ORDER BY depth, side, position), '[]')
-    FROM context
+    FROM context WHERE context.root = {root}
 """
 
 
@@ -71,7 +75,8 @@ async def context_items(
     """What the model sees for this response: the chain's inputs and outputs, then its own input
     (and its own output too with `own_output`, as the context a new turn continues from)."""
     context: list[Item] = await conn.scalar(
-        text(CONTEXT_CTE + CONTEXT_AS_JSON), {"response_id": response_id, "exclude_own_output": not own_output}
+        text(CONTEXT_CTE + context_as_json(":response_id")),
+        {"response_ids": [response_id], "response_id": response_id, "exclude_own_output": not own_output},
     )
     return context
 
@@ -111,7 +116,7 @@ async def input_items_page(
         await conn.execute(
             text(query),
             {
-                "response_id": response_id,
+                "response_ids": [response_id],
                 "after": after,
                 "before": before,
                 "limit": limit + 1,
@@ -125,6 +130,6 @@ async def input_items_page(
 async def in_context(conn: AsyncConnection, response_id: str, item_id: str) -> bool:
     row = await conn.execute(
         text(CONTEXT_CTE + "SELECT 1 FROM context WHERE id = :item_id"),
-        {"response_id": response_id, "item_id": item_id, "exclude_own_output": True},
+        {"response_ids": [response_id], "item_id": item_id, "exclude_own_output": True},
     )
     return row.first() is not None

@@ -99,18 +99,18 @@ _INSERT_WITH_INPUT = text("""
     FROM response, unnest(CAST(:item_ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
                           CAST(:payloads AS jsonb[])) AS i(id, position, type, payload)
 """)
-# The claim and the context the model will see, in one statement (the context of a queued
-# response never changes, so reading it beside the UPDATE is safe): one round trip per job start.
+# The claims and the contexts the model will see, in one statement for any number of responses
+# (the context of a queued response never changes, so reading it beside the UPDATE is safe).
 _CLAIM = text(
     items_db.CONTEXT_CTE
     + """, claimed AS (
         UPDATE responses SET status = 'in_progress', started_at = now(), worker_id = :worker_id,
                              lease_expires_at = now() + make_interval(secs => :lease_seconds)
-        WHERE id = :response_id AND status = 'queued'
+        WHERE id = ANY(CAST(:response_ids AS text[])) AND status = 'queued'
         RETURNING *
     )
     SELECT claimed.*, ("""
-    + items_db.CONTEXT_AS_JSON
+    + items_db.context_as_json("claimed.id")
     + """) AS context
     FROM claimed
 """
@@ -198,14 +198,20 @@ async def chain_link(conn: AsyncConnection, account_id: str, previous_id: str) -
 async def claim(conn: AsyncConnection, response_id: str, worker_id: str, lease_seconds: float) -> Claim | None:
     """queued → in_progress for one worker (design invariant 4), with the response's context.
     None: someone else has it, or it ended."""
+    return (await claim_many(conn, [response_id], worker_id, lease_seconds)).get(response_id)
+
+
+async def claim_many(
+    conn: AsyncConnection, response_ids: Sequence[str], worker_id: str, lease_seconds: float
+) -> dict[str, Claim]:
+    """`claim` for many responses in one statement: those claimed, by id."""
     parameters = {
-        "response_id": response_id,
+        "response_ids": list(response_ids),
         "worker_id": worker_id,
         "lease_seconds": lease_seconds,
         "exclude_own_output": True,
     }
-    row = (await conn.execute(_CLAIM, parameters)).one_or_none()
-    return None if row is None else Claim(row, row.context)
+    return {row.id: Claim(row, row.context) for row in await conn.execute(_CLAIM, parameters)}
 
 
 async def request_stop(conn: AsyncConnection, response_id: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
 import pytest
 from sqlalchemy import select, update
@@ -240,3 +241,41 @@ async def test_enqueueing_a_response_twice_queues_one_job(
     assert await enqueue_generate(state.redis, response_id, queue) is False
     assert await state.redis.zcard(queue) == 1
     await state.redis.delete(queue, f"arq:job:{response_id}")
+
+
+async def test_one_statement_claims_many_each_with_its_own_context(state: AppState, account_id: str) -> None:
+    """Jobs starting together are claimed together: each response claimed once, with the context
+    of its own chain; one claimed already (or ended) is not claimed again."""
+    first = await accept(state, account_id, input="first turn")
+    answer = [
+        {
+            "id": f"msg_{first}",
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "answer", "annotations": []}],
+        }
+    ]
+    async with state.engine.begin() as conn:
+        assert await responses_db.claim(conn, first, "w", 30) is not None
+        outcome = responses_db.Outcome("completed", answer, time.time())
+        assert await events_db.end(conn, first, [{"type": "response.completed"}], outcome)
+    chained = await accept(state, account_id, input="second turn", previous_response_id=first)
+    alone = await accept(state, account_id, input="alone")
+    taken = await accept(state, account_id, input="taken")
+    async with state.engine.begin() as conn:
+        assert await responses_db.claim(conn, taken, "another-worker", 30) is not None
+        claims = await responses_db.claim_many(conn, [chained, alone, taken, first, "resp_unknown"], "w", 30)
+    assert set(claims) == {chained, alone}
+
+    def text_of(item: dict[str, Any]) -> str:
+        content = item["content"]
+        return str(content if isinstance(content, str) else content[0]["text"])
+
+    assert [(item["role"], text_of(item)) for item in claims[chained].context] == [
+        ("user", "first turn"),
+        ("assistant", "answer"),
+        ("user", "second turn"),
+    ]
+    assert claims[chained].context[1]["id"] == f"msg_{first}"
+    assert [text_of(item) for item in claims[alone].context] == ["alone"]
+    assert claims[alone].row.status == claims[chained].row.status == "in_progress"

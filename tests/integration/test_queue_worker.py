@@ -213,3 +213,22 @@ async def test_a_job_running_elsewhere_is_left_alone(state: AppState, queue: str
     await state.redis.delete(
         queue, job_key_prefix + f"resp_elsewhere_{RUN}", in_progress_key_prefix + f"resp_elsewhere_{RUN}"
     )
+
+
+async def test_many_jobs_at_once_are_taken_together_each_run_once_and_all_removed(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    recorder = Recorder()
+    recorder.release.clear()
+    first, second = await start_worker(recorder, max_jobs=100), await start_worker(recorder, max_jobs=100)
+    job_ids = [f"resp_many_{RUN}_{n}" for n in range(40)]
+    await asyncio.gather(*(enqueue_generate(state.redis, job_id, queue) for job_id in job_ids))
+    await eventually(lambda: len(recorder.runs) == len(job_ids))
+    await asyncio.sleep(0.2)  # every wake-up heard and many polls made by both workers
+    recorder.release.set()
+    await eventually(lambda: first.jobs_complete + second.jobs_complete == len(job_ids))
+    assert sorted(recorder.runs) == sorted(job_ids)
+    for job_id in job_ids:
+        await job_ended(first, job_id)
+        await job_ended(second, job_id)
+    assert [await job_keys(state.redis, queue, job_id) for job_id in job_ids] == [NOTHING_LEFT] * len(job_ids)

@@ -1,0 +1,68 @@
+"""Many callers' round trips as one: who goes together, and what each caller gets back."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from workers.batching import Batched
+
+
+async def settle() -> None:
+    """Lets every ready task run until all wait."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+class Backend:
+    """Records each batch it is asked; each call waits until released."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.release = asyncio.Event()
+        self.fail_next = False
+
+    async def run(self, keys: list[int]) -> dict[int, str]:
+        self.batches.append(keys)
+        await self.release.wait()
+        self.release.clear()
+        if self.fail_next:
+            self.fail_next = False
+            raise ConnectionError("the backend is away")
+        return {key: f"value {key}" for key in keys if key != 13}
+
+
+async def test_keys_asked_for_during_a_call_go_together_in_the_next() -> None:
+    backend = Backend()
+    batched = Batched(backend.run, "test")
+    first = asyncio.create_task(batched(1))
+    await settle()
+    assert backend.batches == [[1]]  # an idle batcher sends at once
+    rest = [asyncio.create_task(batched(key)) for key in (2, 3, 13, 2)]
+    await settle()
+    backend.release.set()
+    assert await first == "value 1"
+    await settle()
+    assert backend.batches == [[1], [2, 3, 13]]  # a key asked twice is asked once
+    backend.release.set()
+    assert await asyncio.gather(*rest) == ["value 2", "value 3", None, "value 2"]
+
+
+async def test_a_failed_call_fails_its_callers_only_and_a_cancelled_caller_leaves_the_others() -> None:
+    backend = Backend()
+    batched = Batched(backend.run, "test")
+    backend.fail_next = True
+    failing = asyncio.create_task(batched(1))
+    await settle()
+    later = [asyncio.create_task(batched(key)) for key in (2, 3)]
+    await settle()
+    backend.release.set()
+    with pytest.raises(ConnectionError):
+        await failing
+    await settle()
+    later[0].cancel()
+    backend.release.set()
+    assert await later[1] == "value 3"
+    assert later[0].cancelled()
+    assert backend.batches == [[1], [2, 3]]
