@@ -19,10 +19,7 @@ async def authenticate(state: AppState, request: Request) -> str:
             "(Authorization: Bearer YOUR_KEY).",
             code="missing_api_key",
         )
-    # One statement in autocommit: no BEGIN/COMMIT round trips on every request.
-    async with state.engine.connect() as conn:
-        await conn.execution_options(isolation_level="AUTOCOMMIT")
-        account_id = await accounts_db.account_for_key(conn, key)
+    account_id = await state.accounts(accounts_db.hash_key(key))
     if account_id is None:
         masked = f"{key[:6]}***{key[-4:]}" if len(key) > 12 else "***"
         raise errors.AuthenticationFailed(f"Incorrect API key provided: {masked}.")

@@ -23,7 +23,7 @@ from app.protocol.input_items import Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.model_fit import check_fit
 from app.protocol.response_object import ResponseRecord
-from app.queue import enqueue_generate, signal_stop
+from app.queue import GenerateJob, signal_stop
 from app.redis_keys import events_channel
 from app.state import AppState
 from app.streaming import wire
@@ -72,7 +72,7 @@ async def enqueue(state: AppState, accepted: Accepted) -> None:
     """Hands the response to the workers (503 when the queue is down)."""
     ephemeral = None if accepted.persisted else {"record": asdict(accepted.record), "input": accepted.input_items}
     queue_name = state.catalog.queue_for(accepted.record.model, state.settings.queue_name)
-    await enqueue_generate(state.redis, accepted.record.id, queue_name, ephemeral)
+    await state.jobs(GenerateJob.of(accepted.record.id, queue_name, ephemeral))
 
 
 async def withdraw(state: AppState, accepted: Accepted) -> None:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 
 from arq.connections import ArqRedis, RedisSettings, create_pool
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.batching import Batched
 from app.catalog import Catalog
+from app.db import accounts as accounts_db
 from app.db.engine import create_engine
-from app.queue import job_deserializer, job_serializer
+from app.queue import GenerateJob, enqueue_many, job_deserializer, job_serializer
 from app.redis_keys import events_channel
 from app.settings import Settings
 from app.streaming.follow import LogSource
@@ -23,6 +26,20 @@ class AppState:
     engine: AsyncEngine
     redis: ArqRedis  # the arq pool is a Redis client too: queue, pub/sub and keys share it
     hub: EventHub
+    # Key hash → account id, for the requests arriving together: one statement for all of them.
+    accounts: Batched[str, str] = field(init=False)
+    # Jobs handed to the workers together: one script call per queue (True: it was new).
+    jobs: Batched[GenerateJob, bool] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.accounts = Batched(self._accounts_for_hashes, "authenticate")
+        self.jobs = Batched(partial(enqueue_many, self.redis), "enqueue")
+
+    async def _accounts_for_hashes(self, key_hashes: list[str]) -> dict[str, str]:
+        # One statement in autocommit: no BEGIN/COMMIT round trips.
+        async with self.engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            return await accounts_db.accounts_for_hashes(conn, key_hashes)
 
     @classmethod
     async def open(cls, settings: Settings) -> AppState:

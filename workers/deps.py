@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from arq.connections import ArqRedis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.batching import Batched
 from app.catalog import Catalog
 from app.db import responses as responses_db
 from app.db.engine import create_engine
 from app.redis_keys import ALIVE_PREFIX, STOP_CHANNEL, events_channel
 from app.settings import Settings
 from workers import reaper, retention
-from workers.batching import Batched
 from workers.event_log import EventWriter
 from workers.runtime import ChatRuntimeClient
 from workers.supervisor import RuntimeSupervisor

@@ -14,7 +14,7 @@
   in-progress key, the try counter, the job removed from the queue when it ends), and its
   function runs inside the task that took it. Jobs start side by side, never one after another.
 - Jobs that start or end while a take or a removal is in flight are taken or removed together,
-  by one script call (workers/batching.py).
+  by one script call (app/batching.py).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from arq.jobs import deserialize_job_raw
 from arq.utils import timestamp_ms
 from arq.worker import Worker
 
+from app.batching import Batched
 from app.redis_keys import wake_channel
-from workers.batching import Batched
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class QueueWorker(Worker):
                     await pubsub.subscribe(wake_channel(self.queue_name))
                     async for message in pubsub.listen():
                         if message["type"] == "message" and self.allow_pick_jobs:
-                            await self.start_jobs([message["data"]])  # the message names the job
+                            await self.start_jobs(message["data"].split())  # the message names the jobs
             except asyncio.CancelledError:
                 raise
             except Exception:

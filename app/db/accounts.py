@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -72,18 +73,24 @@ async def revoke_key(conn: AsyncConnection, key_id_or_prefix: str) -> int:
 
 
 async def account_for_key(conn: AsyncConnection, key: str) -> str | None:
-    """The account id of a live key, or None; one statement, which also touches last_used_at
-    (at most once a minute, so a busy key does not rewrite its row on every request)."""
-    row = (await conn.execute(_ACCOUNT_FOR_KEY, {"key_hash": hash_key(key)})).one_or_none()
-    return None if row is None else str(row.account_id)
+    """The account id of a live key, or None."""
+    return (await accounts_for_hashes(conn, [hash_key(key)])).get(hash_key(key))
 
 
-_ACCOUNT_FOR_KEY = text("""
+async def accounts_for_hashes(conn: AsyncConnection, key_hashes: Sequence[str]) -> dict[str, str]:
+    """The account id of each live key among these hashes; one statement, which also touches
+    last_used_at (at most once a minute, so a busy key does not rewrite its row on every request)."""
+    rows = await conn.execute(_ACCOUNTS_FOR_HASHES, {"key_hashes": list(key_hashes)})
+    return {row.key_hash: str(row.account_id) for row in rows}
+
+
+_ACCOUNTS_FOR_HASHES = text("""
     WITH live AS (
-        SELECT id, account_id, last_used_at FROM api_keys WHERE key_hash = :key_hash AND revoked_at IS NULL
+        SELECT id, key_hash, account_id, last_used_at FROM api_keys
+        WHERE key_hash = ANY(CAST(:key_hashes AS text[])) AND revoked_at IS NULL
     ), touched AS (
         UPDATE api_keys SET last_used_at = now() FROM live
         WHERE api_keys.id = live.id AND (live.last_used_at IS NULL OR live.last_used_at < now() - interval '1 minute')
     )
-    SELECT account_id FROM live
+    SELECT key_hash, account_id FROM live
 """)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 from typing import Any
 
 import pytest
 from sqlalchemy import select, update
 
+from app.db import accounts as accounts_db
 from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.tables import responses
@@ -279,3 +281,18 @@ async def test_one_statement_claims_many_each_with_its_own_context(state: AppSta
     assert claims[chained].context[1]["id"] == f"msg_{first}"
     assert [text_of(item) for item in claims[alone].context] == ["alone"]
     assert claims[alone].row.status == claims[chained].row.status == "in_progress"
+
+
+async def test_requests_authenticated_together_each_get_their_own_account(state: AppState) -> None:
+    """Keys checked by one statement (app/batching.py) answer as if checked alone: each its own
+    account, nothing for a revoked or unknown key."""
+    names = [f"together-{secrets.token_hex(3)}" for _ in range(2)]
+    async with state.engine.begin() as conn:
+        (_, first_key), (second, second_key) = [await accounts_db.create_key(conn, name) for name in names]
+        assert await accounts_db.revoke_key(conn, second.id) == 1
+        _, third_key = await accounts_db.create_key(conn, names[1])
+    keys = [first_key, second_key, "sk-rs-unknown", third_key, first_key]
+    accounts = await asyncio.gather(*(state.accounts(accounts_db.hash_key(key)) for key in keys))
+    async with state.engine.connect() as conn:
+        own = {name: await accounts_db.ensure_account(conn, name) for name in names}
+    assert accounts == [own[names[0]], None, None, own[names[1]], own[names[0]]]

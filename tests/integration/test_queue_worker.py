@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from arq.connections import ArqRedis, RedisSettings
 from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
+from arq.jobs import deserialize_job_raw
 from arq.worker import func
 
-from app.queue import enqueue_generate, job_deserializer, job_serializer
+from app.queue import GenerateJob, enqueue_generate, enqueue_many, job_deserializer, job_serializer
 from app.redis_keys import GENERATE_JOB
 from app.state import AppState
 from tests.conftest import Environment
@@ -232,3 +233,35 @@ async def test_many_jobs_at_once_are_taken_together_each_run_once_and_all_remove
         await job_ended(first, job_id)
         await job_ended(second, job_id)
     assert [await job_keys(state.redis, queue, job_id) for job_id in job_ids] == [NOTHING_LEFT] * len(job_ids)
+
+
+async def test_jobs_enqueued_together_are_stored_as_arq_stores_them_and_started_by_one_wake_up(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    recorder = Recorder()
+    worker = await start_worker(recorder, poll_delay=3600)  # it polls once at start, then only hears wake-ups
+    await asyncio.sleep(0.1)
+    other_queue = f"{queue}:other"
+    jobs = [GenerateJob.of(f"resp_together_{RUN}_{n}", queue) for n in range(3)]
+    ephemeral = GenerateJob.of(f"resp_together_{RUN}_e", other_queue, {"record": {"id": "x"}, "input": []})
+    added = await enqueue_many(state.redis, [*jobs, ephemeral])
+    assert added == dict.fromkeys([*jobs, ephemeral], True)
+    again = await enqueue_many(state.redis, [jobs[0], GenerateJob.of(f"resp_together_{RUN}_new", other_queue)])
+    assert list(again.values()) == [False, True]  # the same response twice is one job
+
+    # Stored exactly as arq stores an enqueued job: arq reads it back as the call it describes.
+    stored = await state.redis.get(job_key_prefix + ephemeral.response_id)
+    name, args, kwargs, _, _ = deserialize_job_raw(stored, deserializer=job_deserializer)
+    assert (name, list(args), kwargs) == (
+        GENERATE_JOB,
+        [ephemeral.response_id, {"record": {"id": "x"}, "input": []}],
+        {},
+    )
+    assert await state.redis.zscore(other_queue, ephemeral.response_id) is not None
+
+    await eventually(lambda: sorted(recorder.runs) == sorted(job.response_id for job in jobs), timeout=2.0)
+    for job in jobs:
+        await job_ended(worker, job.response_id)
+        assert await job_keys(state.redis, queue, job.response_id) == NOTHING_LEFT
+    await state.redis.delete(*(job_key_prefix + j for j in (ephemeral.response_id, f"resp_together_{RUN}_new")))
+    await state.redis.delete(other_queue)

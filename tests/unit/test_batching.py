@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from workers.batching import Batched
+from app.batching import Batched
 
 
 async def settle() -> None:

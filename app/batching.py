@@ -1,7 +1,8 @@
 """Many callers' round trips as one: the keys asked for while one call is in flight go together
-in the next. An idle worker adds no wait; a busy one (hundreds of jobs starting and ending a
-second) makes one round trip where it made dozens, each of which cost it about as much CPU as
-the work it carried.
+in the next. An idle process adds no wait; a busy one (hundreds of responses starting and ending
+a second) makes one round trip where it made dozens, each of which cost about as much CPU as the
+work it carried. Nothing is cached: each caller's answer comes from a call that started after
+it asked.
 """
 
 from __future__ import annotations
