@@ -84,6 +84,24 @@ def chunked(*pieces: bytes) -> bytes:
 STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
+async def endless(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Streams until the client leaves, and tells the test it noticed."""
+    await server.read_request(reader)
+    writer.write(STREAM_HEAD)
+    while not reader.at_eof():
+        writer.write(chunked(b"data: more\n\n"))
+        await writer.drain()
+        await asyncio.sleep(0.01)
+    server.disconnected.set()
+
+
+async def broken_off(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Starts a stream and closes the connection in the middle of it."""
+    await server.read_request(reader)
+    writer.write(STREAM_HEAD + chunked(b"data: one\n\n"))
+    await writer.drain()
+
+
 def keep_answering(body: bytes) -> Answering:
     async def answer(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
@@ -210,15 +228,6 @@ async def test_connection_close_is_honoured() -> None:
 
 @on_both_loops
 async def test_leaving_a_stream_early_closes_its_connection() -> None:
-    async def endless(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(STREAM_HEAD)
-        while not reader.at_eof():
-            writer.write(chunked(b"data: more\n\n"))
-            await writer.drain()
-            await asyncio.sleep(0.01)
-        server.disconnected.set()
-
     http = HttpClient()
     async with serving(endless) as (server, url):
         async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
@@ -263,11 +272,6 @@ async def test_a_silent_server_times_out() -> None:
 
 @on_both_loops
 async def test_a_stream_broken_off_or_invalid_http_fails() -> None:
-    async def broken_off(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(STREAM_HEAD + chunked(b"data: one\n\n"))
-        await writer.drain()
-
     async def not_http(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.read_request(reader)
         writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
@@ -381,20 +385,6 @@ async def test_a_consumer_with_all_it_needs_stops_the_delivery() -> None:
 
 @on_both_loops
 async def test_a_failing_consumer_or_a_broken_stream_fails_the_delivery() -> None:
-    async def endless(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(STREAM_HEAD)
-        while not reader.at_eof():
-            writer.write(chunked(b"data: more\n\n"))
-            await writer.drain()
-            await asyncio.sleep(0.01)
-        server.disconnected.set()
-
-    async def broken_off(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(STREAM_HEAD + chunked(b"data: one\n\n"))
-        await writer.drain()
-
     def refuse(piece: bytes) -> bool:
         raise ValueError("not what I expected")
 
