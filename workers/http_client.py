@@ -300,8 +300,13 @@ class HttpClient:
             connection.send(head, body, timeouts.read)
             # A server may close a kept connection just as we reuse it: the request then gets no
             # byte of answer, and goes out again on another connection.
-            while not connection.received_any and connection.error is None:
-                await connection.arrival()
+            try:
+                while not connection.received_any and connection.error is None:
+                    await connection.arrival()
+            except BaseException:  # cancelled (a stop): the server must learn it at once
+                connection.done_with_request()
+                connection.close()
+                raise
             if connection.received_any:
                 return connection
             connection.done_with_request()

@@ -401,3 +401,37 @@ async def test_a_failing_consumer_or_a_broken_stream_fails_the_delivery() -> Non
         async with http.post_json(url, {}, {}, TIMEOUTS) as reply:  # unless it had all it needed
             await reply.deliver(lambda piece: True)
     await http.aclose()
+
+
+@on_both_loops
+async def test_a_request_cancelled_before_its_answer_on_a_kept_connection_closes_it() -> None:
+    async def slow_second(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        await server.read_request(reader)  # the second request, on the kept connection: no answer yet
+        await reader.read()  # until the client closes it
+        server.disconnected.set()
+
+    http = HttpClient()
+    patient = RequestTimeouts(connect=2.0, read=30.0)  # only the cancel can close it in time
+    async with serving(slow_second) as (server, url):
+        async with http.post_json(url, {}, {}, patient) as reply:
+            assert await reply.read() == b"ok"
+
+        async def second() -> None:
+            async with http.post_json(url, {}, {}, patient):
+                pass
+
+        waiting = asyncio.create_task(second())
+        await eventually_true(lambda: len(server.requests) == 2)
+        waiting.cancel()  # as a stop does, while the model server has not answered yet
+        await asyncio.wait_for(server.disconnected.wait(), 1)  # it is told at once
+        assert server.connections == 1
+    await http.aclose()
+
+
+async def eventually_true(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(2):
+        while not condition():
+            await asyncio.sleep(0.01)
