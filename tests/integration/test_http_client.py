@@ -5,11 +5,17 @@ invalid HTTP, a kept connection closed under it)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import ssl
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 import uvloop
 
 from app.catalog import VllmModel
@@ -435,3 +441,43 @@ async def eventually_true(condition: Callable[[], bool]) -> None:
     async with asyncio.timeout(2):
         while not condition():
             await asyncio.sleep(0.01)
+
+
+@on_both_loops
+async def test_an_https_model_server_is_reached_and_its_certificate_checked() -> None:
+    """A model server behind TLS (a remote OpenAI-compatible endpoint): the certificate is
+    checked against the system's trust store, which SSL_CERT_FILE can extend (an internal CA)."""
+    authority = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("localhost").configure_cert(server_context)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecret")
+            await writer.drain()
+        writer.close()
+
+    listening = await asyncio.start_server(handle, "localhost", 0, ssl=server_context)
+    url = f"https://localhost:{listening.sockets[0].getsockname()[1]}/v1/models"
+    with tempfile.TemporaryDirectory() as directory:
+        trusted = Path(directory) / "ca.pem"
+        authority.cert_pem.write_to_path(str(trusted))
+        untrusting = HttpClient()
+        with pytest.raises(ssl.SSLCertVerificationError):
+            async with untrusting.request("GET", url, TIMEOUTS):
+                pass
+        previous = os.environ.get("SSL_CERT_FILE")
+        os.environ["SSL_CERT_FILE"] = str(trusted)
+        try:
+            trusting = HttpClient()
+            async with trusting.request("GET", url, TIMEOUTS) as reply:
+                assert (reply.status, await reply.read()) == (200, b"secret")
+        finally:
+            if previous is None:
+                del os.environ["SSL_CERT_FILE"]
+            else:
+                os.environ["SSL_CERT_FILE"] = previous
+    for http in (untrusting, trusting):
+        await http.aclose()
+    listening.close()
