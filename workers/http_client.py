@@ -200,23 +200,16 @@ class Answer:
     def status(self) -> int:
         return self._connection.status
 
-    async def pieces(self) -> AsyncIterator[bytes]:
-        """The body as it arrives: all that came since the last piece, at each wake-up."""
-        connection = self._connection
-        while True:
-            if connection.body:
-                arrived = connection.body
-                connection.body = []
-                yield arrived[0] if len(arrived) == 1 else b"".join(arrived)
-            elif connection.error is not None:
-                raise connection.error
-            elif connection.complete:
-                return
-            else:
-                await connection.arrival()
-
     async def read(self) -> bytes:
-        return b"".join([piece async for piece in self.pieces()])
+        """The whole body."""
+        pieces: list[bytes] = []
+
+        def keep(piece: bytes) -> bool:
+            pieces.append(piece)
+            return False
+
+        await self.deliver(keep)
+        return b"".join(pieces)
 
     async def deliver(self, consumer: Consumer) -> None:
         """Hands the body to `consumer` as it arrives, from the connection's own callback, until
