@@ -128,7 +128,12 @@ class EventHub:
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         if message["type"] == "message":
-            for response_id, batch in decode_message(message["data"], self._followers):
+            try:
+                committed = list(decode_message(message["data"], self._followers))
+            except (ValueError, UnicodeDecodeError):  # not ours: followers lose nothing they cannot re-read
+                log.warning("ignored a malformed message on %s: %r", self._channel, message["data"][:200])
+                return
+            for response_id, batch in committed:
                 for subscription in self._followers[response_id]:
                     subscription.quiet_ticks = 0
                     subscription.queue.put_nowait(batch)

@@ -84,3 +84,17 @@ async def test_following_waits_for_the_channel_and_fails_fast_without_redis() ->
         await hub.subscribe("resp_x")
     assert not hub._followers
     await hub.close()
+
+
+async def test_a_malformed_message_on_the_channel_is_skipped_and_following_goes_on(
+    hub: EventHub, state: AppState
+) -> None:
+    response_id = f"resp_after_junk_{secrets.token_hex(3)}"
+    subscription = await hub.subscribe(response_id)
+    for junk in (b"no header line", b"resp_x notanumber\n1 a {}", b"resp_y 99\nshort", b"\xff\xfe 3\nabc"):
+        await state.redis.publish(CHANNEL, junk)
+    await wire.publish(state.redis, CHANNEL, {response_id: [delta(0)]})
+    assert await asyncio.wait_for(subscription.next_batch(), IDLE) == [delta(0)]
+    later = await asyncio.wait_for(hub.subscribe(f"resp_later_{secrets.token_hex(3)}"), 1)  # still live
+    for each in (subscription, later):
+        await each.close()
