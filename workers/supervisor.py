@@ -17,12 +17,13 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-import aiohttp
-
 from app.child_process import die_with_parent
+from workers.http_client import HttpClient, HttpError, RequestTimeouts
 from workers.runtime_errors import RuntimeFailure
 
 log = logging.getLogger(__name__)
+
+_HEALTH_TIMEOUTS = RequestTimeouts(connect=5.0, read=5.0)  # one health check, while the server starts
 
 
 class RuntimeSupervisor:
@@ -100,7 +101,8 @@ class RuntimeSupervisor:
 
     async def _await_health(self, process: asyncio.subprocess.Process) -> None:
         deadline = asyncio.get_running_loop().time() + self.startup_timeout
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+        http = HttpClient()
+        try:
             while True:
                 if process.returncode is not None:
                     raise RuntimeFailure(
@@ -108,14 +110,16 @@ class RuntimeSupervisor:
                         + (f"; see {self.log_path}" if self.log_path else "")
                     )
                 try:
-                    async with session.get(f"{self.base_url}/models") as answer:
+                    async with http.request("GET", f"{self.base_url}/models", _HEALTH_TIMEOUTS) as answer:
                         if answer.status == 200:
                             return
-                except (aiohttp.ClientError, TimeoutError):
+                except (OSError, TimeoutError, HttpError):
                     pass
                 if asyncio.get_running_loop().time() > deadline:
                     raise RuntimeFailure(f"model server for {self.name!r} not healthy after {self.startup_timeout} s")
                 await asyncio.sleep(0.2)
+        finally:
+            await http.aclose()
 
     async def _watch(self) -> None:
         failures = 0

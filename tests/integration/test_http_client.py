@@ -19,6 +19,7 @@ import trustme
 import uvloop
 
 from app.catalog import VllmModel
+from tests.conftest import eventually
 from workers import prompt_length
 from workers.http_client import HttpClient, HttpError, RequestTimeouts
 from workers.runtime_errors import RuntimeFailure
@@ -405,17 +406,11 @@ async def test_a_request_cancelled_before_its_answer_on_a_kept_connection_closes
                 pass
 
         waiting = asyncio.create_task(second())
-        await eventually_true(lambda: len(server.requests) == 2)
+        await eventually(lambda: len(server.requests) == 2, timeout=2)
         waiting.cancel()  # as a stop does, while the model server has not answered yet
         await asyncio.wait_for(server.disconnected.wait(), 1)  # it is told at once
         assert server.connections == 1
     await http.aclose()
-
-
-async def eventually_true(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(2):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 @on_both_loops

@@ -18,7 +18,7 @@ from arq.worker import func
 from app.queue import GenerateJob, enqueue_generate, enqueue_many, job_deserializer, job_serializer
 from app.redis_keys import GENERATE_JOB
 from app.state import AppState
-from tests.conftest import Environment
+from tests.conftest import Environment, eventually
 from workers.queue_worker import QueueWorker
 
 
@@ -74,12 +74,6 @@ async def start_worker(environment: Environment, queue: str) -> AsyncIterator[St
             job.cancel()
         await asyncio.gather(task, *worker.tasks.values(), return_exceptions=True)
         await worker.pool.aclose()
-
-
-async def eventually(condition: Callable[[], object], timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 async def job_ended(worker: QueueWorker, job_id: str) -> None:
