@@ -12,6 +12,7 @@ from app.batching import Batched
 from app.catalog import Catalog
 from app.db import accounts as accounts_db
 from app.db.engine import create_engine
+from app.db.held import HeldConnection
 from app.queue import GenerateJob, enqueue_many, job_deserializer, job_serializer
 from app.redis_keys import events_channel
 from app.settings import Settings
@@ -32,13 +33,13 @@ class AppState:
     jobs: Batched[GenerateJob, bool] = field(init=False)
 
     def __post_init__(self) -> None:
+        self.auth_connection = HeldConnection(self.engine)
         self.accounts = Batched(self._accounts_for_hashes, "authenticate")
         self.jobs = Batched(partial(enqueue_many, self.redis), "enqueue")
 
     async def _accounts_for_hashes(self, key_hashes: list[str]) -> dict[str, str]:
         # One statement in autocommit: no BEGIN/COMMIT round trips.
-        async with self.engine.connect() as conn:
-            await conn.execution_options(isolation_level="AUTOCOMMIT")
+        async with self.auth_connection.use() as conn:
             return await accounts_db.accounts_for_hashes(conn, key_hashes)
 
     @classmethod
@@ -55,6 +56,7 @@ class AppState:
 
     async def close(self) -> None:
         await self.hub.close()
+        await self.auth_connection.close()
         await self.redis.aclose()
         await self.engine.dispose()
 

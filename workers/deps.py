@@ -15,6 +15,7 @@ from app.batching import Batched
 from app.catalog import Catalog
 from app.db import responses as responses_db
 from app.db.engine import create_engine
+from app.db.held import HeldConnection
 from app.redis_keys import ALIVE_PREFIX, STOP_CHANNEL, events_channel
 from app.settings import Settings
 from workers import reaper, retention
@@ -46,10 +47,10 @@ class WorkerDeps:
 
     def __post_init__(self) -> None:
         self.claims = Batched(self._claim_many, "claims")
+        self.claim_connection = HeldConnection(self.engine)
 
     async def _claim_many(self, response_ids: list[str]) -> dict[str, responses_db.Claim]:
-        async with self.engine.connect() as conn:
-            await conn.execution_options(isolation_level="AUTOCOMMIT")  # one atomic statement
+        async with self.claim_connection.use() as conn:  # one atomic statement
             return await responses_db.claim_many(conn, response_ids, self.worker_id, self.settings.lease_seconds)
 
     @classmethod
@@ -80,6 +81,7 @@ class WorkerDeps:
         for task in self._background:
             task.cancel()
         await self.writer.close()
+        await self.claim_connection.close()
         await self.runtime.aclose()
         await self.engine.dispose()
         if self.supervisor is not None:  # last: generations have ended by now

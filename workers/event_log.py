@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.events import Event
+from app.db.held import HeldConnection
 from app.streaming import wire
 from app.streaming.wire import WireEvent
 
@@ -79,7 +80,7 @@ class EventWriter:
     def __init__(
         self, engine: AsyncEngine, redis: Redis, channel: str, pause: Callable[[int, float], float] = pause_after
     ) -> None:
-        self._engine = engine
+        self._connection = HeldConnection(engine)
         self._redis = redis
         self._channel = channel
         self._pause = pause
@@ -103,6 +104,7 @@ class EventWriter:
             await self._flush_pending()
         if self._flusher:
             self._flusher.cancel()
+        await self._connection.close()
 
     def open_ephemeral(self, response_id: str) -> None:
         """Numbers this response's events here, from 0, and never writes them to Postgres."""
@@ -211,8 +213,7 @@ class EventWriter:
         endings = {rid: p.outcome for rid, p in batch.items() if p.outcome is not None}
         # One statement, atomic by itself (a terminal status commits with its terminal event or
         # not at all), however many responses end in the batch: no BEGIN/COMMIT round trips.
-        async with self._engine.connect() as conn:
-            await conn.execution_options(isolation_level="AUTOCOMMIT")
+        async with self._connection.use() as conn:
             committed = await events_db.append_many(conn, events, endings)
         self.batches += 1
         self.events_written += sum(len(e) for e in committed.values())

@@ -74,10 +74,11 @@ async def _claim_ephemeral(deps: WorkerDeps, response_id: str, job: dict[str, An
 
 async def _run(deps: WorkerDeps, generation: Generation) -> None:
     record = generation.record
+    translator = StreamTranslator()
+    # The runtime request goes out first: it, not these events' commit, is what the first token waits on.
+    task = asyncio.create_task(_stream(deps, generation, translator))
     opening = [] if record.background else [lifecycle_event("response.created", record)]
     deps.writer.append(record.id, [*opening, lifecycle_event("response.in_progress", record)])
-    translator = StreamTranslator()
-    task = asyncio.create_task(_stream(deps, generation, translator))
     deps.running[record.id] = task
     try:
         await asyncio.wait({task})

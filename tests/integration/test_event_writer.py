@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.db import responses as responses_db
 from app.db.tables import response_events, responses
@@ -75,3 +76,31 @@ async def test_first_output_and_endings_skip_the_pacing_others_wait(state: AppSt
         await writer.close()  # flushes what waited
     assert await committed(state, streaming) == 2
     assert await committed(state, starting) == 2
+
+
+async def test_the_writer_commits_through_a_fresh_connection_after_postgres_dropped_its_own(
+    state: AppState, account_id: str
+) -> None:
+    response_id = await accept(state, account_id, input="hi")
+    async with state.engine.begin() as conn:
+        await conn.execute(update(responses).where(responses.c.id == response_id).values(status="in_progress"))
+    name = f"writer-{secrets.token_hex(3)}"  # marks the writer's backends, to drop exactly those
+    engine = create_async_engine(
+        state.settings.database_url, connect_args={"server_settings": {"application_name": name}}
+    )
+    writer = EventWriter(engine, state.redis, f"responses:events:test-{name}")
+    writer.start()
+    try:
+        writer.append(response_id, [delta("a")])
+        await asyncio.wait_for(until_committed(state, response_id, 1), 10)
+        async with state.engine.connect() as conn:
+            dropped = await conn.scalar(
+                text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = :name"),
+                {"name": name},
+            )
+        assert dropped == 1
+        writer.append(response_id, [delta("b"), {"type": "response.content_part.done"}])
+        await asyncio.wait_for(until_committed(state, response_id, 3), 10)
+    finally:
+        await writer.close()
+        await engine.dispose()

@@ -1,0 +1,43 @@
+"""A pooled connection kept by one caller that runs its statements one after another.
+
+The event writer and the batched statements (authentication, claims) run one statement at a
+time, hundreds of times a second. Checking a connection out of the pool and back in for each
+cost more CPU than the statement's own client side; these callers keep theirs. SQLAlchemy
+invalidates a connection whose statement found it broken or was interrupted; the next use then
+takes a fresh one from the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+
+class HeldConnection:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._conn: AsyncConnection | None = None
+        self._lock = asyncio.Lock()  # one statement at a time, even if a caller forgets
+
+    @asynccontextmanager
+    async def use(self) -> AsyncIterator[AsyncConnection]:
+        """The connection, in autocommit: each statement is its own transaction."""
+        async with self._lock:
+            if self._conn is None or self._conn.invalidated:
+                await self._release()
+                conn = await self._engine.connect()
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                self._conn = conn
+            yield self._conn
+
+    async def close(self) -> None:
+        async with self._lock:
+            await self._release()
+
+    async def _release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
