@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Text, select, text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db import items as items_db
@@ -33,7 +33,7 @@ TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.incomplete", "
 _APPEND = text("""
     WITH batch AS (
         SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
-                             CAST(:payloads AS jsonb[])) AS e(response_id, position, type, payload)
+                             CAST(:payloads AS text[])) AS e(response_id, position, type, payload)
     ), counts AS (
         SELECT response_id, count(*)::int AS n FROM batch GROUP BY response_id
     ), endings AS (
@@ -56,9 +56,11 @@ _APPEND = text("""
         WHERE r.id = c.response_id AND r.status IN ('queued', 'in_progress')
         RETURNING r.id, r.next_sequence_number - c.n AS first, f.response_id IS NOT NULL AS ended
     ), inserted AS (
+        -- Each event's JSON text with its number spliced in, as wire.numbered does for the
+        -- followers: a replay sends the very text they got live.
         INSERT INTO response_events (response_id, sequence_number, type, payload)
         SELECT b.response_id, a.first + b.position, b.type,
-               jsonb_set(b.payload, '{sequence_number}', to_jsonb(a.first + b.position))
+               left(b.payload, -1) || ',"sequence_number":' || (a.first + b.position) || '}'
         FROM batch b JOIN allocated a ON a.id = b.response_id
     ), outputs AS (
         INSERT INTO items (id, response_id, side, position, type, payload)
@@ -136,7 +138,7 @@ async def events_after(conn: AsyncConnection, response_id: str, after: int, limi
     """Events after sequence number `after`, in order, at most `limit` (None: all), as stored
     text: followers pass it on without decoding it."""
     rows = await conn.execute(
-        select(response_events.c.sequence_number, response_events.c.type, response_events.c.payload.cast(Text))
+        select(response_events.c.sequence_number, response_events.c.type, response_events.c.payload)
         .where(response_events.c.response_id == response_id, response_events.c.sequence_number > after)
         .order_by(response_events.c.sequence_number)
         .limit(limit)

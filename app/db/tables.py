@@ -154,7 +154,12 @@ response_events = Table(
     Column("response_id", Text, ForeignKey("responses.id", ondelete="CASCADE"), nullable=False),
     Column("sequence_number", Integer, nullable=False, comment="0, 1, 2, … per response, no gaps"),
     Column("type", Text, nullable=False, comment="SSE event type, e.g. response.output_text.delta"),
-    Column("payload", JSONB, nullable=False, comment="the event as sent, sequence_number included"),
+    Column(
+        "payload",
+        Text,
+        nullable=False,
+        comment="the event as sent, sequence_number included: the worker's JSON text, never parsed here",
+    ),
     _now(),
     PrimaryKeyConstraint("response_id", "sequence_number"),
     comment="The durable, replayable stream of each response: what SSE followers read.",

@@ -131,6 +131,8 @@ async def test_one_commit_ends_many_responses_and_drops_those_already_ended(stat
         committed = await events_db.append_many(conn, batch, endings)
     assert set(committed) == set(ids[1:])
     assert [e.sequence_number for e in committed[ids[1]]] == [0, 1]
+    async with state.engine.connect() as conn:  # a replay sends the very text followers got live
+        assert await events_db.events_after(conn, ids[1], -1, None) == committed[ids[1]]
     for response_id in ids[1:]:
         async with state.engine.connect() as conn:
             record = await responses_db.get_record(conn, response_id)
