@@ -12,6 +12,7 @@ from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.db.driver import DriverStatement
 from app.db.tables import accounts, api_keys
 from app.ids import new_id
 
@@ -80,11 +81,12 @@ async def account_for_key(conn: AsyncConnection, key: str) -> str | None:
 async def accounts_for_hashes(conn: AsyncConnection, key_hashes: Sequence[str]) -> dict[str, str]:
     """The account id of each live key among these hashes; one statement, which also touches
     last_used_at (at most once a minute, so a busy key does not rewrite its row on every request)."""
-    rows = await conn.execute(_ACCOUNTS_FOR_HASHES, {"key_hashes": list(key_hashes)})
-    return {row.key_hash: str(row.account_id) for row in rows}
+    rows = await _ACCOUNTS_FOR_HASHES.rows(conn, {"key_hashes": list(key_hashes)})
+    return {key_hash: str(account_id) for key_hash, account_id in rows}
 
 
-_ACCOUNTS_FOR_HASHES = text("""
+_ACCOUNTS_FOR_HASHES = DriverStatement(
+    text("""
     WITH live AS (
         SELECT id, key_hash, account_id, last_used_at FROM api_keys
         WHERE key_hash = ANY(CAST(:key_hashes AS text[])) AND revoked_at IS NULL
@@ -94,3 +96,4 @@ _ACCOUNTS_FOR_HASHES = text("""
     )
     SELECT key_hash, account_id FROM live
 """)
+)

@@ -16,6 +16,7 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db import items as items_db
+from app.db.driver import DriverStatement
 from app.db.responses import Outcome
 from app.db.tables import response_events
 from app.streaming import wire
@@ -30,7 +31,8 @@ TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.incomplete", "
 # BEGIN/COMMIT round trips), a number is never allocated without its event, and a terminal
 # status never commits without its terminal event. Only active responses take events or end:
 # the UPDATE is the compare-and-set of design invariant 3, and late events are dropped.
-_APPEND = text("""
+_APPEND = DriverStatement(
+    text("""
     WITH batch AS (
         SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
                              CAST(:payloads AS text[])) AS e(response_id, position, type, payload)
@@ -72,6 +74,7 @@ _APPEND = text("""
     )
     SELECT id, first FROM allocated
 """)
+)
 
 
 def _json_or_null(value: Any) -> str | None:
@@ -100,8 +103,8 @@ async def append_many(
     if not ids:
         return {}
     outputs = [(rid, position, item) for rid, o in endings.items() for position, item in enumerate(o.output)]
-    rows = await conn.execute(
-        _APPEND,
+    rows = await _APPEND.rows(
+        conn,
         {
             "ids": ids,
             "positions": positions,
@@ -120,7 +123,7 @@ async def append_many(
             "out_payloads": [json.dumps(items_db.stored_payload(item)) for _, _, item in outputs],
         },
     )
-    return {r.id: wire.numbered(events_by_response[r.id], encoded[r.id], r.first) for r in rows}
+    return {rid: wire.numbered(events_by_response[rid], encoded[rid], first) for rid, first in rows}
 
 
 async def append(conn: AsyncConnection, response_id: str, events: Sequence[Event]) -> list[WireEvent]:

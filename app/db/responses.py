@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db import DbRow
 from app.db import items as items_db
+from app.db.driver import DriverStatement
 from app.db.tables import items, responses
 from app.protocol.response_object import ResponseRecord, Status
 
@@ -85,7 +86,8 @@ def record_from_row(row: DbRow, output: list[dict[str, Any]]) -> ResponseRecord:
 
 # Built once: statements built per call spend more CPU on SQLAlchemy's cache keys than on Postgres.
 # The response and its input items go in with one statement: atomic without a transaction around it.
-_INSERT_WITH_INPUT = text("""
+_INSERT_WITH_INPUT = DriverStatement(
+    text("""
     WITH response AS (
         INSERT INTO responses (id, account_id, model, status, background, stream, store, instructions, metadata,
                                settings, previous_response_id, context_parent_id, chain_depth, created_at)
@@ -99,6 +101,7 @@ _INSERT_WITH_INPUT = text("""
     FROM response, unnest(CAST(:item_ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
                           CAST(:payloads AS jsonb[])) AS i(id, position, type, payload)
 """)
+)
 # The claims and the contexts the model will see, in one statement for any number of responses
 # (the context of a queued response never changes, so reading it beside the UPDATE is safe).
 _CLAIM = text(
@@ -127,8 +130,8 @@ async def insert_response(
     conn: AsyncConnection, record: ResponseRecord, account_id: str, link: ChainLink, input_items: list[dict[str, Any]]
 ) -> None:
     """Stores a new response with its input items (which carry their ids already)."""
-    await conn.execute(
-        _INSERT_WITH_INPUT,
+    await _INSERT_WITH_INPUT.rows(
+        conn,
         {
             "id": record.id,
             "account_id": account_id,
