@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import AsyncIterator
+from typing import Any, Literal
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.driver import DriverStatement
 from app.db.engine import create_engine
@@ -34,9 +37,34 @@ async def test_callers_past_the_pool_and_its_overflow_wait_for_a_connection(envi
         await engine.dispose()
 
 
-async def backend_pid(held: HeldConnection) -> int:
+Through = Literal["sqlalchemy", "driver"]  # how a statement is sent: both must keep these promises
+THROUGH: list[Through] = ["sqlalchemy", "driver"]
+
+
+@pytest.fixture
+async def engine(environment: Environment) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(environment.settings())
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+async def held(engine: AsyncEngine) -> AsyncIterator[HeldConnection]:
+    held = HeldConnection(engine)
+    yield held
+    await held.close()
+
+
+async def run(held: HeldConnection, sql: str, through: Through = "sqlalchemy") -> Any:
+    """The statement's first value."""
     async with held.use() as conn:
-        return int(await conn.scalar(text("SELECT pg_backend_pid()")))
+        if through == "sqlalchemy":
+            return await conn.scalar(text(sql))
+        return (await DriverStatement(text(sql)).rows(conn, {}))[0][0]
+
+
+async def backend_pid(held: HeldConnection, through: Through = "sqlalchemy") -> int:
+    return int(await run(held, "SELECT pg_backend_pid()", through))
 
 
 async def test_a_held_connection_is_kept_between_statements_and_holds_one_pool_slot(environment: Environment) -> None:
@@ -45,7 +73,7 @@ async def test_a_held_connection_is_kept_between_statements_and_holds_one_pool_s
     held = HeldConnection(engine)
     try:
         first = await backend_pid(held)
-        assert await backend_pid(held) == first  # no checkout per statement
+        assert await backend_pid(held, "driver") == first  # no checkout per statement
         assert engine.pool.checkedout() == 1  # type: ignore[attr-defined]
         await held.close()
         assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
@@ -53,109 +81,47 @@ async def test_a_held_connection_is_kept_between_statements_and_holds_one_pool_s
         await engine.dispose()
 
 
+@pytest.mark.parametrize("through", THROUGH)
 async def test_a_held_connection_whose_backend_died_is_replaced_after_its_failed_statement(
-    environment: Environment,
+    engine: AsyncEngine, held: HeldConnection, through: Through
 ) -> None:
-    engine = create_engine(environment.settings())
-    held = HeldConnection(engine)
-    try:
-        dead = await backend_pid(held)
-        async with engine.connect() as admin:
-            await admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": dead})
-        with pytest.raises(DBAPIError):
-            await backend_pid(held)
-        assert await backend_pid(held) != dead
-    finally:
-        await held.close()
-        await engine.dispose()
+    dead = await backend_pid(held)
+    async with engine.connect() as admin:
+        await admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": dead})
+    with pytest.raises(DBAPIError):  # what the API answers 503 for, and the event writer retries
+        await backend_pid(held, through)
+    assert await backend_pid(held, through) != dead
 
 
-async def test_a_statement_interrupted_midway_leaves_no_half_used_connection_behind(environment: Environment) -> None:
-    engine = create_engine(environment.settings())
-    held = HeldConnection(engine)
-    try:
-        interrupted = await backend_pid(held)
-
-        async def slow() -> None:
-            async with held.use() as conn:
-                await conn.execute(text("SELECT pg_sleep(5)"))
-
-        task = asyncio.create_task(slow())
-        await asyncio.sleep(0.3)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        async with asyncio.timeout(3):  # not stuck behind the interrupted statement
-            assert await backend_pid(held) != interrupted
-    finally:
-        await held.close()
-        await engine.dispose()
-
-
-PID = DriverStatement(text("SELECT pg_backend_pid()"))
-
-
-async def driver_pid(held: HeldConnection) -> int:
-    async with held.use() as conn:
-        return int((await PID.rows(conn, {}))[0][0])
-
-
-async def test_a_driver_statement_inside_a_transaction_block_is_part_of_it(environment: Environment) -> None:
-    engine = create_engine(environment.settings())
-    note = DriverStatement(text("INSERT INTO accounts (id, name) VALUES (:id, :id)"))
-    account = f"acct_rolled_back_{secrets.token_hex(4)}"
-    try:
-        with pytest.raises(RuntimeError):
-            async with engine.begin() as conn:
-                await note.rows(conn, {"id": account})
-                raise RuntimeError("the block fails after the statement")
-        async with engine.connect() as conn:
-            assert await conn.scalar(text("SELECT count(*) FROM accounts WHERE id = :id"), {"id": account}) == 0
-    finally:
-        await engine.dispose()
+@pytest.mark.parametrize("through", THROUGH)
+async def test_a_statement_interrupted_midway_leaves_no_half_used_connection_behind(
+    held: HeldConnection, through: Through
+) -> None:
+    interrupted = await backend_pid(held)
+    task = asyncio.create_task(run(held, "SELECT pg_sleep(5)", through))
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with asyncio.timeout(3):  # not stuck behind the interrupted statement
+        assert await backend_pid(held, through) != interrupted
 
 
 async def test_a_failed_driver_statement_raises_sqlalchemys_error_and_keeps_its_connection(
-    environment: Environment,
+    held: HeldConnection,
 ) -> None:
-    engine = create_engine(environment.settings())
-    held = HeldConnection(engine)
-    failing = DriverStatement(text("SELECT 1 / 0"))
-    try:
-        before = await driver_pid(held)
-        with pytest.raises(DBAPIError):
-            async with held.use() as conn:
-                await failing.rows(conn, {})
-        assert await driver_pid(held) == before
-    finally:
-        await held.close()
-        await engine.dispose()
+    before = await backend_pid(held)
+    with pytest.raises(DBAPIError):
+        await run(held, "SELECT 1 / 0", "driver")
+    assert await backend_pid(held) == before
 
 
-async def test_a_driver_connection_that_died_or_was_interrupted_is_replaced(environment: Environment) -> None:
-    engine = create_engine(environment.settings())
-    held = HeldConnection(engine)
-    sleep = DriverStatement(text("SELECT pg_sleep(5)"))
-    try:
-        dead = await driver_pid(held)
-        async with engine.connect() as admin:
-            await admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": dead})
-        with pytest.raises(OperationalError):  # what the API answers 503 for, and the writer retries
-            await driver_pid(held)
-        interrupted = await driver_pid(held)
-        assert interrupted != dead
-
-        async def slow() -> None:
-            async with held.use() as conn:
-                await sleep.rows(conn, {})
-
-        task = asyncio.create_task(slow())
-        await asyncio.sleep(0.3)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        async with asyncio.timeout(3):
-            assert await driver_pid(held) != interrupted
-    finally:
-        await held.close()
-        await engine.dispose()
+async def test_a_driver_statement_inside_a_transaction_block_is_part_of_it(engine: AsyncEngine) -> None:
+    note = DriverStatement(text("INSERT INTO accounts (id, name) VALUES (:id, :id)"))
+    account = f"acct_rolled_back_{secrets.token_hex(4)}"
+    with pytest.raises(RuntimeError):
+        async with engine.begin() as conn:
+            await note.rows(conn, {"id": account})
+            raise RuntimeError("the block fails after the statement")
+    async with engine.connect() as conn:
+        assert await conn.scalar(text("SELECT count(*) FROM accounts WHERE id = :id"), {"id": account}) == 0
