@@ -15,6 +15,9 @@
   function runs inside the task that took it. Jobs start side by side, never one after another.
 - Jobs that start or end while a take or a removal is in flight are taken or removed together,
   by one script call (app/batching.py).
+- arq's poll lists every job in the queue up to now, running ones included (they stay in it
+  until they end): with hundreds running, that list was most of what a poll cost. A taken job's
+  score moves to when its in-progress mark expires, so polls list only the jobs waiting.
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ log = logging.getLogger(__name__)
 
 # Takes jobs as arq's start_jobs and run_job do together (not running elsewhere, due, then
 # marked in progress, its try counted); returns {job id, job or false if expired, try number}
-# for each job taken. KEYS[1]: the queue; ARGV: now (ms), the in-progress timeout (ms), arq's key
-# prefixes for in-progress, job and retry keys, then the job ids.
+# for each job taken. A taken job's score moves to when its in-progress mark expires: polls
+# (max score: now) stop listing it while it runs, and see it again exactly when arq would take it
+# again had its worker vanished. KEYS[1]: the queue; ARGV: now (ms), the in-progress timeout (ms),
+# arq's key prefixes for in-progress, job and retry keys, then the job ids.
 _TAKE = """
 local taken = {}
 for i = 6, #ARGV do
@@ -46,6 +51,7 @@ for i = 6, #ARGV do
     local score = redis.call('ZSCORE', KEYS[1], id)
     if redis.call('EXISTS', in_progress) == 0 and score and tonumber(score) <= tonumber(ARGV[1]) then
         redis.call('PSETEX', in_progress, ARGV[2], '1')
+        redis.call('ZADD', KEYS[1], 'XX', tonumber(ARGV[1]) + tonumber(ARGV[2]), id)
         local tries = redis.call('INCR', retry)
         redis.call('EXPIRE', retry, 88400)
         table.insert(taken, {id, redis.call('GET', ARGV[4] .. id), tries})
@@ -124,7 +130,7 @@ class QueueWorker(Worker):
             if ended:
                 await asyncio.shield(self._remove(job_id))
             else:  # cancelled by a shutdown: the job stays queued for the next worker, as in arq
-                await asyncio.shield(self.pool.delete(in_progress_key_prefix + job_id))
+                await asyncio.shield(self._release(job_id))
         except Exception:
             # Left in the queue, it is delivered again and finds its response ended: a no-op.
             log.warning("could not remove job %s from the queue", job_id, exc_info=True)
@@ -151,6 +157,13 @@ class QueueWorker(Worker):
             return True
         self.jobs_complete += 1
         return True
+
+    async def _release(self, job_id: str) -> None:
+        """Due again at once, for any worker's next poll."""
+        async with self.pool.pipeline(transaction=True) as pipe:
+            pipe.delete(in_progress_key_prefix + job_id)
+            pipe.zadd(self.queue_name, {job_id: timestamp_ms()}, xx=True)
+            await pipe.execute()
 
     async def _take_many(self, job_ids: list[str]) -> dict[str, tuple[bytes | None, int]]:
         prefixes = [in_progress_key_prefix, job_key_prefix, retry_key_prefix]

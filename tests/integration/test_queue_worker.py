@@ -13,6 +13,7 @@ import pytest
 from arq.connections import ArqRedis, RedisSettings
 from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
 from arq.jobs import deserialize_job_raw
+from arq.utils import timestamp_ms
 from arq.worker import func
 
 from app.queue import GenerateJob, enqueue_generate, enqueue_many, job_deserializer, job_serializer
@@ -166,6 +167,27 @@ async def test_a_job_cancelled_by_shutdown_stays_queued_for_another_worker(
     await job_ended(second, f"resp_moved_{RUN}")
     assert second.jobs_complete == 1
     assert await job_keys(state.redis, queue, f"resp_moved_{RUN}") == NOTHING_LEFT
+
+
+async def test_a_running_job_is_out_of_the_polls_sight_until_its_worker_would_count_as_gone(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    hung = Recorder()
+    hung.release.clear()  # its worker never finishes it, and never renews its in-progress mark
+    first = await start_worker(hung)
+    first.in_progress_timeout_s = 0.5
+    job_id = f"resp_vanished_{RUN}"
+    await enqueue_generate(state.redis, job_id, queue)
+    await eventually(lambda: hung.runs == [job_id])
+    assert await state.redis.zrangebyscore(queue, "-inf", timestamp_ms()) == []  # polls list only waiting jobs
+    first.allow_pick_jobs = False
+    taker = Recorder()
+    second = await start_worker(taker)
+    await asyncio.sleep(0.2)
+    assert taker.runs == []  # still counts as running elsewhere
+    await eventually(lambda: taker.runs == [job_id], timeout=3.0)  # its mark expired: as arq, run it again
+    await job_ended(second, job_id)
+    assert second.jobs_complete == 1
 
 
 @pytest.mark.parametrize(
