@@ -51,7 +51,7 @@ async def _claim_stored(deps: WorkerDeps, response_id: str) -> Generation | None
     if claim is None:
         log.info("response %s: already claimed or ended; nothing to do", response_id)
         return None
-    record = responses_db.record_from_row(claim.row, [])
+    record = claim.record
     return Generation(record, deps.catalog.by_name.get(record.model), claim.context)
 
 

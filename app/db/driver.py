@@ -6,7 +6,8 @@ statements that run hundreds of times a second (an event commit, authentication,
 insert) are compiled once to the driver's SQL and sent on the pooled connection's own driver
 connection. Only in autocommit, though: SQLAlchemy opens the driver's transaction lazily, at its
 own first statement, so on a connection inside a transaction block they go through SQLAlchemy
-like any other statement. Either way rows unpack as tuples.
+like any other statement. Either way rows unpack as tuples (or come as mappings), and JSON
+columns must be selected as text: SQLAlchemy decodes JSON, the driver connection does not.
 
 Errors come out as SQLAlchemy's, as from any other statement; a driver connection that broke, or
 whose statement was interrupted, is invalidated so that its pool (or its holder) replaces it.
@@ -35,16 +36,23 @@ class DriverStatement:
         self._names = list(compiled.positiontup or [])
 
     async def rows(self, conn: AsyncConnection, params: Mapping[str, Any]) -> Rows:
-        if conn.sync_connection is None or conn.sync_connection.get_execution_options().get("isolation_level") != (
-            "AUTOCOMMIT"
-        ):
+        if not _in_autocommit(conn):
             result = await conn.execute(self.statement, params)
             return result.all() if result.returns_rows else []
+        return await self._fetch(conn, params)
+
+    async def mappings(self, conn: AsyncConnection, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The rows as column name → value."""
+        if not _in_autocommit(conn):
+            return [dict(row) for row in (await conn.execute(self.statement, params)).mappings()]
+        return [dict(record.items()) for record in await self._fetch(conn, params)]
+
+    async def _fetch(self, conn: AsyncConnection, params: Mapping[str, Any]) -> list[asyncpg.Record]:
         driver: asyncpg.Connection = (await conn.get_raw_connection()).driver_connection
         args = [params[name] for name in self._names]
         try:
-            rows: Rows = await driver.fetch(self._sql, *args)
-            return rows
+            records: list[asyncpg.Record] = await driver.fetch(self._sql, *args)
+            return records
         except asyncpg.PostgresError as exc:  # the statement failed
             if not driver.is_closed():
                 raise DBAPIError(self._sql, args, exc) from exc
@@ -55,3 +63,8 @@ class DriverStatement:
             if isinstance(exc, Exception):
                 raise OperationalError(self._sql, args, exc, connection_invalidated=True) from exc
             raise
+
+
+def _in_autocommit(conn: AsyncConnection) -> bool:
+    sync = conn.sync_connection
+    return sync is not None and sync.get_execution_options().get("isolation_level") == "AUTOCOMMIT"

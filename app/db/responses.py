@@ -7,11 +7,12 @@ Every function takes the caller's connection and never commits: the caller owns 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
 from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -62,25 +63,44 @@ def _epoch(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
-def record_from_row(row: DbRow, output: list[dict[str, Any]]) -> ResponseRecord:
+_JSON_COLUMNS = ("settings", "metadata", "usage", "error", "incomplete_details")
+_RECORD_COLUMNS = (
+    "id",
+    "model",
+    "status",
+    "created_at",
+    "instructions",
+    "previous_response_id",
+    "store",
+    "background",
+    "stream",
+    "completed_at",
+    "events_purged_at",
+    *_JSON_COLUMNS,
+)
+
+
+def record_from_row(row: DbRow | Mapping[str, Any], output: list[dict[str, Any]]) -> ResponseRecord:
+    """From a `responses` row, or a mapping of (at least) its _RECORD_COLUMNS."""
+    columns = row if isinstance(row, Mapping) else row._mapping
     return ResponseRecord(
-        id=row.id,
-        model=row.model,
-        status=row.status,
-        created_at=row.created_at.timestamp(),
-        instructions=row.instructions,
-        previous_response_id=row.previous_response_id,
-        settings=row.settings,
-        metadata=row.metadata,
-        store=row.store,
-        background=row.background,
-        stream=row.stream,
-        completed_at=_epoch(row.completed_at),
-        error=row.error,
-        incomplete_details=row.incomplete_details,
-        usage=row.usage,
+        id=columns["id"],
+        model=columns["model"],
+        status=columns["status"],
+        created_at=columns["created_at"].timestamp(),
+        instructions=columns["instructions"],
+        previous_response_id=columns["previous_response_id"],
+        settings=columns["settings"],
+        metadata=columns["metadata"],
+        store=columns["store"],
+        background=columns["background"],
+        stream=columns["stream"],
+        completed_at=_epoch(columns["completed_at"]),
+        error=columns["error"],
+        incomplete_details=columns["incomplete_details"],
+        usage=columns["usage"],
         output=output,
-        events_purged=row.events_purged_at is not None,
+        events_purged=columns["events_purged_at"] is not None,
     )
 
 
@@ -104,25 +124,30 @@ _INSERT_WITH_INPUT = DriverStatement(
 )
 # The claims and the contexts the model will see, in one statement for any number of responses
 # (the context of a queued response never changes, so reading it beside the UPDATE is safe).
-_CLAIM = text(
-    items_db.CONTEXT_CTE
-    + """, claimed AS (
+# JSON comes back as text, decoded here: the statement goes through the driver (app/db/driver.py).
+_CLAIM = DriverStatement(
+    text(
+        items_db.CONTEXT_CTE
+        + """, claimed AS (
         UPDATE responses SET status = 'in_progress', started_at = now(), worker_id = :worker_id,
                              lease_expires_at = now() + make_interval(secs => :lease_seconds)
         WHERE id = ANY(CAST(:response_ids AS text[])) AND status = 'queued'
         RETURNING *
     )
-    SELECT claimed.*, ("""
-    + items_db.context_as_json("claimed.id")
-    + """) AS context
+    SELECT """
+        + ", ".join(f"claimed.{c}::text AS {c}" if c in _JSON_COLUMNS else f"claimed.{c}" for c in _RECORD_COLUMNS)
+        + ", ("
+        + items_db.context_as_json("claimed.id")
+        + """)::text AS context
     FROM claimed
 """
+    )
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    row: DbRow
+    record: ResponseRecord
     context: list[dict[str, Any]]  # the chain's inputs and outputs, then the response's own input
 
 
@@ -214,7 +239,11 @@ async def claim_many(
         "lease_seconds": lease_seconds,
         "exclude_own_output": True,
     }
-    return {row.id: Claim(row, row.context) for row in await conn.execute(_CLAIM, parameters)}
+    claims = {}
+    for row in await _CLAIM.mappings(conn, parameters):
+        row.update((c, orjson.loads(row[c])) for c in _JSON_COLUMNS if row[c] is not None)
+        claims[row["id"]] = Claim(record_from_row(row, []), orjson.loads(row["context"]))
+    return claims
 
 
 async def request_stop(conn: AsyncConnection, response_id: str) -> None:

@@ -95,11 +95,15 @@ async def test_a_held_connection_whose_backend_died_is_replaced_after_its_failed
 
 @pytest.mark.parametrize("through", THROUGH)
 async def test_a_statement_interrupted_midway_leaves_no_half_used_connection_behind(
-    held: HeldConnection, through: Through
+    engine: AsyncEngine, held: HeldConnection, through: Through
 ) -> None:
     interrupted = await backend_pid(held)
     task = asyncio.create_task(run(held, "SELECT pg_sleep(5)", through))
-    await asyncio.sleep(0.3)
+    async with engine.connect() as admin, asyncio.timeout(5):  # until Postgres is running it
+        await admin.execution_options(isolation_level="AUTOCOMMIT")  # each check a fresh look
+        running = text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid AND query LIKE '%pg_sleep%'")
+        while not await admin.scalar(running, {"pid": interrupted}):
+            await asyncio.sleep(0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -282,7 +282,7 @@ async def test_one_statement_claims_many_each_with_its_own_context(state: AppSta
     ]
     assert claims[chained].context[1]["id"] == f"msg_{first}"
     assert [text_of(item) for item in claims[alone].context] == ["alone"]
-    assert claims[alone].row.status == claims[chained].row.status == "in_progress"
+    assert claims[alone].record.status == claims[chained].record.status == "in_progress"
 
 
 async def test_requests_authenticated_together_each_get_their_own_account(state: AppState) -> None:

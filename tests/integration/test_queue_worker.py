@@ -175,7 +175,7 @@ async def test_a_running_job_is_out_of_the_polls_sight_until_its_worker_would_co
     hung = Recorder()
     hung.release.clear()  # its worker never finishes it, and never renews its in-progress mark
     first = await start_worker(hung)
-    first.in_progress_timeout_s = 0.5
+    first.in_progress_timeout_s = 2.0
     job_id = f"resp_vanished_{RUN}"
     await enqueue_generate(state.redis, job_id, queue)
     await eventually(lambda: hung.runs == [job_id])
@@ -183,9 +183,9 @@ async def test_a_running_job_is_out_of_the_polls_sight_until_its_worker_would_co
     first.allow_pick_jobs = False
     taker = Recorder()
     second = await start_worker(taker)
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.1)  # it has polled several times
     assert taker.runs == []  # still counts as running elsewhere
-    await eventually(lambda: taker.runs == [job_id], timeout=3.0)  # its mark expired: as arq, run it again
+    await eventually(lambda: taker.runs == [job_id], timeout=5.0)  # its mark expired: as arq, run it again
     await job_ended(second, job_id)
     assert second.jobs_complete == 1
 
