@@ -3,11 +3,12 @@
 SQLAlchemy's execute costs about 200 µs of client CPU per statement on the development machine
 (cache keys, result metadata, the greenlet hop): more than the round trip it wraps. The few
 statements that run hundreds of times a second (an event commit, authentication, a response's
-insert) are compiled once to the driver's SQL and sent on the pooled connection's own driver
-connection. Only in autocommit, though: SQLAlchemy opens the driver's transaction lazily, at its
-own first statement, so on a connection inside a transaction block they go through SQLAlchemy
-like any other statement. Either way rows unpack as tuples (or come as mappings), and JSON
-columns must be selected as text: SQLAlchemy decodes JSON, the driver connection does not.
+insert, a job's claim) are compiled once to the driver's SQL and sent on the pooled connection's
+own driver connection. Only in autocommit, though: SQLAlchemy opens the driver's transaction
+lazily, at its own first statement, so on a connection inside a transaction block they go
+through SQLAlchemy like any other statement. Either way rows unpack as tuples (or come as
+mappings), and JSON columns must be selected as text: SQLAlchemy decodes JSON, the driver
+connection does not.
 
 Errors come out as SQLAlchemy's, as from any other statement; a driver connection that broke, or
 whose statement was interrupted, is invalidated so that its pool (or its holder) replaces it.
