@@ -2,9 +2,10 @@
 
 The event writer and the batched statements (authentication, claims) run one statement at a
 time, hundreds of times a second. Checking a connection out of the pool and back in for each
-cost more CPU than the statement's own client side; these callers keep theirs. SQLAlchemy
-invalidates a connection whose statement found it broken or was interrupted; the next use then
-takes a fresh one from the pool.
+cost more CPU than the statement's own client side; these callers keep theirs. A connection
+whose statement found it broken or was interrupted is invalidated (by SQLAlchemy, or by
+app/db/driver.py for the statements sent through the driver); the next use then takes a fresh
+one from the pool.
 """
 
 from __future__ import annotations

@@ -239,7 +239,7 @@ async def claim_many(
         "lease_seconds": lease_seconds,
         "exclude_own_output": True,
     }
-    claims = {}
+    claims: dict[str, Claim] = {}
     for row in await _CLAIM.mappings(conn, parameters):
         row.update((c, orjson.loads(row[c])) for c in _JSON_COLUMNS if row[c] is not None)
         claims[row["id"]] = Claim(record_from_row(row, []), orjson.loads(row["context"]))
