@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -15,6 +15,19 @@ class Settings(BaseSettings):
 
     database_url: str = Field("postgresql+asyncpg://postgres@127.0.0.1:5432/responses", alias="DATABASE_URL")
     redis_url: str = Field("redis://127.0.0.1:6379/0", alias="REDIS_URL")
+
+    @field_validator("database_url")
+    @classmethod
+    def _for_asyncpg(cls, url: str) -> str:
+        """The hot statements talk to asyncpg itself (app/db/driver.py): a plain postgresql://
+        URL means asyncpg's, and any other driver is refused here rather than deep in a request."""
+        scheme, separator, rest = url.partition("://")
+        if separator and scheme in ("postgresql", "postgres"):
+            return f"postgresql+asyncpg://{rest}"
+        if scheme != "postgresql+asyncpg":
+            raise ValueError("must be a PostgreSQL URL for asyncpg: postgresql+asyncpg://… (or postgresql://…)")
+        return url
+
     models_path: Path = Field(Path("models.toml"), alias="RESPONSES_MODELS")
     queue_name: str = Field("responses:queue", alias="RESPONSES_QUEUE")
     # Connections each process keeps open, and how many more it may open for a burst (those are
