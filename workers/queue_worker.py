@@ -1,9 +1,12 @@
 """arq's Worker, adapted to hundreds of long jobs and to token latency.
 
-- arq keeps a job in the queue's sorted set until it finishes, and every poll re-checks every
-  listed job with three Redis round trips: with hundreds of running generations that was most
-  of a worker's CPU. Jobs this worker runs are skipped outright; jobs found running elsewhere
-  are skipped for a second.
+- arq keeps a job in the queue's sorted set until it finishes, and every poll lists every job
+  due and re-checks each with three Redis round trips: with hundreds of running generations
+  that was most of a worker's CPU. Here a taken job's score moves to when its in-progress mark
+  expires, so polls list only the jobs waiting, and list a job again exactly when arq would take
+  it again had its worker vanished. Jobs this worker is starting are skipped outright; a listed
+  job found running elsewhere (taken by a worker that does not move scores, as during a rolling
+  upgrade) is skipped for a second.
 - arq only learns of a new job when it polls (on average half a poll interval late). The API
   publishes each new job's id, and the worker starts that job the moment it hears it (once its
   startup, which may wait for a model server, is done); polling stays as the safety net.
@@ -15,9 +18,6 @@
   function runs inside the task that took it. Jobs start side by side, never one after another.
 - Jobs that start or end while a take or a removal is in flight are taken or removed together,
   by one script call (app/batching.py).
-- arq's poll lists every job in the queue up to now, running ones included (they stay in it
-  until they end): with hundreds running, that list was most of what a poll cost. A taken job's
-  score moves to when its in-progress mark expires, so polls list only the jobs waiting.
 """
 
 from __future__ import annotations

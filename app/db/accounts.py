@@ -75,7 +75,8 @@ async def revoke_key(conn: AsyncConnection, key_id_or_prefix: str) -> int:
 
 async def account_for_key(conn: AsyncConnection, key: str) -> str | None:
     """The account id of a live key, or None."""
-    return (await accounts_for_hashes(conn, [hash_key(key)])).get(hash_key(key))
+    key_hash = hash_key(key)
+    return (await accounts_for_hashes(conn, [key_hash])).get(key_hash)
 
 
 async def accounts_for_hashes(conn: AsyncConnection, key_hashes: Sequence[str]) -> dict[str, str]:

@@ -62,6 +62,12 @@ class Server:
         self.requests.append(request)
         return request
 
+    async def answer_ok(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Reads a request and answers "ok", keeping the connection open."""
+        await self.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+
 
 @asynccontextmanager
 async def serving(answer: Answering) -> AsyncIterator[tuple[Server, str]]:
@@ -191,9 +197,7 @@ async def test_a_kept_connection_the_server_closed_is_replaced_without_failing_t
     async def answer_once_then_drop(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         # No "Connection: close": the client keeps it, and the server closes it on the next
         # request without answering, as when its keep-alive runs out just as the client reuses it.
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-        await writer.drain()
+        await server.answer_ok(reader, writer)
         await reader.readuntil(b"\r\n\r\n")
 
     http = HttpClient()
@@ -388,9 +392,7 @@ async def test_a_failing_consumer_or_a_broken_stream_fails_the_delivery() -> Non
 @on_both_loops
 async def test_a_request_cancelled_before_its_answer_on_a_kept_connection_closes_it() -> None:
     async def slow_second(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-        await writer.drain()
+        await server.answer_ok(reader, writer)
         await server.read_request(reader)  # the second request, on the kept connection: no answer yet
         await reader.read()  # until the client closes it
         server.disconnected.set()

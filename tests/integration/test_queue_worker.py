@@ -77,6 +77,13 @@ async def start_worker(environment: Environment, queue: str) -> AsyncIterator[St
         await worker.pool.aclose()
 
 
+async def start_listening_only(start_worker: StartWorker, recorder: Recorder) -> QueueWorker:
+    """A worker that polls once at start, then only hears wake-ups."""
+    worker = await start_worker(recorder, poll_delay=3600)
+    await asyncio.sleep(0.1)  # its one poll is done
+    return worker
+
+
 async def job_ended(worker: QueueWorker, job_id: str) -> None:
     """Waits until the task that ran this job (already seen running) has also cleaned up after it."""
     await eventually(lambda: job_id not in worker.tasks or worker.tasks[job_id].done())
@@ -98,8 +105,7 @@ async def test_a_woken_worker_starts_the_job_without_polling(
     state: AppState, queue: str, start_worker: StartWorker
 ) -> None:
     recorder = Recorder()
-    worker = await start_worker(recorder, poll_delay=3600)  # it polls once at start, then only hears wake-ups
-    await asyncio.sleep(0.1)
+    worker = await start_listening_only(start_worker, recorder)
     await enqueue_generate(state.redis, f"resp_woken_{RUN}", queue)
     await eventually(lambda: recorder.runs == [f"resp_woken_{RUN}"], timeout=2.0)
     await job_ended(worker, f"resp_woken_{RUN}")
@@ -255,8 +261,7 @@ async def test_jobs_enqueued_together_are_stored_as_arq_stores_them_and_started_
     state: AppState, queue: str, start_worker: StartWorker
 ) -> None:
     recorder = Recorder()
-    worker = await start_worker(recorder, poll_delay=3600)  # it polls once at start, then only hears wake-ups
-    await asyncio.sleep(0.1)
+    worker = await start_listening_only(start_worker, recorder)
     other_queue = f"{queue}:other"
     jobs = [GenerateJob.of(f"resp_together_{RUN}_{n}", queue) for n in range(3)]
     ephemeral = GenerateJob.of(f"resp_together_{RUN}_e", other_queue, {"record": {"id": "x"}, "input": []})
