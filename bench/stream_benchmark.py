@@ -3,7 +3,9 @@
 For each concurrency level it streams N responses of M tokens (a) through the whole system
 (API → Postgres → arq → worker → runtime → durable event log → Redis → SSE) and (b) straight from
 the fake Chat Completions runtime, in the same run, and reports TTFT p50/p99, tokens/s and
-their ratios, plus the durable events/s the event writer committed.
+their ratios, plus the durable events/s the event writer committed. The fake's tokens are due on
+a clock from each answer's start, as a GPU's steps are, so the machine's CPU contention does not
+slow its generation itself; `--runtime-drift` makes it sleep between tokens instead.
 
     python bench/stream_benchmark.py                       # 1, 32 and 256 streams
     python bench/stream_benchmark.py --levels 32 --tokens 128 --token-delay 0.01
@@ -144,6 +146,12 @@ async def main() -> None:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 32, 256])
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--token-delay", type=float, default=0.02, help="seconds between tokens, as a GPU paces")
+    parser.add_argument(
+        "--runtime-drift",
+        action="store_true",
+        help="the fake runtime sleeps between tokens, so that its lateness on a busy machine adds up"
+        " (by default its tokens are due on a clock, as a GPU's steps are)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="answers each stream slot streams, back to back")
     parser.add_argument("--burst", action="store_true", help="start every stream at once instead of staggered")
     parser.add_argument("--workers", type=int, default=1, help="worker processes")
@@ -151,7 +159,8 @@ async def main() -> None:
     args = parser.parse_args()
 
     async with running_stack(max_output_tokens=args.tokens * 2, worker_processes=args.workers) as stack:
-        script = "#fake " + json.dumps({"text": " ".join(["tok"] * args.tokens), "delay": args.token_delay})
+        pace = {"delay": args.token_delay, "drift": args.runtime_drift}
+        script = "#fake " + json.dumps({"text": " ".join(["tok"] * args.tokens), **pace})
         direct: tuple[str, dict[str, object], dict[str, str], bytes] = (
             f"{stack.runtime_url}/v1/chat/completions",
             {"model": "fake", "stream": True, "messages": [{"role": "user", "content": script}]},

@@ -4,7 +4,10 @@ By default it answers "Echo: <last user message>", one word per chunk. A user me
 first line is `#fake {json}` scripts it instead:
 
     text / chunks      the answer, as words or as explicit chunks
-    delay, first_delay seconds between chunks / before the first one
+    delay, first_delay seconds between chunks / before the first one; chunk n is due `n · delay`
+                       after the first, on a clock of its own, as a GPU's steps come: a loop busy
+                       elsewhere sends a chunk late, not every later one
+    drift              sleep `delay` after each chunk instead, so that lateness adds up
     finish_reason      what the last chunk says (default "stop"; "length" when max_tokens cuts)
     status             answer this HTTP status with an error body instead of streaming
     fail_times         ... only for the first this many requests with the same script
@@ -133,6 +136,7 @@ async def _stream(
         await asyncio.sleep(script.get("first_delay", 0))
         for word in _words(script.get("reasoning", "")):
             yield _chunk(model, {"reasoning_content": word})
+        delay, clock = script.get("delay", 0), time.perf_counter()
         for index, text in enumerate(chunks):
             if index == script.get("error_after"):
                 yield f"data: {json.dumps({'error': {'message': 'scripted mid-stream failure'}})}\n\n"
@@ -140,7 +144,8 @@ async def _stream(
             if index == script.get("break_after"):
                 raise ConnectionResetError("scripted break")
             if index:
-                await asyncio.sleep(script.get("delay", 0))
+                due = delay if script.get("drift") else clock + index * delay - time.perf_counter()
+                await asyncio.sleep(max(0.0, due))
             yield _chunk(model, {"content": text})
         for index, call in enumerate(script.get("tool_calls", [])):
             for delta in _call_deltas(index, call):
