@@ -1,4 +1,8 @@
-"""Reading requests: the JSON body (size and type checked) and typed query parameters."""
+"""Reading requests: the JSON body (size and type checked), typed query parameters and path ids.
+
+Postgres text cannot hold the NUL character, so no stored value contains one: a body string
+with it is refused naming where it is, and an id with it names nothing (404, as unknown ids).
+"""
 
 from __future__ import annotations
 
@@ -32,7 +36,38 @@ async def json_body(request: Request, max_bytes: int) -> dict[str, Any]:
         ) from None
     if not isinstance(body, dict):
         raise errors.InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    # JSON can carry NUL only escaped: one scan of the bytes spares the walk for every other body.
+    if b"\\u0000" in raw and (where := _nul_at(body, "")) is not None:
+        raise errors.InvalidRequest(
+            f"Invalid '{where}': text cannot contain the NUL character (\\u0000).", param=where, code="invalid_value"
+        )
     return body
+
+
+def _nul_at(value: Any, path: str) -> str | None:
+    """The path of the first string (or key) holding a NUL character, in the API's notation:
+    `input[0].content[0].text`, `metadata.topic`."""
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, dict):
+        children = [(f"{path}.{key}" if path else key, key, child) for key, child in value.items()]
+    elif isinstance(value, list):
+        children = [(f"{path}[{index}]", "", child) for index, child in enumerate(value)]
+    else:
+        return None
+    for child_path, key, child in children:
+        if "\x00" in key:
+            return child_path
+        if (found := _nul_at(child, child_path)) is not None:
+            return found
+    return None
+
+
+def response_id_in_path(request: Request) -> str:
+    response_id: str = request.path_params["response_id"]
+    if "\x00" in response_id:
+        raise errors.response_not_found(response_id)
+    return response_id
 
 
 def _too_large(max_bytes: int) -> errors.PayloadTooLarge:

@@ -194,7 +194,8 @@ async def input_items(
         if await responses_db.get_row(conn, response_id, account_id) is None:
             raise errors.response_not_found(response_id)
         for name, cursor in (("after", after), ("before", before)):
-            if cursor is not None and not await items_db.in_context(conn, response_id, cursor):
+            # (An id with a NUL character is in no context: Postgres text cannot hold one.)
+            if cursor is not None and ("\x00" in cursor or not await items_db.in_context(conn, response_id, cursor)):
                 raise errors.InvalidRequest(
                     f"Invalid '{name}': no input item with id '{cursor}' in response '{response_id}'.",
                     param=name,

@@ -10,7 +10,7 @@ from starlette.routing import Route
 
 from app import service
 from app.auth import authenticate
-from app.http import query_choice, query_int
+from app.http import query_choice, query_int, response_id_in_path
 from app.state import AppState
 
 
@@ -22,7 +22,7 @@ async def list_input_items(request: Request) -> JSONResponse:
     page = await service.input_items(
         state,
         account_id,
-        request.path_params["response_id"],
+        response_id_in_path(request),
         order=order,
         limit=limit,
         after=request.query_params.get("after") or None,

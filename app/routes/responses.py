@@ -12,7 +12,7 @@ from starlette.types import ASGIApp
 
 from app import errors, service
 from app.auth import authenticate
-from app.http import json_body, query_bool, query_int
+from app.http import json_body, query_bool, query_int, response_id_in_path
 from app.protocol.response_object import ACTIVE_STATUSES, render
 from app.state import AppState
 from app.streaming.final_response import FinalResponse
@@ -71,7 +71,7 @@ async def create(request: Request) -> Response | ASGIApp:
 async def retrieve(request: Request) -> Response | ASGIApp:
     state = _state(request)
     account_id = await authenticate(state, request)
-    response_id = request.path_params["response_id"]
+    response_id = response_id_in_path(request)
     record = await service.retrieve(state, account_id, response_id)
     if not query_bool(request, "stream"):
         return JSONResponse(render(record))
@@ -110,7 +110,7 @@ async def retrieve(request: Request) -> Response | ASGIApp:
 async def cancel(request: Request) -> Response:
     state = _state(request)
     account_id = await authenticate(state, request)
-    response_id = request.path_params["response_id"]
+    response_id = response_id_in_path(request)
     record = await service.retrieve(state, account_id, response_id)
     if not record.background:
         raise errors.InvalidRequest(
@@ -127,7 +127,7 @@ async def cancel(request: Request) -> Response:
 async def delete(request: Request) -> Response:
     state = _state(request)
     account_id = await authenticate(state, request)
-    response_id = request.path_params["response_id"]
+    response_id = response_id_in_path(request)
     await service.delete(state, account_id, response_id)
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 

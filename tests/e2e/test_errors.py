@@ -90,6 +90,29 @@ BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
         "previous_response_id",
         "previous_response_not_found",
     ),
+    # Postgres text cannot hold NUL: refused where it is, not a 503 that a client would retry.
+    ({"model": "fake", "input": "a\u0000b"}, 400, "input", "invalid_value"),
+    ({"model": "fake", "input": "x", "instructions": "\u0000"}, 400, "instructions", "invalid_value"),
+    ({"model": "fake", "input": "x", "metadata": {"topic": "a\u0000"}}, 400, "metadata.topic", "invalid_value"),
+    ({"model": "fake", "input": "x", "metadata": {"t\u0000": "a"}}, 400, "metadata.t\u0000", "invalid_value"),
+    (
+        {"model": "fake", "input": "x", "background": True, "metadata": {"topic": "a\u0000"}},
+        400,
+        "metadata.topic",
+        "invalid_value",
+    ),
+    (
+        {"model": "fake", "input": [{"role": "user", "content": [{"type": "input_text", "text": "\u0000"}]}]},
+        400,
+        "input[0].content[0].text",
+        "invalid_value",
+    ),
+    (
+        {"model": "fake", "input": "x", "previous_response_id": "resp_\u0000"},
+        400,
+        "previous_response_id",
+        "invalid_value",
+    ),
 ]
 
 
@@ -130,6 +153,39 @@ def test_bad_body_is_refused_naming_the_parameter_and_persists_nothing(
     assert answer.headers["x-request-id"].startswith("req_")
     assert stored_counts(environment) == before
     assert fake.requests() == []  # nothing reached the model
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/responses/resp_%00"),
+        ("GET", "/responses/resp_%00?stream=true"),
+        ("GET", "/responses/resp_%00/input_items"),
+        ("POST", "/responses/resp_%00/cancel"),
+        ("DELETE", "/responses/resp_%00"),
+    ],
+)
+def test_an_id_with_a_nul_character_is_unknown(method: str, path: str, server: Server, api_key: str) -> None:
+    answer = httpx.request(method, server.base_url + path, headers={"Authorization": f"Bearer {api_key}"})
+    assert answer.status_code == 404, answer.text
+    assert answer.json()["error"] == {
+        "message": "Response with id 'resp_\x00' not found.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
+
+
+def test_an_input_items_cursor_with_a_nul_character_is_in_no_context(
+    server: Server, api_key: str, client: openai.OpenAI
+) -> None:
+    response = client.responses.create(model="fake", input="hello")
+    answer = httpx.get(
+        f"{server.base_url}/responses/{response.id}/input_items?after=msg_%00",
+        headers={"Authorization": f"Bearer {api_key}"},
+    )
+    assert answer.status_code == 400, answer.text
+    assert (answer.json()["error"]["param"], answer.json()["error"]["code"]) == ("after", "invalid_value")
 
 
 def test_invalid_json_is_400(server: Server, api_key: str) -> None:
