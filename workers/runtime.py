@@ -147,6 +147,8 @@ def _parse_line(line: bytes) -> dict[str, Any] | str | None:
         chunk = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise RuntimeFailure(f"model runtime sent invalid JSON: {_excerpt(data)}") from exc
+    if b"\\u0000" in data:  # (JSON carries NUL only escaped)
+        chunk = _without_nul(chunk)
     if isinstance(chunk, dict) and chunk.get("error"):
         error = chunk["error"]
         message = error.get("message") if isinstance(error, dict) else str(error)
@@ -154,6 +156,18 @@ def _parse_line(line: bytes) -> dict[str, Any] | str | None:
     if not isinstance(chunk, dict):
         raise RuntimeFailure(f"model runtime sent a non-object chunk: {_excerpt(data)}")
     return chunk
+
+
+def _without_nul(value: Any) -> Any:
+    """Postgres text cannot hold NUL: a model's NUL becomes U+FFFD before any event is made of
+    it, so what streams and what is stored agree (and one odd token cannot stop a commit)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {key: _without_nul(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(item) for item in value]
+    return value
 
 
 def _excerpt(data: bytes) -> str:

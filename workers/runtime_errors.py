@@ -12,7 +12,7 @@ class RuntimeFailure(Exception):
     """The runtime refused, broke off or could not be reached; the message says which."""
 
     def __init__(self, message: str, retryable: bool = False, code: str = "server_error") -> None:
-        super().__init__(message)
+        super().__init__(message.replace("\x00", "\ufffd"))  # stored as the response's error: no NUL
         # Whether asking again may succeed: the server was unreachable, busy or broke off, as
         # opposed to refusing this request.
         self.retryable = retryable

@@ -159,6 +159,17 @@ def test_stream_helper_accumulates_the_final_response(client: openai.OpenAI, fak
     assert client.responses.retrieve(final.id).output_text == "Echo: helper"
 
 
+def test_a_nul_character_from_the_model_streams_and_is_stored_as_u_fffd(client: openai.OpenAI) -> None:
+    """Postgres text cannot hold NUL. Unreplaced, it failed every commit of its worker's event
+    writer (all responses streaming there stalled) until the response was given up on."""
+    script = "#fake " + json.dumps({"chunks": ["a", "\u0000", "b"]})
+    events = list(client.responses.create(model="fake", input=script, stream=True))
+    assert events[-1].type == "response.completed"
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == events[-1].response.output_text == "a\ufffdb"
+    assert client.responses.retrieve(events[-1].response.id).output_text == "a\ufffdb"
+
+
 def test_sse_wire_format(server: Server, api_key: str, fake: FakeRuntime) -> None:
     with httpx.stream(
         "POST",

@@ -18,6 +18,15 @@ from workers.runtime_errors import RuntimeFailure
         ('data: {"choices": [{"delta": {"content": "hé"}}]}'.encode(), {"choices": [{"delta": {"content": "hé"}}]}),
         (b"data:[DONE]", "done"),
         (b"data: [DONE] ", "done"),
+        # Postgres cannot store NUL: a model's becomes U+FFFD, in text, tool calls and ids alike.
+        (
+            b'data: {"choices": [{"delta": {"content": "a\\u0000b", "tool_calls": [{"id": "c\\u0000"}]}}]}',
+            {"choices": [{"delta": {"content": "a\ufffdb", "tool_calls": [{"id": "c\ufffd"}]}}]},
+        ),
+        (  # an escaped backslash before "u0000" is no NUL
+            b'data: {"choices": [{"delta": {"content": "a\\\\u0000b"}}]}',
+            {"choices": [{"delta": {"content": "a\\u0000b"}}]},
+        ),
         (b": keep-alive", None),
         (b"event: message", None),
         (b"", None),
@@ -35,6 +44,7 @@ def test_chunks_and_the_end_are_read(line: bytes, parsed: object) -> None:
         (b"data: [1, 2]", "non-object chunk: '[1, 2]'"),
         (b'data: {"error": {"message": "out of memory"}}', "model runtime error: out of memory"),
         (b'data: {"error": "overloaded"}', "model runtime error: overloaded"),
+        (b'data: {"error": "bad \\u0000 byte"}', "model runtime error: bad \ufffd byte"),
     ],
 )  # fmt: skip
 def test_what_a_broken_server_sends_fails_the_generation(line: bytes, message: str) -> None:

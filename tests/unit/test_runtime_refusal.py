@@ -27,3 +27,7 @@ def test_refusals_are_coded_and_only_transient_ones_retried(
     failure = refusal(status, detail)
     assert (failure.code, failure.retryable) == (code, retryable)
     assert str(status) in str(failure) and detail[:20] in str(failure)
+
+
+def test_a_refusal_with_a_nul_character_can_be_stored() -> None:
+    assert str(refusal(500, "bad \x00 byte")) == "model runtime answered 500: bad \ufffd byte"
