@@ -48,6 +48,7 @@ class WorkerDeps:
     def __post_init__(self) -> None:
         self.claims = Batched(self._claim_many, "claims")
         self.claim_connection = HeldConnection(self.engine)
+        self.writer.on_refused = self.stop_generation
 
     async def _claim_many(self, response_ids: list[str]) -> dict[str, responses_db.Claim]:
         async with self.claim_connection.use() as conn:  # one atomic statement

@@ -9,6 +9,10 @@ to gather more). During that pause, a response's first output and its end still 
 URGENT_SPACING, alone: that is what a client waits on (its first token, its answer's end).
 Nothing is published before its commit (design invariant 2).
 
+A commit that Postgres refuses for its data, not for its connection, is not retried: the batch's
+responses commit one by one, and one whose own events are refused stops streaming and is ended
+by its generation as failed (see `refused`), while the others go through.
+
 `store=false` foreground responses never touch Postgres: their events are numbered here and only
 published, to the one API process that follows them.
 """
@@ -93,6 +97,10 @@ class EventWriter:
         self._streaming: set[str] = set()  # responses whose first output was committed
         self._flusher: asyncio.Task[None] | None = None
         self._last_batch_size = 0
+        # Responses whose events Postgres refused: later ones are dropped, and their generation
+        # is stopped (`on_refused`) and ends them without output.
+        self._refused: set[str] = set()
+        self.on_refused: Callable[[str], None] = lambda response_id: None
         self.batches = 0  # counters for the benchmark and operators
         self.events_written = 0
 
@@ -111,6 +119,8 @@ class EventWriter:
         self._ephemeral_next[response_id] = 0
 
     def append(self, response_id: str, events: list[Event]) -> None:
+        if response_id in self._refused:
+            return
         pending = self._pending.setdefault(response_id, _Pending()).events
         for event in events:
             if not _coalesce(pending, event):
@@ -123,9 +133,15 @@ class EventWriter:
         self._urgent.add(response_id)
         self._urgent_waiting.set()
 
+    def refused(self, response_id: str) -> bool:
+        """Whether Postgres refused events of this response (it can still be finished)."""
+        return response_id in self._refused
+
     async def finish(self, response_id: str, events: list[Event], outcome: responses_db.Outcome) -> bool:
         """Appends the closing events and ends the response, atomically; False if it had already
-        ended (cancelled, deleted), in which case nothing of this is written."""
+        ended (cancelled, deleted), or if Postgres refused them, in which case nothing of this is
+        written."""
+        self._refused.discard(response_id)
         pending = self._pending.setdefault(response_id, _Pending())
         pending.events.extend(events)
         pending.outcome = outcome
@@ -200,13 +216,28 @@ class EventWriter:
         while True:
             try:
                 return await self._commit(batch)
-            except (OperationalError, DBAPIError, OSError):
+            except (OperationalError, DBAPIError, OSError) as exc:
+                if _refused_data(exc):  # the same again would be refused again
+                    return await self._commit_apart(batch) if len(batch) > 1 else self._refuse(batch, exc)
                 if waited >= COMMIT_RETRY_SECONDS:
                     raise
                 log.warning("event commit failed; retrying in %.2fs", delay, exc_info=True)
                 await asyncio.sleep(delay)
                 waited += delay
                 delay = min(delay * 2, 2.0)
+
+    async def _commit_apart(self, batch: dict[str, _Pending]) -> dict[str, list[WireEvent]]:
+        committed: dict[str, list[WireEvent]] = {}
+        for response_id, pending in batch.items():
+            committed |= await self._commit_with_retry({response_id: pending})
+        return committed
+
+    def _refuse(self, batch: dict[str, _Pending], exc: Exception) -> dict[str, list[WireEvent]]:
+        [response_id] = batch
+        log.error("response %s: Postgres refused its events; it is stopped", response_id, exc_info=exc)
+        self._refused.add(response_id)
+        self.on_refused(response_id)
+        return {}
 
     async def _commit(self, batch: dict[str, _Pending]) -> dict[str, list[WireEvent]]:
         events = {rid: p.events for rid, p in batch.items()}
@@ -218,3 +249,11 @@ class EventWriter:
         self.batches += 1
         self.events_written += sum(len(e) for e in committed.values())
         return committed
+
+
+def _refused_data(exc: Exception) -> bool:
+    """Postgres refused the statement for what it carried (SQLSTATE classes 22, data exception,
+    and 23, integrity constraint violation), on a connection still good: not worth retrying."""
+    if not isinstance(exc, DBAPIError) or exc.connection_invalidated:
+        return False
+    return str(getattr(exc.orig, "sqlstate", "")).startswith(("22", "23"))

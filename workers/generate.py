@@ -96,11 +96,23 @@ async def _run(deps: WorkerDeps, generation: Generation) -> None:
 async def _finish(
     deps: WorkerDeps, record: ResponseRecord, closing: list[Event], outcome: responses_db.Outcome
 ) -> None:
-    if not await deps.writer.finish(record.id, [*closing, terminal_event(outcome.applied_to(record))], outcome):
+    writer = deps.writer
+    ended = not writer.refused(record.id) and await writer.finish(
+        record.id, [*closing, terminal_event(outcome.applied_to(record))], outcome
+    )
+    if not ended and writer.refused(record.id):  # Postgres refused its events: it ends without them
+        outcome = _unstorable()
+        ended = await writer.finish(record.id, [terminal_event(outcome.applied_to(record))], outcome)
+    if not ended:
         log.info("response %s ended elsewhere first; its %s is discarded", record.id, outcome.status)
     if record.id in deps.ephemeral:
         deps.ephemeral.discard(record.id)
         await deps.redis.delete(ALIVE_PREFIX + record.id)
+
+
+def _unstorable() -> responses_db.Outcome:
+    error = {"code": "server_error", "message": "The response's output could not be stored."}
+    return responses_db.Outcome("failed", [], time.time(), error=error)
 
 
 def _interrupted(translator: StreamTranslator) -> responses_db.Outcome:

@@ -1,19 +1,23 @@
 """The event writer's pacing under load: while a busy batch gathers, a response's first output
 and its end are committed and published at once; the deltas of responses already streaming wait
-for the paced commit."""
+for the paced commit. And its failures: a lost connection, data Postgres refuses."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 
+import pytest
 from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.db import responses as responses_db
 from app.db.tables import response_events, responses
 from app.state import AppState
-from tests.integration.conftest import accept
+from tests.conftest import FakeRuntime
+from tests.integration.conftest import OpenWorker, accept, run_job
+from workers import runtime
 from workers.event_log import EventWriter
 
 PACE_SECONDS = 30.0  # far longer than the test: what is not urgent must not go out at all
@@ -104,3 +108,71 @@ async def test_the_writer_commits_through_a_fresh_connection_after_postgres_drop
     finally:
         await writer.close()
         await engine.dispose()
+
+
+def message_with(text: str) -> dict[str, object]:
+    content = [{"type": "output_text", "text": text, "annotations": []}]
+    return {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed", "content": content}
+
+
+async def in_progress(state: AppState, account_id: str, count: int) -> list[str]:
+    ids = [await accept(state, account_id, input="hi") for _ in range(count)]
+    async with state.engine.begin() as conn:
+        await conn.execute(update(responses).where(responses.c.id.in_(ids)).values(status="in_progress"))
+    return ids
+
+
+async def test_events_postgres_refuses_stop_their_own_response_at_once_and_no_other(
+    state: AppState, account_id: str
+) -> None:
+    """An ending Postgres cannot store (a NUL in an output item's JSON) shares a batch with another
+    response's events. It used to hold up every commit of the writer for a minute, then fail the
+    whole batch."""
+    good, bad = await in_progress(state, account_id, 2)
+    writer = EventWriter(state.engine, state.redis, f"responses:events:test-writer-{secrets.token_hex(3)}")
+    stopped: list[str] = []
+    writer.on_refused = stopped.append
+    unstorable = responses_db.Outcome("completed", [message_with("a\x00")], 0.0)
+    writer.append(good, [delta("a")])
+    finishing = asyncio.create_task(writer.finish(bad, [{"type": "response.completed"}], unstorable))
+    await asyncio.sleep(0)  # both wait for the first flush: one batch
+    writer.start()
+    try:
+        assert await asyncio.wait_for(finishing, 10) is False
+        assert writer.refused(bad) and stopped == [bad]
+        assert await committed(state, good) == 1 and await committed(state, bad) == 0
+        writer.append(bad, [delta("late")])  # dropped: its generation is being stopped
+        writer.append(good, [delta("b")])
+        await asyncio.wait_for(until_committed(state, good, 2), 10)
+        assert await committed(state, bad) == 0
+        # Its generation then ends it without what was refused.
+        failed = responses_db.Outcome("failed", [], 0.0, error={"code": "server_error", "message": "unstorable"})
+        assert await asyncio.wait_for(writer.finish(bad, [{"type": "response.failed"}], failed), 10)
+        assert not writer.refused(bad)
+    finally:
+        await writer.close()
+    async with state.engine.connect() as conn:
+        row = await responses_db.get_row(conn, bad)
+    assert row is not None and row.status == "failed" and await committed(state, bad) == 1
+
+
+async def test_a_generation_whose_output_postgres_refuses_ends_failed_beside_one_that_completes(
+    state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runtime, "_without_nul", lambda chunk: chunk)  # a poison the reader does not know
+    worker = await open_worker()
+    bad = await accept(state, account_id, input="#fake " + json.dumps({"chunks": ["a", "\u0000"]}))
+    good = await accept(state, account_id, input="hello")
+    await asyncio.wait_for(asyncio.gather(run_job(worker, bad), run_job(worker, good)), 20)
+    async with state.engine.connect() as conn:
+        bad_row, good_row = [await responses_db.get_row(conn, rid) for rid in (bad, good)]
+        last_type = await conn.scalar(
+            select(response_events.c.type)
+            .where(response_events.c.response_id == bad)
+            .order_by(response_events.c.sequence_number.desc())
+            .limit(1)
+        )
+    assert bad_row is not None and good_row is not None
+    assert (bad_row.status, bad_row.error["message"]) == ("failed", "The response's output could not be stored.")
+    assert last_type == "response.failed"  # its followers are told
+    assert good_row.status == "completed"
