@@ -1,14 +1,17 @@
 """Reading requests: the JSON body (size and type checked), typed query parameters and path ids.
 
-Postgres text cannot hold the NUL character, so no stored value contains one: a body string
-with it is refused naming where it is, and an id with it names nothing (404, as unknown ids).
+The body is strict JSON (RFC 8259, as OpenAI's): no NaN or Infinity, which Postgres's JSON
+cannot hold either, and no lone surrogate. Postgres text cannot hold the NUL character, so no
+stored value contains one: a body string with it is refused naming where it is, and an id with
+it names nothing (404, as unknown ids). Nesting is bounded: validating, encoding and storing a
+body recurse into it.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+import orjson
 from starlette.requests import Request
 
 from app import errors
@@ -29,36 +32,42 @@ async def json_body(request: Request, max_bytes: int) -> dict[str, Any]:
         if len(raw) > max_bytes:
             raise _too_large(max_bytes)
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
         raise errors.InvalidRequest(
             "We could not parse the JSON body of your request. The body must be valid JSON.", code="invalid_json"
         ) from None
     if not isinstance(body, dict):
         raise errors.InvalidRequest("The request body must be a JSON object.", code="invalid_json")
-    # JSON can carry NUL only escaped: one scan of the bytes spares the walk for every other body.
-    if b"\\u0000" in raw and (where := _nul_at(body, "")) is not None:
-        raise errors.InvalidRequest(
-            f"Invalid '{where}': text cannot contain the NUL character (\\u0000).", param=where, code="invalid_value"
-        )
+    # JSON carries NUL only escaped, and cannot nest deeper than it has brackets: two scans of
+    # the bytes spare the walk for nearly every body.
+    if b"\\u0000" in raw or raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+        if (found := _refused_at(body, "", 1)) is not None:
+            where, what = found
+            raise errors.InvalidRequest(f"Invalid '{where}': {what}.", param=where, code="invalid_value")
     return body
 
 
-def _nul_at(value: Any, path: str) -> str | None:
-    """The path of the first string (or key) holding a NUL character, in the API's notation:
-    `input[0].content[0].text`, `metadata.topic`."""
+MAX_DEPTH = 100  # levels of objects and arrays, the body's own included
+
+
+def _refused_at(value: Any, path: str, depth: int) -> tuple[str, str] | None:
+    """The path (in the API's notation: `input[0].content[0].text`, `metadata.topic`) of the first
+    string or key holding a NUL character, or of the first value nested too deep, and why."""
     if isinstance(value, str):
-        return path if "\x00" in value else None
+        return (path, "text cannot contain the NUL character (\\u0000)") if "\x00" in value else None
     if isinstance(value, dict):
         children = [(f"{path}.{key}" if path else key, key, child) for key, child in value.items()]
     elif isinstance(value, list):
         children = [(f"{path}[{index}]", "", child) for index, child in enumerate(value)]
     else:
         return None
+    if depth > MAX_DEPTH:
+        return path, f"nested more than {MAX_DEPTH} levels deep"
     for child_path, key, child in children:
         if "\x00" in key:
-            return child_path
-        if (found := _nul_at(child, child_path)) is not None:
+            return child_path, "text cannot contain the NUL character (\\u0000)"
+        if (found := _refused_at(child, child_path, depth + 1)) is not None:
             return found
     return None
 

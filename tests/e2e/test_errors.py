@@ -194,6 +194,53 @@ def test_invalid_json_is_400(server: Server, api_key: str) -> None:
     assert answer.json()["error"]["code"] == "invalid_json"
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model": "fake", "input": "x", "temperature": NaN}',
+        b'{"model": "fake", "input": "x", "metadata": {"a": Infinity}}',
+        b'{"model": "fake", "input": "x", "max_output_tokens": 1e400}',
+        b'{"model": "fake", "input": "\\ud800"}',  # a lone surrogate: no UTF-8 for it
+        b'{"model": "fake", "input": "x", "metadata": ' + b'{"a": ' * 2000 + b"1" + b"}" * 2000 + b"}",
+    ],
+    ids=["nan", "infinity", "overflow", "lone-surrogate", "2000-levels"],
+)
+def test_what_is_not_strict_json_is_400_and_persists_nothing(
+    raw: bytes, server: Server, api_key: str, environment: Environment
+) -> None:
+    """Python's parser took NaN and Infinity (then Postgres refused them: a 503 'please retry')
+    and ran out of stack on deep nesting (a 500)."""
+    before = stored_counts(environment)
+    answer = post(server, api_key, raw)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["code"] == "invalid_json"
+    assert stored_counts(environment) == before
+
+
+def nested_schema(levels: int) -> dict[str, Any]:
+    """A function's parameters with objects inside objects: two JSON levels per schema level."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+def test_a_body_nested_past_the_limit_is_refused_naming_where(
+    server: Server, api_key: str, environment: Environment, client: openai.OpenAI
+) -> None:
+    tool = {"type": "function", "name": "f", "parameters": nested_schema(60)}
+    before = stored_counts(environment)
+    answer = post(server, api_key, json.dumps({"model": "fake", "input": "x", "tools": [tool]}).encode())
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"].startswith("tools[0].parameters.properties.a.properties.a")
+    assert error["code"] == "invalid_value" and "nested more than 100 levels deep" in error["message"]
+    assert stored_counts(environment) == before
+    # Well within it, a deep schema is served.
+    deep = {"type": "function", "name": "f", "parameters": nested_schema(40)}
+    assert client.responses.create(model="fake", input="x", tools=[deep]).status == "completed"  # type: ignore[list-item]
+
+
 def test_non_json_content_type_is_415(server: Server, api_key: str) -> None:
     answer = post(server, api_key, b"model=fake", "application/x-www-form-urlencoded")
     assert answer.status_code == 415
