@@ -17,9 +17,9 @@ V = TypeVar("V")
 
 class Batched(Generic[K, V]):
     """`await batched(key)`: the value `run_batch` gave for the key (None if it gave none), or the
-    exception it raised."""
+    exception it raised (for every key), or the exception it gave as the key's value (for that one)."""
 
-    def __init__(self, run_batch: Callable[[list[K]], Awaitable[Mapping[K, V]]], name: str) -> None:
+    def __init__(self, run_batch: Callable[[list[K]], Awaitable[Mapping[K, V | Exception]]], name: str) -> None:
         self._run_batch = run_batch
         self._name = name
         self._waiting: dict[K, list[asyncio.Future[V | None]]] = {}
@@ -46,9 +46,14 @@ class Batched(Generic[K, V]):
                             future.set_exception(exc)
                 continue
             for key, futures in batch.items():
+                result = results.get(key)
                 for future in futures:
-                    if not future.done():
-                        future.set_result(results.get(key))
+                    if future.done():
+                        continue
+                    if isinstance(result, Exception):
+                        future.set_exception(result)
+                    else:
+                        future.set_result(result)
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -52,19 +52,21 @@ async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Acce
     record = new_record(create, model.id)
     input_items = [items_db.with_new_id(item) for item in create.input_items]
     accepted = Accepted(record, input_items)
+    previous_id = create.request.previous_response_id
     if record.background:  # visible (and followable) at once: its first events come with it
         async with state.engine.begin() as conn:
-            link = await _chain_link(conn, account_id, create.request.previous_response_id, create.input_items)
-            await responses_db.insert_response(conn, record, account_id, link, input_items)
+            link = await _chain_link(conn, account_id, previous_id, create.input_items)
+            await responses_db.insert_responses(conn, [responses_db.NewResponse(record, account_id, link, input_items)])
             opening = [lifecycle_event("response.created", record), lifecycle_event("response.queued", record)]
             await events_db.append(conn, record.id, opening)
         return accepted
-    # Autocommit: the chain check reads, and the insert is one atomic statement.
-    async with state.engine.connect() as conn:
-        await conn.execution_options(isolation_level="AUTOCOMMIT")
-        link = await _chain_link(conn, account_id, create.request.previous_response_id, create.input_items)
-        if accepted.persisted:
-            await responses_db.insert_response(conn, record, account_id, link, input_items)
+    link = responses_db.ChainLink(None, 0)
+    if previous_id is not None:
+        async with state.engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")  # one read: no BEGIN/ROLLBACK
+            link = await _chain_link(conn, account_id, previous_id, create.input_items)
+    if accepted.persisted:  # with the others being stored at the same moment: one statement
+        await state.stored(responses_db.NewResponse(record, account_id, link, input_items))
     return accepted
 
 

@@ -6,11 +6,13 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from arq.connections import ArqRedis, RedisSettings, create_pool
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.batching import Batched
 from app.catalog import Catalog
 from app.db import accounts as accounts_db
+from app.db import responses as responses_db
 from app.db.engine import create_engine
 from app.db.held import HeldConnection
 from app.queue import GenerateJob, enqueue_many, job_deserializer, job_serializer
@@ -31,16 +33,37 @@ class AppState:
     accounts: Batched[str, str] = field(init=False)
     # Jobs handed to the workers together: one script call per queue (True: it was new).
     jobs: Batched[GenerateJob, bool] = field(init=False)
+    # Foreground responses stored together: one statement for all of them.
+    stored: Batched[responses_db.NewResponse, None] = field(init=False)
 
     def __post_init__(self) -> None:
         self.auth_connection = HeldConnection(self.engine)
         self.accounts = Batched(self._accounts_for_hashes, "authenticate")
         self.jobs = Batched(partial(enqueue_many, self.redis), "enqueue")
+        self.insert_connection = HeldConnection(self.engine)
+        self.stored = Batched(self._insert_responses, "store")
 
     async def _accounts_for_hashes(self, key_hashes: list[str]) -> dict[str, str]:
         # One statement in autocommit: no BEGIN/COMMIT round trips.
         async with self.auth_connection.use() as conn:
             return await accounts_db.accounts_for_hashes(conn, key_hashes)
+
+    async def _insert_responses(self, new: list[responses_db.NewResponse]) -> dict[responses_db.NewResponse, Exception]:
+        async with self.insert_connection.use() as conn:  # one atomic statement
+            try:
+                await responses_db.insert_responses(conn, new)
+                return {}
+            except DBAPIError as exc:
+                if len(new) == 1 or exc.connection_invalidated:
+                    raise
+            # Postgres refused the statement for one of them: each alone, so only its own fails.
+            refused: dict[responses_db.NewResponse, Exception] = {}
+            for one in new:
+                try:
+                    await responses_db.insert_responses(conn, [one])
+                except DBAPIError as exc:
+                    refused[one] = exc
+            return refused
 
     @classmethod
     async def open(cls, settings: Settings) -> AppState:
@@ -57,6 +80,7 @@ class AppState:
     async def close(self) -> None:
         await self.hub.close()
         await self.auth_connection.close()
+        await self.insert_connection.close()
         await self.redis.aclose()
         await self.engine.dispose()
 

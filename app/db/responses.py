@@ -105,21 +105,30 @@ def record_from_row(row: DbRow | Mapping[str, Any], output: list[dict[str, Any]]
 
 
 # Built once: statements built per call spend more CPU on SQLAlchemy's cache keys than on Postgres.
-# The response and its input items go in with one statement: atomic without a transaction around it.
+# Responses and their input items go in with one statement, for any number of responses: atomic
+# without a transaction around it.
 _INSERT_WITH_INPUT = DriverStatement(
     text("""
     WITH response AS (
         INSERT INTO responses (id, account_id, model, status, background, stream, store, instructions, metadata,
                                settings, previous_response_id, context_parent_id, chain_depth, created_at)
-        VALUES (:id, :account_id, :model, :status, :background, :stream, :store, :instructions,
-                CAST(:metadata AS jsonb), CAST(:settings AS jsonb), :previous_response_id, :context_parent_id,
-                :chain_depth, to_timestamp(:created_epoch))
+        SELECT r.id, r.account_id, r.model, r.status, r.background, r.stream, r.store, r.instructions, r.metadata,
+               r.settings, r.previous_response_id, r.context_parent_id, r.chain_depth, to_timestamp(r.created_epoch)
+        FROM unnest(CAST(:ids AS text[]), CAST(:account_ids AS text[]), CAST(:models AS text[]),
+                    CAST(:statuses AS text[]), CAST(:backgrounds AS boolean[]), CAST(:streams AS boolean[]),
+                    CAST(:stores AS boolean[]), CAST(:instructions AS text[]), CAST(:metadata AS jsonb[]),
+                    CAST(:settings AS jsonb[]), CAST(:previous_response_ids AS text[]),
+                    CAST(:context_parent_ids AS text[]), CAST(:chain_depths AS int[]),
+                    CAST(:created_epochs AS float8[]))
+            AS r(id, account_id, model, status, background, stream, store, instructions, metadata, settings,
+                 previous_response_id, context_parent_id, chain_depth, created_epoch)
         RETURNING id
     )
     INSERT INTO items (id, response_id, side, position, type, payload)
     SELECT i.id, response.id, 'input', i.position, i.type, i.payload
-    FROM response, unnest(CAST(:item_ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
-                          CAST(:payloads AS jsonb[])) AS i(id, position, type, payload)
+    FROM unnest(CAST(:item_ids AS text[]), CAST(:item_responses AS text[]), CAST(:positions AS int[]),
+                CAST(:types AS text[]), CAST(:payloads AS jsonb[])) AS i(id, response_id, position, type, payload)
+    JOIN response ON response.id = i.response_id
 """)
 )
 # The claims and the contexts the model will see, in one statement for any number of responses
@@ -151,31 +160,42 @@ class Claim:
     context: list[dict[str, Any]]  # the chain's inputs and outputs, then the response's own input
 
 
-async def insert_response(
-    conn: AsyncConnection, record: ResponseRecord, account_id: str, link: ChainLink, input_items: list[dict[str, Any]]
-) -> None:
-    """Stores a new response with its input items (which carry their ids already)."""
+@dataclass(frozen=True, eq=False)  # compared by identity: two alike are still two responses
+class NewResponse:
+    """A response to store, with its input items (which carry their ids already)."""
+
+    record: ResponseRecord
+    account_id: str
+    link: ChainLink
+    input_items: list[dict[str, Any]]
+
+
+async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) -> None:
+    """Stores new responses with their input items, all with one statement."""
+    records = [n.record for n in new]
+    inputs = [(n.record.id, position, item) for n in new for position, item in enumerate(n.input_items)]
     await _INSERT_WITH_INPUT.rows(
         conn,
         {
-            "id": record.id,
-            "account_id": account_id,
-            "model": record.model,
-            "status": record.status,
-            "background": record.background,
-            "stream": record.stream,
-            "store": record.store,
-            "instructions": record.instructions,
-            "metadata": json.dumps(record.metadata),
-            "settings": json.dumps(record.settings),
-            "previous_response_id": record.previous_response_id,
-            "context_parent_id": link.parent_id,
-            "chain_depth": link.depth,
-            "created_epoch": record.created_at,
-            "item_ids": [item["id"] for item in input_items],
-            "positions": list(range(len(input_items))),
-            "types": [item["type"] for item in input_items],
-            "payloads": [json.dumps(items_db.stored_payload(item)) for item in input_items],
+            "ids": [r.id for r in records],
+            "account_ids": [n.account_id for n in new],
+            "models": [r.model for r in records],
+            "statuses": [r.status for r in records],
+            "backgrounds": [r.background for r in records],
+            "streams": [r.stream for r in records],
+            "stores": [r.store for r in records],
+            "instructions": [r.instructions for r in records],
+            "metadata": [json.dumps(r.metadata) for r in records],
+            "settings": [json.dumps(r.settings) for r in records],
+            "previous_response_ids": [r.previous_response_id for r in records],
+            "context_parent_ids": [n.link.parent_id for n in new],
+            "chain_depths": [n.link.depth for n in new],
+            "created_epochs": [r.created_at for r in records],
+            "item_ids": [item["id"] for _, _, item in inputs],
+            "item_responses": [response_id for response_id, _, _ in inputs],
+            "positions": [position for _, position, _ in inputs],
+            "types": [item["type"] for _, _, item in inputs],
+            "payloads": [json.dumps(items_db.stored_payload(item)) for _, _, item in inputs],
         },
     )
 

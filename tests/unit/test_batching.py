@@ -23,14 +23,15 @@ class Backend:
         self.release = asyncio.Event()
         self.fail_next = False
 
-    async def run(self, keys: list[int]) -> dict[int, str]:
+    async def run(self, keys: list[int]) -> dict[int, str | Exception]:
         self.batches.append(keys)
         await self.release.wait()
         self.release.clear()
         if self.fail_next:
             self.fail_next = False
             raise ConnectionError("the backend is away")
-        return {key: f"value {key}" for key in keys if key != 13}
+        # 13 has no value; 66 is refused on its own.
+        return {key: ValueError(f"no {key}") if key == 66 else f"value {key}" for key in keys if key != 13}
 
 
 async def test_keys_asked_for_during_a_call_go_together_in_the_next() -> None:
@@ -66,3 +67,14 @@ async def test_a_failed_call_fails_its_callers_only_and_a_cancelled_caller_leave
     assert await later[1] == "value 3"
     assert later[0].cancelled()
     assert backend.batches == [[1], [2, 3]]
+
+
+async def test_a_key_refused_on_its_own_fails_its_callers_and_no_other() -> None:
+    backend = Backend()
+    batched = Batched(backend.run, "test")
+    callers = [asyncio.create_task(batched(key)) for key in (4, 66, 5, 66)]
+    await settle()
+    backend.release.set()
+    results = await asyncio.gather(*callers, return_exceptions=True)
+    assert results[0] == "value 4" and results[2] == "value 5"
+    assert all(isinstance(r, ValueError) and str(r) == "no 66" for r in (results[1], results[3]))

@@ -1,0 +1,51 @@
+"""Foreground responses created at the same moment are stored together, by one statement, and a
+response Postgres refuses fails alone."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.db import responses as responses_db
+from app.db.tables import items, responses
+from app.state import AppState
+from tests.integration.conftest import accept
+
+
+async def stored_inputs(state: AppState, response_ids: list[str]) -> dict[str, object]:
+    async with state.engine.connect() as conn:
+        rows = await conn.execute(
+            select(items.c.response_id, items.c.payload).where(items.c.response_id.in_(response_ids))
+        )
+    return {row.response_id: row.payload["content"][0]["text"] for row in rows}
+
+
+async def test_responses_created_together_are_stored_together(
+    state: AppState, account_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    statements: list[int] = []
+    insert = responses_db.insert_responses
+
+    async def counted(conn: AsyncConnection, new: list[responses_db.NewResponse]) -> None:
+        statements.append(len(new))
+        await insert(conn, new)
+
+    monkeypatch.setattr(responses_db, "insert_responses", counted)
+    ids = await asyncio.gather(*(accept(state, account_id, input=f"hello {i}") for i in range(20)))
+    assert sum(statements) == 20 and len(statements) < 20  # some went together
+    assert await stored_inputs(state, ids) == {rid: f"hello {i}" for i, rid in enumerate(ids)}
+
+
+async def test_a_response_postgres_refuses_fails_alone(state: AppState, account_id: str) -> None:
+    # Its account was deleted after its key was checked: the foreign key refuses it.
+    together = [accept(state, account_id, input="fine") for _ in range(5)] + [accept(state, "acct_gone", input="x")]
+    *fine, refused = await asyncio.gather(*together, return_exceptions=True)
+    assert isinstance(refused, DBAPIError)
+    assert all(isinstance(rid, str) for rid in fine)
+    assert len(await stored_inputs(state, [str(rid) for rid in fine])) == 5
+    async with state.engine.connect() as conn:
+        assert await conn.scalar(select(func.count()).where(responses.c.account_id == "acct_gone")) == 0
