@@ -14,6 +14,7 @@ first line is `#fake {json}` scripts it instead:
     error_after        send an in-stream error after this many chunks
     break_after        drop the connection after this many chunks
     no_usage           send no usage chunk
+    usage              send this as the usage chunk's `usage`, instead of the counts
     context_window     refuse (400, as vLLM words it) when prompt words + max_tokens exceed it
     reasoning          reasoning text streamed (as `reasoning_content`, word by word) before the answer
     tool_calls         [{"name", "arguments"}]: calls streamed after the text, finish_reason "tool_calls"
@@ -154,7 +155,7 @@ async def _stream(
         if not script.get("no_usage"):
             # As vLLM reports it: reasoning is part of the completion, with no separate count.
             completion = len(chunks) + len(_words(script.get("reasoning", "")))
-            usage = {
+            usage = script.get("usage") or {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion,
                 "total_tokens": prompt_tokens + completion,

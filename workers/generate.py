@@ -90,7 +90,12 @@ async def _run(deps: WorkerDeps, generation: Generation) -> None:
         raise
     finally:
         deps.running.pop(record.id, None)
-    await _finish(deps, record, *_ending(task, translator))
+    try:
+        closing, outcome = _ending(task, translator)
+    except Exception:  # whatever the runtime sent, the response must end: never leave it running
+        log.exception("response %s: its outcome could not be made", record.id)
+        closing, outcome = [], _internal_error(time.time(), [])
+    await _finish(deps, record, closing, outcome)
 
 
 async def _finish(
@@ -108,6 +113,11 @@ async def _finish(
     if record.id in deps.ephemeral:
         deps.ephemeral.discard(record.id)
         await deps.redis.delete(ALIVE_PREFIX + record.id)
+
+
+def _internal_error(now: float, output: list[Item]) -> responses_db.Outcome:
+    error = {"code": "server_error", "message": "internal error during generation"}
+    return responses_db.Outcome("failed", output, now, error=error)
 
 
 def _unstorable() -> responses_db.Outcome:
@@ -148,7 +158,7 @@ def _ending(
             failure = {"code": error.code, "message": str(error)}
         else:
             log.error("generation failed", exc_info=error)
-            failure = {"code": "server_error", "message": "internal error during generation"}
+            return [], _internal_error(now, translator.partial_output())
         return [], responses_db.Outcome("failed", translator.partial_output(), now, error=failure)
     events, output = translator.close()
     reason = translator.incomplete_reason

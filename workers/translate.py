@@ -4,6 +4,10 @@ A chunk's delta carries reasoning (`reasoning_content`, or `reasoning` on newer 
 (`content`) or tool calls (`tool_calls`); each kind goes to an output item of its own, opened
 when it first appears and closed when another kind takes over. Events come out without
 `sequence_number`; the event log numbers them.
+
+A runtime's chunk is read as the contract says, not trusted: text that is not text fails the
+generation naming it, and usage counts that are not counts (a server may send `null`) are
+counted here instead, so that a generation always ends with a readable outcome.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 from app.ids import new_id
 from app.protocol.response_object import usage_object
 from workers.output_items import Event, FunctionCallOutput, Item, MessageOutput, OutputItem, ReasoningOutput
+from workers.runtime_errors import RuntimeFailure
 
 FINISH_TO_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -42,16 +47,16 @@ class StreamTranslator:
 
     def on_chunk(self, chunk: dict[str, Any]) -> list[Event]:
         events: list[Event] = []
-        if chunk.get("usage"):
+        if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            reasoning = _text(delta.get("reasoning_content") or delta.get("reasoning"), "reasoning")
             if reasoning:
                 self.reasoning_chunks += 1
                 events += self._grow(ReasoningOutput, reasoning)
-            if delta.get("content"):
-                events += self._grow(MessageOutput, delta["content"])
+            if content := _text(delta.get("content"), "content"):
+                events += self._grow(MessageOutput, content)
             for call in delta.get("tool_calls") or []:
                 events += self._tool_call(call)
             if delta_carries_output(delta):
@@ -82,12 +87,13 @@ class StreamTranslator:
         current = self._calls.get(index)
         if current is None:
             events += self._close_open("completed")
-            current = FunctionCallOutput(len(self.items), call.get("id") or new_id("call"), function.get("name") or "")
+            call_id = _text(call.get("id"), "tool call id") or new_id("call")
+            current = FunctionCallOutput(len(self.items), call_id, _text(function.get("name"), "tool call name"))
             self._calls[index] = current
             self.items.append(current)
             events += current.started()
-        if function.get("arguments"):
-            events.append(current.delta(function["arguments"]))
+        if arguments := _text(function.get("arguments"), "tool call arguments"):
+            events.append(current.delta(arguments))
         return events
 
     def _close_open(self, status: str) -> list[Event]:
@@ -118,9 +124,25 @@ class StreamTranslator:
         streaming server sends one token per chunk)."""
         if not self.usage:
             return usage_object(0, self.content_chunks, 0, self.reasoning_chunks)
-        prompt = self.usage.get("prompt_tokens") or 0
-        completion = self.usage.get("completion_tokens", self.content_chunks)
-        cached = (self.usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-        details = self.usage.get("completion_tokens_details") or {}
-        reasoning = details.get("reasoning_tokens") or min(self.reasoning_chunks, completion)
-        return usage_object(prompt, completion, cached, reasoning)
+        prompt = _count(self.usage.get("prompt_tokens")) or 0
+        completion = _count(self.usage.get("completion_tokens"))
+        completion = self.content_chunks if completion is None else completion
+        cached = _count(_details(self.usage, "prompt_tokens_details").get("cached_tokens")) or 0
+        reasoning = _count(_details(self.usage, "completion_tokens_details").get("reasoning_tokens"))
+        return usage_object(prompt, completion, cached, reasoning or min(self.reasoning_chunks, completion))
+
+
+def _text(value: Any, what: str) -> str:
+    if value is None or isinstance(value, str):
+        return value or ""
+    raise RuntimeFailure(f"model runtime sent {what} that is not text: {value!r:.100}")
+
+
+def _count(value: Any) -> int | None:
+    """A token count as reported, or None for anything that is not one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _details(usage: dict[str, Any], name: str) -> dict[str, Any]:
+    details = usage.get(name)
+    return details if isinstance(details, dict) else {}

@@ -297,6 +297,22 @@ def test_runtime_http_error_streams_response_failed(client: openai.OpenAI, fake:
     assert "500" in failed.error.message
 
 
+def test_usage_a_runtime_reports_as_null_is_counted_and_the_response_completes(client: openai.OpenAI) -> None:
+    """It used to fail only after the stream: the response was left running until the reaper."""
+    script = {"text": "a b c", "usage": {"prompt_tokens": 4, "completion_tokens": None, "total_tokens": None}}
+    events = list(client.responses.create(model="fake", input=f"#fake {json.dumps(script)}", stream=True))
+    final = events[-1].response
+    assert events[-1].type == "response.completed" and final.usage is not None
+    assert (final.usage.input_tokens, final.usage.output_tokens, final.usage.total_tokens) == (4, 3, 7)
+
+
+def test_text_a_runtime_sends_as_a_number_fails_the_response_naming_it(client: openai.OpenAI) -> None:
+    events = list(client.responses.create(model="fake", input='#fake {"chunks": ["a", 5]}', stream=True))
+    failed = events[-1].response
+    assert events[-1].type == "response.failed" and failed.error is not None
+    assert "content that is not text" in failed.error.message
+
+
 @pytest.mark.parametrize("script", ['{"text": "a b c d", "error_after": 2}', '{"text": "a b c d", "break_after": 2}'])
 def test_mid_stream_failure_keeps_the_partial_output(script: str, client: openai.OpenAI, fake: FakeRuntime) -> None:
     events = list(client.responses.create(model="fake", input=f"#fake {script}", stream=True))

@@ -21,6 +21,7 @@ from app.state import AppState
 from tests.conftest import Environment, FakeRuntime
 from tests.integration.conftest import OpenWorker, accept, run_job
 from workers import reaper
+from workers.translate import StreamTranslator
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(40)), "delay": 0.05})
 
@@ -162,6 +163,22 @@ async def test_stopping_a_running_generation_cancels_it_with_its_partial_output(
         record = await responses_db.get_record(conn, response_id)
     assert record is not None and record.status == "cancelled"
     assert record.output[0]["content"][0]["text"].startswith("w0")
+
+
+async def test_a_generation_whose_outcome_cannot_be_made_still_ends_failed(
+    state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever a runtime sent, the response ends with its terminal event, not when the reaper
+    finds it."""
+
+    def broken(self: StreamTranslator) -> dict[str, object]:
+        raise TypeError("a report nobody foresaw")
+
+    monkeypatch.setattr(StreamTranslator, "usage_object", broken)
+    response_id = await accept(state, account_id, input="hello")
+    await asyncio.wait_for(run_job(await open_worker(), response_id), 10)
+    assert (await events_of(state, response_id))[-1]["type"] == "response.failed"
+    assert await status_of(state, response_id) == "failed"
 
 
 async def test_a_queued_response_stopped_before_it_runs_never_runs(

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from workers.runtime_errors import RuntimeFailure
 from workers.translate import StreamTranslator
 
 
@@ -70,6 +73,41 @@ def test_usage_keeps_totals_consistent_and_maps_details() -> None:
         "output_tokens_details": {"reasoning_tokens": 3},
         "total_tokens": 17,
     }
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"prompt_tokens": 10, "completion_tokens": None},
+        {"prompt_tokens": 10, "completion_tokens": "2", "completion_tokens_details": "none"},
+        {"prompt_tokens": 10, "completion_tokens": True, "prompt_tokens_details": None},
+    ],
+)
+def test_usage_counts_that_are_not_counts_are_counted_from_the_chunks(usage: dict[str, Any]) -> None:
+    """`completion_tokens: null` made the usage raise after the stream had ended, so the response
+    was never finished (its followers waited for the reaper)."""
+    translator, _ = run(chunk("a"), chunk("b"), chunk(usage=usage))
+    assert translator.usage_object() == {
+        "input_tokens": 10,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 2,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 12,
+    }
+
+
+@pytest.mark.parametrize(
+    ("delta", "what"),
+    [
+        ({"content": 5}, "content"),
+        ({"reasoning_content": ["a"]}, "reasoning"),
+        ({"tool_calls": [{"index": 0, "function": {"name": 3}}]}, "tool call name"),
+        ({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": {"a": 1}}}]}, "tool call arguments"),
+    ],
+)
+def test_text_that_is_not_text_fails_the_generation_naming_it(delta: dict[str, Any], what: str) -> None:
+    with pytest.raises(RuntimeFailure, match=f"model runtime sent {what} that is not text"):
+        run({"choices": [{"delta": delta}]})
 
 
 def test_partial_output_of_a_stopped_generation() -> None:
