@@ -231,6 +231,8 @@ class Answer:
                 if connection.error is not None:
                     raise connection.error
                 await connection.arrival()
+            if connection.error is not None:  # the consumer failed on a piece that came with the end
+                raise connection.error
         finally:
             connection.consumer = None
 

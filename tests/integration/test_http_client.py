@@ -390,6 +390,37 @@ async def test_a_failing_consumer_or_a_broken_stream_fails_the_delivery() -> Non
 
 
 @on_both_loops
+async def test_a_consumer_failing_on_a_piece_that_came_with_the_end_fails_the_delivery() -> None:
+    """The piece it fails on and the body's end can arrive in one read. The failure was lost: a
+    model server's malformed last chunk read as a stream that ended without finishing."""
+    go = asyncio.Event()
+
+    async def all_at_once(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(STREAM_HEAD)
+        await writer.drain()
+        await go.wait()  # the consumer is waiting for the body: it gets it from the callback
+        writer.write(chunked(b"data: bad\n\n", b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    def refuse_bad(piece: bytes) -> bool:
+        if b"bad" in piece:
+            raise ValueError("not what I expected")
+        return False
+
+    http = HttpClient()
+    async with serving(all_at_once) as (_, url):
+        async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+            delivery = asyncio.create_task(reply.deliver(refuse_bad))
+            await asyncio.sleep(0)
+            go.set()
+            with pytest.raises(ValueError, match="not what I expected"):
+                await delivery
+    await http.aclose()
+
+
+@on_both_loops
 async def test_a_request_cancelled_before_its_answer_on_a_kept_connection_closes_it() -> None:
     async def slow_second(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.answer_ok(reader, writer)
