@@ -132,8 +132,14 @@ class EventStreamReader:
         if chunk == "done":
             self.done = True
         elif isinstance(chunk, dict):
-            self.finished = self.finished or any(c.get("finish_reason") for c in chunk.get("choices") or [])
-            self._on_chunk(chunk)
+            # Read as the contract shapes it; checking every chunk's shape first would cost the
+            # token path more than a broken server is worth.
+            try:
+                self.finished = self.finished or any(c.get("finish_reason") for c in chunk.get("choices") or [])
+                self._on_chunk(chunk)
+            except (AttributeError, TypeError) as exc:
+                log.warning("a chunk of an unexpected shape: %s", _excerpt(line), exc_info=True)
+                raise RuntimeFailure(f"model runtime sent a chunk of an unexpected shape: {_excerpt(line)}") from exc
         return self.done
 
 

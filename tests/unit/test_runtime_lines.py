@@ -4,11 +4,13 @@ server can send, which must fail the generation cleanly rather than crash the wo
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
 from workers.runtime import EventStreamReader, _parse_line
 from workers.runtime_errors import RuntimeFailure
+from workers.translate import StreamTranslator
 
 
 @pytest.mark.parametrize(
@@ -50,6 +52,26 @@ def test_chunks_and_the_end_are_read(line: bytes, parsed: object) -> None:
 def test_what_a_broken_server_sends_fails_the_generation(line: bytes, message: str) -> None:
     with pytest.raises(RuntimeFailure, match=re.escape(message)):
         _parse_line(line)
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        b'{"choices": "x"}',
+        b'{"choices": [null]}',
+        b'{"choices": [{"delta": {"tool_calls": "x"}}]}',
+        b'{"choices": [{"delta": {"tool_calls": [null]}}]}',
+    ],
+)
+def test_a_chunk_of_an_unexpected_shape_fails_the_generation_naming_the_runtime(chunk: bytes) -> None:
+    translator = StreamTranslator()
+
+    def translate(chunk: dict[str, Any]) -> None:
+        translator.on_chunk(chunk)
+
+    reader = EventStreamReader(translate)
+    with pytest.raises(RuntimeFailure, match="model runtime sent a chunk of an unexpected shape"):
+        reader.feed(b"data: " + chunk + b"\n\n")
 
 
 def test_lines_split_anywhere_are_joined_and_nothing_after_done_is_taken() -> None:
