@@ -13,6 +13,7 @@ from app.batching import Batched
 from app.catalog import Catalog
 from app.db import accounts as accounts_db
 from app.db import responses as responses_db
+from app.db.driver import refused_data
 from app.db.engine import create_engine
 from app.db.held import HeldConnection
 from app.queue import GenerateJob, enqueue_many, job_deserializer, job_serializer
@@ -54,7 +55,7 @@ class AppState:
                 await responses_db.insert_responses(conn, new)
                 return {}
             except DBAPIError as exc:
-                if len(new) == 1 or exc.connection_invalidated:
+                if len(new) == 1 or not refused_data(exc):
                     raise
             # Postgres refused the statement for one of them: each alone, so only its own fails.
             refused: dict[responses_db.NewResponse, Exception] = {}

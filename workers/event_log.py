@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import events as events_db
 from app.db import responses as responses_db
+from app.db.driver import refused_data
 from app.db.events import Event
 from app.db.held import HeldConnection
 from app.streaming import wire
@@ -217,7 +218,7 @@ class EventWriter:
             try:
                 return await self._commit(batch)
             except (OperationalError, DBAPIError, OSError) as exc:
-                if _refused_data(exc):  # the same again would be refused again
+                if refused_data(exc):
                     return await self._commit_apart(batch) if len(batch) > 1 else self._refuse(batch, exc)
                 if waited >= COMMIT_RETRY_SECONDS:
                     raise
@@ -249,11 +250,3 @@ class EventWriter:
         self.batches += 1
         self.events_written += sum(len(e) for e in committed.values())
         return committed
-
-
-def _refused_data(exc: Exception) -> bool:
-    """Postgres refused the statement for what it carried (SQLSTATE classes 22, data exception,
-    and 23, integrity constraint violation), on a connection still good: not worth retrying."""
-    if not isinstance(exc, DBAPIError) or exc.connection_invalidated:
-        return False
-    return str(getattr(exc.orig, "sqlstate", "")).startswith(("22", "23"))

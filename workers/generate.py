@@ -86,7 +86,8 @@ async def _run(deps: WorkerDeps, generation: Generation) -> None:
         # The job itself was cancelled: the worker is shutting down past its grace period, or
         # arq timed the job out. End the response cleanly now rather than leave it to the reaper.
         task.cancel()
-        await asyncio.shield(_finish(deps, record, [], _interrupted(translator)))
+        interrupted = _failed("The worker shut down before this response finished.", translator.partial_output())
+        await asyncio.shield(_finish(deps, record, [], interrupted))
         raise
     finally:
         deps.running.pop(record.id, None)
@@ -94,7 +95,7 @@ async def _run(deps: WorkerDeps, generation: Generation) -> None:
         closing, outcome = _ending(task, translator)
     except Exception:  # whatever the runtime sent, the response must end: never leave it running
         log.exception("response %s: its outcome could not be made", record.id)
-        closing, outcome = [], _internal_error(time.time(), [])
+        closing, outcome = [], _failed(INTERNAL_ERROR)
     await _finish(deps, record, closing, outcome)
 
 
@@ -106,7 +107,7 @@ async def _finish(
         record.id, [*closing, terminal_event(outcome.applied_to(record))], outcome
     )
     if not ended and writer.refused(record.id):  # Postgres refused its events: it ends without them
-        outcome = _unstorable()
+        outcome = _failed("The response's output could not be stored.")
         ended = await writer.finish(record.id, [terminal_event(outcome.applied_to(record))], outcome)
     if not ended:
         log.info("response %s ended elsewhere first; its %s is discarded", record.id, outcome.status)
@@ -115,19 +116,13 @@ async def _finish(
         await deps.redis.delete(ALIVE_PREFIX + record.id)
 
 
-def _internal_error(now: float, output: list[Item]) -> responses_db.Outcome:
-    error = {"code": "server_error", "message": "internal error during generation"}
-    return responses_db.Outcome("failed", output, now, error=error)
+INTERNAL_ERROR = "internal error during generation"
 
 
-def _unstorable() -> responses_db.Outcome:
-    error = {"code": "server_error", "message": "The response's output could not be stored."}
-    return responses_db.Outcome("failed", [], time.time(), error=error)
-
-
-def _interrupted(translator: StreamTranslator) -> responses_db.Outcome:
-    error = {"code": "server_error", "message": "The worker shut down before this response finished."}
-    return responses_db.Outcome("failed", translator.partial_output(), time.time(), error=error)
+def _failed(message: str, output: list[Item] | None = None) -> responses_db.Outcome:
+    """A failure of ours (not the runtime's), with what output there is to keep."""
+    error = {"code": "server_error", "message": message}
+    return responses_db.Outcome("failed", output or [], time.time(), error=error)
 
 
 async def _stream(deps: WorkerDeps, generation: Generation, translator: StreamTranslator) -> None:
@@ -158,7 +153,7 @@ def _ending(
             failure = {"code": error.code, "message": str(error)}
         else:
             log.error("generation failed", exc_info=error)
-            return [], _internal_error(now, translator.partial_output())
+            return [], _failed(INTERNAL_ERROR, translator.partial_output())
         return [], responses_db.Outcome("failed", translator.partial_output(), now, error=failure)
     events, output = translator.close()
     reason = translator.incomplete_reason

@@ -66,6 +66,15 @@ class DriverStatement:
             raise
 
 
+def refused_data(exc: BaseException) -> bool:
+    """Postgres refused the statement for what it carried (SQLSTATE classes 22, data exception,
+    and 23, integrity constraint violation), on a connection still good: the same statement
+    would be refused again, and a batch's other rows may well be accepted alone."""
+    if not isinstance(exc, DBAPIError) or exc.connection_invalidated:
+        return False
+    return str(getattr(exc.orig, "sqlstate", "")).startswith(("22", "23"))
+
+
 def _in_autocommit(conn: AsyncConnection) -> bool:
     sync = conn.sync_connection
     return sync is not None and sync.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
