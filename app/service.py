@@ -5,6 +5,7 @@ The service owns every transaction; repository functions never commit.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -19,16 +20,19 @@ from app.db import responses as responses_db
 from app.ids import new_id
 from app.protocol.accumulate import output_so_far
 from app.protocol.create_request import ValidatedCreate, echoed_settings, parse_create_request
-from app.protocol.input_items import Item
+from app.protocol.input_items import TOOL_OUTPUT_TYPES, Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.model_fit import check_fit
 from app.protocol.response_object import ResponseRecord
+from app.protocol.tools import HOSTED_TOOL_TYPES
 from app.queue import GenerateJob, signal_stop
 from app.redis_keys import events_channel
 from app.state import AppState
 from app.streaming import wire
 from app.streaming.follow import follow
 from app.streaming.wire import WireEvent
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +50,8 @@ class Accepted:
 
 
 async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Accepted:
-    create = parse_create_request(body)
+    create = parse_create_request(body, state.settings.hosted_tools)
+    _log_hosted_tools(create)
     model = state.catalog.resolve(create.request.model)
     check_fit(create, model)
     record = new_record(create, model.id)
@@ -85,6 +90,13 @@ async def withdraw(state: AppState, accepted: Accepted) -> None:
             await responses_db.delete_response(conn, accepted.record.id, None)
 
 
+def _log_hosted_tools(create: ValidatedCreate) -> None:
+    """Hosted tools kept from the model (RESPONSES_HOSTED_TOOLS=ignore): said, so it is no secret."""
+    hosted = [tool["type"] for tool in create.tools if tool["type"] in HOSTED_TOOL_TYPES]
+    if hosted:
+        log.info("hosted tools not offered to the model: %s", ", ".join(hosted))
+
+
 def new_record(create: ValidatedCreate, model_id: str) -> ResponseRecord:
     request = create.request
     settings = echoed_settings(create, request.max_output_tokens)
@@ -93,6 +105,7 @@ def new_record(create: ValidatedCreate, model_id: str) -> ResponseRecord:
         "temperature": request.temperature,
         "top_p": request.top_p,
         "max_output_tokens": request.max_output_tokens,
+        "sampling": request.sampling(),
     }
     return ResponseRecord(
         id=new_id("resp"),
@@ -131,7 +144,7 @@ async def _chain_link(
             param="previous_response_id",
             code="previous_response_not_finished",
         )
-    answered = {item["call_id"] for item in input_items if item["type"] == "function_call_output"}
+    answered = {item["call_id"] for item in input_items if item["type"] in TOOL_OUTPUT_TYPES}
     for call_id in previous.call_ids:
         if call_id not in answered:  # OpenAI's words for it
             raise errors.InvalidRequest(f"No tool output found for function call {call_id}.", param="input")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -34,6 +35,11 @@ class Settings(BaseSettings):
     # closed again at once, which costs Postgres a new backend each time: keep bursts rare).
     db_pool_size: int = Field(40, alias="RESPONSES_DB_POOL_SIZE")
     db_max_overflow: int = Field(10, alias="RESPONSES_DB_MAX_OVERFLOW")
+
+    # Tools OpenAI hosts (web_search, file_search, code_interpreter…) that no model here can run:
+    # `ignore` echoes them and leaves them out of what the model is offered (Codex sends
+    # web_search by default); `refuse` answers a 400 naming the tool.
+    hosted_tools: Literal["ignore", "refuse"] = Field("ignore", alias="RESPONSES_HOSTED_TOOLS")
 
     max_body_bytes: int = Field(16 * 1024 * 1024, alias="RESPONSES_MAX_BODY_BYTES")
     # A follower with nothing to read re-checks Postgres this often: it heals a missed

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from app.catalog import ModelEntry
-from app.protocol.input_items import Item, item_text
+from app.protocol.input_items import TOOL_OUTPUT_TYPES, Item, item_text
 from app.protocol.response_object import ResponseRecord
+from workers.runtime_tools import RuntimeTools, custom_arguments
 
 # Chat servers treat top_p 0 as invalid or as "off"; OpenAI means "most likely token only".
 TOP_P_ZERO = 1e-9
@@ -14,9 +15,10 @@ TOP_P_ZERO = 1e-9
 
 def chat_request(record: ResponseRecord, context: list[Item], model: ModelEntry) -> dict[str, Any]:
     requested = record.settings.get("requested", {})
+    tools = RuntimeTools.of(record.settings.get("tools") or [])
     body: dict[str, Any] = {
         "model": model.served_name,
-        "messages": chat_messages(record.instructions, context),
+        "messages": chat_messages(record.instructions, context, tools),
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": min(requested.get("max_output_tokens") or model.max_output_tokens, model.max_output_tokens),
@@ -26,58 +28,81 @@ def chat_request(record: ResponseRecord, context: list[Item], model: ModelEntry)
         body["temperature"] = requested["temperature"]
     if requested.get("top_p") is not None:
         body["top_p"] = requested["top_p"] or TOP_P_ZERO
+    body.update(requested.get("sampling") or {})
     response_format = _response_format(record.settings["text"]["format"], model)
     if response_format is not None:
         body["response_format"] = response_format
-    return body | _tools(record.settings) | _reasoning(record.settings["reasoning"]["effort"], model)
+    return body | _tools(record.settings, tools) | _reasoning(record.settings["reasoning"]["effort"], model)
 
 
-def chat_messages(instructions: str | None, context: list[Item]) -> list[dict[str, Any]]:
+def chat_messages(
+    instructions: str | None, context: list[Item], tools: RuntimeTools | None = None
+) -> list[dict[str, Any]]:
     """The system prompt is `instructions` then every system/developer message, in order; a
     function call joins the assistant message before it (one assistant turn may say something
     and call tools); images in function call outputs reach the model as a user message after
-    the tool results (tool messages carry text only); earlier reasoning is left out, as chat
-    templates leave it out."""
-    messages = _Messages()
+    the tool results (tool messages carry text only); a reasoning item reaches the model as the
+    `reasoning_content` of the assistant message after it, which the chat template keeps (the
+    turn's own tool loop) or drops (earlier turns), as the model was trained."""
+    messages = _Messages(tools or RuntimeTools.of([]))
     for item in context:
         messages.add(item)
     return messages.done(instructions)
 
 
 class _Messages:
-    def __init__(self) -> None:
+    def __init__(self, tools: RuntimeTools) -> None:
+        self.tools = tools
         self.system_parts: list[str] = []
         self.messages: list[dict[str, Any]] = []
         self.tool_images: list[dict[str, Any]] = []
+        self.reasoning: list[str] = []  # for the next assistant message
 
     def add(self, item: Item) -> None:
         kind = item["type"]
-        if kind != "function_call_output":
+        if kind not in TOOL_OUTPUT_TYPES:
             self._flush_tool_images()
         if kind == "message" and item["role"] in ("system", "developer"):
             self.system_parts.append(item_text(item))
         elif kind == "message":
-            self.messages.append({"role": item["role"], "content": _content(item["content"])})
+            self._message(item["role"], _content(item["content"]))
+        elif kind == "reasoning":
+            self.reasoning.append(reasoning_text(item))
         elif kind == "function_call":
-            self._call(item)
-        elif kind == "function_call_output":
+            name = self.tools.runtime_name("function", item["name"], item.get("namespace"))
+            self._call(item["call_id"], name, item["arguments"])
+        elif kind == "custom_tool_call":
+            name = self.tools.runtime_name("custom", item["name"], item.get("namespace"))
+            self._call(item["call_id"], name, custom_arguments(item["input"]))
+        elif kind in TOOL_OUTPUT_TYPES:
             output = item["output"]
             parts = [{"type": "input_text", "text": output}] if isinstance(output, str) else output
             text = "".join(p.get("text", "") for p in parts)
             self.messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
             self.tool_images += [_image_part(p) for p in parts if p["type"] == "input_image"]
 
-    def _call(self, item: Item) -> None:
-        call = {
-            "id": item["call_id"],
-            "type": "function",
-            "function": {"name": item["name"], "arguments": item["arguments"]},
-        }
-        if self.messages and self.messages[-1]["role"] == "assistant":
+    def _message(self, role: str, content: str | list[dict[str, Any]]) -> None:
+        message: dict[str, Any] = {"role": role, "content": content}
+        if role == "assistant":
+            self._take_reasoning(message)
+        else:
+            self.reasoning = []  # reasoning followed by no answer of its own: nothing to attach it to
+        self.messages.append(message)
+
+    def _call(self, call_id: str, name: str, arguments: str) -> None:
+        call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        if self.messages and self.messages[-1]["role"] == "assistant" and not self.reasoning:
             self.messages[-1].setdefault("tool_calls", []).append(call)
         else:
             # Empty, not null: llama.cpp refuses null, and chat templates concatenate content.
-            self.messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            message = {"role": "assistant", "content": "", "tool_calls": [call]}
+            self._take_reasoning(message)
+            self.messages.append(message)
+
+    def _take_reasoning(self, message: dict[str, Any]) -> None:
+        if self.reasoning:
+            message["reasoning_content"] = "\n\n".join(self.reasoning)
+            self.reasoning = []
 
     def _flush_tool_images(self) -> None:
         if self.tool_images:
@@ -91,6 +116,12 @@ class _Messages:
         if system:
             return [{"role": "system", "content": "\n\n".join(system)}, *self.messages]
         return self.messages
+
+
+def reasoning_text(item: Item) -> str:
+    """A reasoning item's text: its reasoning_text parts, else its summary."""
+    parts = item.get("content") or item.get("summary") or []
+    return "".join(part.get("text", "") for part in parts)
 
 
 def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
@@ -107,21 +138,13 @@ def _image_part(part: dict[str, Any]) -> dict[str, Any]:
     return {"type": "image_url", "image_url": image_url}
 
 
-def _tools(settings: dict[str, Any]) -> dict[str, Any]:
-    tools = settings.get("tools") or []
-    if not tools:
+def _tools(settings: dict[str, Any], tools: RuntimeTools) -> dict[str, Any]:
+    if not tools.functions:
         return {}
-    functions = [
-        {
-            "type": "function",
-            "function": {k: tool[k] for k in ("name", "description", "parameters") if tool.get(k) is not None},
-        }
-        for tool in tools
-    ]
     choice = settings["tool_choice"]
     if isinstance(choice, dict):
-        choice = {"type": "function", "function": {"name": choice["name"]}}
-    body = {"tools": functions, "tool_choice": choice}
+        choice = {"type": "function", "function": {"name": tools.runtime_name(choice["type"], choice["name"], None)}}
+    body = {"tools": tools.functions, "tool_choice": choice}
     if not settings["parallel_tool_calls"]:  # servers default to allowing them, as OpenAI does
         body["parallel_tool_calls"] = False
     return body

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.ids import new_id
+from workers.runtime_tools import custom_input
 
 Event = dict[str, Any]
 Item = dict[str, Any]
@@ -105,11 +106,12 @@ class FunctionCallOutput:
     output_index: int
     call_id: str
     name: str
+    namespace: str | None = None
     id: str = field(default_factory=lambda: new_id("fc"))
     parts: list[str] = field(default_factory=list)  # of the arguments
 
     def item(self, status: str) -> Item:
-        return {
+        item = {
             "id": self.id,
             "type": "function_call",
             "status": status,
@@ -117,6 +119,9 @@ class FunctionCallOutput:
             "name": self.name,
             "arguments": "".join(self.parts),
         }
+        if self.namespace is not None:
+            item["namespace"] = self.namespace
+        return item
 
     def started(self) -> list[Event]:
         return [
@@ -139,4 +144,46 @@ class FunctionCallOutput:
         return {"item_id": self.id, "output_index": self.output_index}
 
 
-OutputItem = MessageOutput | ReasoningOutput | FunctionCallOutput
+@dataclass
+class CustomToolCallOutput:
+    """A call of a custom tool. The model writes it as a function's JSON arguments, `{"input":
+    "…"}`; the free-text input is known only once they are whole, so it streams as one delta."""
+
+    output_index: int
+    call_id: str
+    name: str
+    namespace: str | None = None
+    id: str = field(default_factory=lambda: new_id("ctc"))
+    parts: list[str] = field(default_factory=list)  # of the model's arguments
+
+    def item(self, status: str) -> Item:
+        item = {
+            "id": self.id,
+            "type": "custom_tool_call",
+            "status": status,
+            "call_id": self.call_id,
+            "name": self.name,
+            "input": custom_input("".join(self.parts)),
+        }
+        if self.namespace is not None:
+            item["namespace"] = self.namespace
+        return item
+
+    def started(self) -> list[Event]:
+        opening = {**self.item("in_progress"), "input": ""}
+        return [{"type": "response.output_item.added", "output_index": self.output_index, "item": opening}]
+
+    def delta(self, text: str) -> None:
+        self.parts.append(text)
+
+    def done(self, status: str) -> list[Event]:
+        item = self.item(status)
+        where = {"item_id": self.id, "output_index": self.output_index}
+        return [
+            {"type": "response.custom_tool_call_input.delta", **where, "delta": item["input"]},
+            {"type": "response.custom_tool_call_input.done", **where, "input": item["input"]},
+            {"type": "response.output_item.done", "output_index": self.output_index, "item": item},
+        ]
+
+
+OutputItem = MessageOutput | ReasoningOutput | FunctionCallOutput | CustomToolCallOutput

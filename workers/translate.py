@@ -17,8 +17,17 @@ from typing import Any
 
 from app.ids import new_id
 from app.protocol.response_object import usage_object
-from workers.output_items import Event, FunctionCallOutput, Item, MessageOutput, OutputItem, ReasoningOutput
+from workers.output_items import (
+    CustomToolCallOutput,
+    Event,
+    FunctionCallOutput,
+    Item,
+    MessageOutput,
+    OutputItem,
+    ReasoningOutput,
+)
 from workers.runtime_errors import RuntimeFailure
+from workers.runtime_tools import RuntimeTools
 
 FINISH_TO_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -38,12 +47,25 @@ def chunk_carries_output(chunk: dict[str, Any]) -> bool:
 class StreamTranslator:
     """Folds a runtime's chunks into Responses events, then tells how the generation ended."""
 
+    tools: RuntimeTools = field(default_factory=lambda: RuntimeTools.of([]))
+    # Calls beyond this many are dropped (parallel_tool_calls false: one; max_tool_calls).
+    max_calls: int | None = None
     items: list[OutputItem] = field(default_factory=list)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     content_chunks: int = 0  # every chunk that carried output: one token each, for servers that do not count
     reasoning_chunks: int = 0
-    _calls: dict[int, FunctionCallOutput] = field(default_factory=dict)  # by the runtime's tool-call index
+    # By the runtime's tool-call index; None for a call dropped past max_calls.
+    _calls: dict[int, FunctionCallOutput | CustomToolCallOutput | None] = field(default_factory=dict)
+
+    @classmethod
+    def for_settings(cls, settings: dict[str, Any]) -> StreamTranslator:
+        """For a response with these (echoed) settings: its tools, and how many calls it may make."""
+        limits = [settings.get("max_tool_calls"), None if settings.get("parallel_tool_calls", True) else 1]
+        return cls(
+            tools=RuntimeTools.of(settings.get("tools") or []),
+            max_calls=min((n for n in limits if n is not None), default=None),
+        )
 
     def on_chunk(self, chunk: dict[str, Any]) -> list[Event]:
         events: list[Event] = []
@@ -84,17 +106,27 @@ class StreamTranslator:
         events: list[Event] = []
         function = call.get("function") or {}
         index = call.get("index", 0)
-        current = self._calls.get(index)
-        if current is None:
-            events += self._close_open("completed")
-            call_id = _text(call.get("id"), "tool call id") or new_id("call")
-            current = FunctionCallOutput(len(self.items), call_id, _text(function.get("name"), "tool call name"))
-            self._calls[index] = current
-            self.items.append(current)
-            events += current.started()
-        if arguments := _text(function.get("arguments"), "tool call arguments"):
-            events.append(current.delta(arguments))
+        if index not in self._calls:
+            if self.max_calls is not None and len(self._calls) >= self.max_calls:
+                self._calls[index] = None
+            else:
+                events += self._open_call(index, call, _text(function.get("name"), "tool call name"))
+        current = self._calls[index]
+        arguments = _text(function.get("arguments"), "tool call arguments")
+        if current is not None and arguments:
+            if (delta := current.delta(arguments)) is not None:
+                events.append(delta)
         return events
+
+    def _open_call(self, index: int, call: dict[str, Any], runtime_name: str) -> list[Event]:
+        events = self._close_open("completed")
+        call_id = _text(call.get("id"), "tool call id") or new_id("call")
+        ref = self.tools.ref(runtime_name)
+        kind = CustomToolCallOutput if ref.kind == "custom" else FunctionCallOutput
+        current = kind(len(self.items), call_id, ref.name, ref.namespace)
+        self._calls[index] = current
+        self.items.append(current)
+        return events + current.started()
 
     def _close_open(self, status: str) -> list[Event]:
         return self._open.done(status) if self._open is not None else []

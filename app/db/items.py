@@ -19,7 +19,14 @@ from app.ids import new_id
 Item = dict[str, Any]
 Side = Literal["input", "output"]
 
-_ID_PREFIX: dict[str, Any] = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+_ID_PREFIX: dict[str, Any] = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "custom_tool_call": "ctc",
+    "custom_tool_call_output": "ctco",
+    "reasoning": "rs",
+}
 
 
 def with_new_id(item: Item) -> Item:

@@ -20,6 +20,7 @@ from app.db import DbRow
 from app.db import items as items_db
 from app.db.driver import DriverStatement
 from app.db.tables import items, responses
+from app.protocol.input_items import TOOL_CALL_TYPES
 from app.protocol.response_object import ResponseRecord, Status
 
 
@@ -228,7 +229,7 @@ async def chain_link(conn: AsyncConnection, account_id: str, previous_id: str) -
     it ended with (the new input must answer them)."""
     open_calls = (
         select(func.coalesce(func.array_agg(items.c.payload["call_id"].astext), text("'{}'::text[]")))
-        .where(items.c.response_id == responses.c.id, items.c.side == "output", items.c.type == "function_call")
+        .where(items.c.response_id == responses.c.id, items.c.side == "output", items.c.type.in_(TOOL_CALL_TYPES))
         .scalar_subquery()
     )
     return (

@@ -23,4 +23,6 @@ def output_so_far(events: Iterable[Event]) -> list[Item]:
             items[event["output_index"]]["content"][event["content_index"]]["text"] += event["delta"]
         elif kind == "response.function_call_arguments.delta":
             items[event["output_index"]]["arguments"] += event["delta"]
+        elif kind == "response.custom_tool_call_input.delta":
+            items[event["output_index"]]["input"] += event["delta"]
     return [items[index] for index in sorted(items)]

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from app import errors
 from app.protocol.input_items import Item, parse_input
 from app.protocol.text_format import parse_text_format
-from app.protocol.tools import Tool, ToolChoice, parse_tool_choice, parse_tools
+from app.protocol.tools import HostedToolsPolicy, Tool, ToolChoice, parse_tool_choice, parse_tools
 from app.protocol.validation import validate
 
 INCLUDABLE = {
@@ -48,7 +48,64 @@ class ReasoningOptions(BaseModel):
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
 
-class CreateResponseRequest(BaseModel):
+# OpenAI's limits on `metadata` values; `client_metadata` values get more room, since Codex
+# sends its turn's metadata as one JSON string of about 900 characters.
+METADATA_VALUE_CHARS = 512
+CLIENT_METADATA_VALUE_CHARS = 4096
+
+
+def _string_map_limits(value: dict[str, str] | None, value_chars: int) -> dict[str, str] | None:
+    """At most 16 pairs, keys of at most 64 characters, values of at most `value_chars`."""
+    if value is None:
+        return value
+    if len(value) > 16:
+        raise ValueError("at most 16 key-value pairs are allowed")
+    for key, item in value.items():
+        if len(key) > 64:
+            raise ValueError(f"key '{key[:20]}…' is longer than 64 characters")
+        if len(item) > value_chars:
+            raise ValueError(f"the value of '{key}' is longer than {value_chars} characters")
+    return value
+
+
+class SamplingOptions(BaseModel):
+    """Sampling parameters vLLM takes beyond OpenAI's (SDK users send them as `extra_body`),
+    forwarded to the model server as they are."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0, le=1)
+    repetition_penalty: float | None = Field(None, gt=0, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    seed: int | None = Field(None, ge=-(2**63), lt=2**63)
+    stop: str | list[str] | None = None
+    min_tokens: int | None = Field(None, ge=0)
+    logit_bias: dict[str, float] | None = None
+    skip_special_tokens: bool | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and not 1 <= len(value) <= 16:
+            raise ValueError("expected 1 to 16 stop strings")
+        if value is not None and any(not text for text in ([value] if isinstance(value, str) else value)):
+            raise ValueError("a stop string may not be empty")
+        return value
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for token, bias in (value or {}).items():
+            if not token.isascii() or not token.isdigit():
+                raise ValueError(f"'{token[:20]}' is not a token id")
+            if not -100 <= bias <= 100:
+                raise ValueError(f"the bias of token {token} is outside -100..100")
+        return value
+
+
+class CreateResponseRequest(SamplingOptions):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     model: str = Field(min_length=1)
@@ -66,12 +123,14 @@ class CreateResponseRequest(BaseModel):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     max_output_tokens: int | None = Field(None, ge=16)
-    max_tool_calls: int | None = Field(None, ge=0)
+    max_tool_calls: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
     top_logprobs: int | None = Field(None, ge=0, le=20)
     truncation: Literal["auto", "disabled"] | None = None
     metadata: dict[str, str] | None = None
+    # Codex's own bookkeeping (thread and turn ids): accepted, kept from the model, not echoed.
+    client_metadata: dict[str, str] | None = None
     user: str | None = None
     safety_identifier: str | None = Field(None, max_length=64)
     prompt_cache_key: str | None = None
@@ -81,16 +140,16 @@ class CreateResponseRequest(BaseModel):
     @field_validator("metadata")
     @classmethod
     def _metadata_limits(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        if value is None:
-            return value
-        if len(value) > 16:
-            raise ValueError("at most 16 key-value pairs are allowed")
-        for key, item in value.items():
-            if len(key) > 64:
-                raise ValueError(f"key '{key[:20]}…' is longer than 64 characters")
-            if len(item) > 512:
-                raise ValueError(f"the value of '{key}' is longer than 512 characters")
-        return value
+        return _string_map_limits(value, METADATA_VALUE_CHARS)
+
+    @field_validator("client_metadata")
+    @classmethod
+    def _client_metadata_limits(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return _string_map_limits(value, CLIENT_METADATA_VALUE_CHARS)
+
+    def sampling(self) -> dict[str, Any]:
+        """The vLLM sampling parameters the client set."""
+        return {name: getattr(self, name) for name in SamplingOptions.model_fields if getattr(self, name) is not None}
 
 
 class ValidatedCreate(BaseModel):
@@ -115,7 +174,7 @@ class ValidatedCreate(BaseModel):
         return bool(self.request.background)
 
 
-def parse_create_request(body: dict[str, Any]) -> ValidatedCreate:
+def parse_create_request(body: dict[str, Any], hosted_tools: HostedToolsPolicy = "refuse") -> ValidatedCreate:
     for name in UNSUPPORTED:
         if body.get(name) is not None:
             raise errors.UnsupportedParameter(name, f"'{name}'")
@@ -123,7 +182,7 @@ def parse_create_request(body: dict[str, Any]) -> ValidatedCreate:
     request = validate(CreateResponseRequest, body)
     _reject_unserved_values(request)
     text_format = parse_text_format(request.text.format if request.text else None)
-    tools = parse_tools(request.tools)
+    tools = parse_tools(request.tools, hosted_tools)
     return ValidatedCreate(
         request=request,
         input_items=parse_input(request.input),
@@ -135,8 +194,6 @@ def parse_create_request(body: dict[str, Any]) -> ValidatedCreate:
 
 def _reject_unserved_values(request: CreateResponseRequest) -> None:
     """Values that are valid for OpenAI but would be silently ignored here: refuse them instead."""
-    if request.max_tool_calls is not None:  # would be ignored: refuse instead
-        raise errors.UnsupportedParameter("max_tool_calls", "max_tool_calls")
     if request.truncation == "auto":
         raise errors.UnsupportedParameter("truncation", "truncation 'auto'")
     if request.top_logprobs:
@@ -155,11 +212,11 @@ def echoed_settings(create: ValidatedCreate, max_output_tokens: int | None) -> d
     request = create.request
     text = request.text or TextOptions()
     return {
-        "frequency_penalty": 0.0,
+        "frequency_penalty": request.frequency_penalty or 0.0,
         "max_output_tokens": max_output_tokens,
         "max_tool_calls": request.max_tool_calls,
         "parallel_tool_calls": request.parallel_tool_calls is not False,
-        "presence_penalty": 0.0,
+        "presence_penalty": request.presence_penalty or 0.0,
         "prompt_cache_key": request.prompt_cache_key,
         "prompt_cache_retention": request.prompt_cache_retention,
         "reasoning": {

@@ -17,6 +17,10 @@ from app.protocol.validation import validate
 
 Item = dict[str, Any]
 
+# A call the model makes, and the item that answers it (by call_id).
+TOOL_CALL_TYPES = ("function_call", "custom_tool_call")
+TOOL_OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output")
+
 # Known to OpenAI, not served here yet: a clear 400 rather than a silent drop.
 UNSUPPORTED_CONTENT_TYPES = {"input_file", "input_audio"}
 UNSUPPORTED_ITEM_TYPES = {
@@ -38,8 +42,6 @@ UNSUPPORTED_ITEM_TYPES = {
     "mcp_list_tools",
     "mcp_approval_request",
     "mcp_approval_response",
-    "custom_tool_call",
-    "custom_tool_call_output",
 }
 
 
@@ -61,14 +63,26 @@ class _FunctionCall(BaseModel):
     call_id: str = Field(min_length=1, max_length=64)
     name: str = Field(min_length=1)
     arguments: str
+    namespace: str | None = None
     id: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
-class _FunctionCallOutput(BaseModel):
+class _CustomToolCall(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    type: Literal["function_call_output"]
+    type: Literal["custom_tool_call"]
+    call_id: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1)
+    input: str
+    namespace: str | None = None
+    id: str | None = None
+
+
+class _ToolOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["function_call_output", "custom_tool_call_output"]
     call_id: str = Field(min_length=1, max_length=64)
     output: str | list[dict[str, Any]]
     id: str | None = None
@@ -155,21 +169,35 @@ def _message(raw: dict[str, Any], param: str) -> Item:
 
 def _function_call(raw: dict[str, Any], param: str) -> Item:
     call = validate(_FunctionCall, raw, prefix=param)
-    return {
+    item: Item = {
         "type": "function_call",
         "call_id": call.call_id,
         "name": call.name,
         "arguments": call.arguments,
         "status": "completed",
     }
+    if call.namespace is not None:
+        item["namespace"] = call.namespace
+    return item
 
 
-def _function_call_output(raw: dict[str, Any], param: str) -> Item:
-    result = validate(_FunctionCallOutput, raw, prefix=param)
+def _custom_tool_call(raw: dict[str, Any], param: str) -> Item:
+    call = validate(_CustomToolCall, raw, prefix=param)
+    item: Item = {"type": "custom_tool_call", "call_id": call.call_id, "name": call.name, "input": call.input}
+    if call.namespace is not None:
+        item["namespace"] = call.namespace
+    return item
+
+
+def _tool_output(raw: dict[str, Any], param: str) -> Item:
+    result = validate(_ToolOutput, raw, prefix=param)
     output = result.output
-    if not isinstance(output, str):  # content parts: text only, for now
+    if not isinstance(output, str):  # content parts: text and images
         output = [_parse_part(part, "user", f"{param}.output[{j}]") for j, part in enumerate(output)]
-    return {"type": "function_call_output", "call_id": result.call_id, "output": output, "status": "completed"}
+    item: Item = {"type": result.type, "call_id": result.call_id, "output": output}
+    if result.type == "function_call_output":
+        item["status"] = "completed"
+    return item
 
 
 def _reasoning(raw: dict[str, Any], param: str) -> Item:
@@ -181,7 +209,9 @@ def _reasoning(raw: dict[str, Any], param: str) -> Item:
 _ITEM_PARSERS: dict[str, Callable[[dict[str, Any], str], Item]] = {
     "message": _message,
     "function_call": _function_call,
-    "function_call_output": _function_call_output,
+    "function_call_output": _tool_output,
+    "custom_tool_call": _custom_tool_call,
+    "custom_tool_call_output": _tool_output,
     "reasoning": _reasoning,
 }
 

@@ -65,8 +65,7 @@ def render(record: ResponseRecord) -> dict[str, Any]:
         "prompt_cache_retention": s["prompt_cache_retention"],
         "reasoning": s["reasoning"],
         "safety_identifier": s["safety_identifier"],
-        # OpenAI reports the tier used once the response is done, "auto" before.
-        "service_tier": "default" if record.status in TERMINAL_STATUSES else s["service_tier"],
+        "service_tier": _service_tier(s["service_tier"], record.status),
         "store": record.store,
         "temperature": s["temperature"],
         "text": s["text"],
@@ -79,6 +78,12 @@ def render(record: ResponseRecord) -> dict[str, Any]:
         "user": s["user"],
         "metadata": record.metadata,
     }
+
+
+def _service_tier(requested: str, status: Status) -> str:
+    """As OpenAI reports it: `auto` until the response is done, then the tier it ran on (here
+    always `default`); a tier asked for by name is echoed as asked."""
+    return "default" if requested == "auto" and status in TERMINAL_STATUSES else requested
 
 
 def usage_object(

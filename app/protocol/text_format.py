@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app import errors
+from app.protocol.strict_schema import check_strict
 from app.protocol.validation import check_json_schema, validate
 
 PLAIN_TEXT: dict[str, Any] = {"type": "text"}
@@ -49,6 +50,8 @@ def parse_text_format(raw: Any) -> dict[str, Any]:
         return {"type": validate(_Plain, raw, prefix="text.format").type}
     parsed = validate(_JsonSchema, raw, prefix="text.format")
     check_json_schema(parsed.json_schema, "text.format.schema")
+    if parsed.strict:
+        check_strict(parsed.json_schema, "text.format.schema")
     return {
         "type": "json_schema",
         "description": parsed.description,

@@ -1,7 +1,13 @@
-"""`tools` and `tool_choice`: function tools, which the model calls and the client runs.
+"""`tools` and `tool_choice`: the tools a response may call, as the Response echoes them.
 
-Hosted tools (web search, file search, code interpreter…) are OpenAI's own services; they are
-refused with a 400 naming the tool rather than silently dropped.
+- `function`: the model calls it, the client runs it.
+- `namespace`: functions (and custom tools) grouped under a name, as Codex sends its multi-agent
+  tools; a call comes back with `namespace` set.
+- `custom`: a tool taking free text (`format` text); a grammar format needs a runtime that can
+  constrain one tool's input to it, which none here can: a 400 naming it.
+- Hosted tools (web search, file search, code interpreter…) are OpenAI's own services. What a
+  deployment does with them is its `RESPONSES_HOSTED_TOOLS` setting: `ignore` (the default)
+  echoes them but does not offer them to the model; `refuse` answers a 400 naming the tool.
 """
 
 from __future__ import annotations
@@ -11,57 +17,159 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app import errors
+from app.protocol.strict_schema import effective_strict
 from app.protocol.validation import check_json_schema, validate
 
 Tool = dict[str, Any]
 ToolChoice = str | dict[str, Any]
+HostedToolsPolicy = Literal["ignore", "refuse"]
+
+# OpenAI runs these itself; a deployment of open models has none of them.
+HOSTED_TOOL_TYPES = frozenset(
+    {
+        "web_search",
+        "web_search_preview",
+        "web_search_preview_2025_03_11",
+        "web_search_2025_08_26",
+        "file_search",
+        "code_interpreter",
+        "image_generation",
+        "mcp",
+        "computer",
+        "computer_use",
+        "computer_use_preview",
+        "tool_search",
+    }
+)
+NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 
 
 class _FunctionTool(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     type: Literal["function"]
-    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
 
+class _TextFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["text"]
+
+
+class _CustomTool(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["custom"]
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str | None = None
+    format: dict[str, Any] | None = None
+
+
+class _NamespaceTool(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["namespace"]
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str
+    tools: list[Any] = Field(min_length=1)
+
+
 class _NamedChoice(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    type: Literal["function"]
+    type: Literal["function", "custom"]
     name: str
 
 
-def parse_tools(raw: list[Any] | None) -> list[Tool]:
-    """The tools as a Response echoes them."""
+def parse_tools(raw: list[Any] | None, hosted: HostedToolsPolicy = "refuse") -> list[Tool]:
+    """The tools as a Response echoes them (a 400 naming the first one at fault)."""
     tools: list[Tool] = []
     for index, entry in enumerate(raw or []):
         param = f"tools[{index}]"
-        if not isinstance(entry, dict):
-            raise errors.InvalidRequest(f"Invalid '{param}': expected an object.", param=param, code="invalid_type")
-        if entry.get("type") != "function":
-            raise errors.UnsupportedParameter(f"{param}.type", f"a tool of type '{entry.get('type')}'")
-        tool = validate(_FunctionTool, entry, prefix=param)
-        if tool.parameters is not None:
-            check_json_schema(tool.parameters, f"{param}.parameters")
-        if any(known["name"] == tool.name for known in tools):
-            raise errors.InvalidRequest(
-                f"Invalid '{param}.name': the function '{tool.name}' is listed twice.",
-                param=f"{param}.name",
-                code="invalid_value",
-            )
-        tools.append(
-            {
-                "type": "function",
-                "name": tool.name,
-                "description": tool.description,
-                "parameters": tool.parameters,
-                "strict": tool.strict is not False,  # OpenAI's default for Responses function tools
-            }
-        )
+        kind = _kind(entry, param)
+        if kind in HOSTED_TOOL_TYPES:
+            if hosted == "refuse":
+                raise errors.UnsupportedParameter(f"{param}.type", f"the hosted tool '{kind}'")
+            tools.append(entry)  # echoed as sent; never offered to the model
+            continue
+        if kind == "namespace":
+            tool = _namespace(entry, param)
+        else:
+            tool = _callable(entry, param)
+        _check_unique(tool["name"], tools, param)
+        tools.append(tool)
     return tools
+
+
+def _kind(entry: Any, param: str) -> Any:
+    if not isinstance(entry, dict):
+        raise errors.InvalidRequest(f"Invalid '{param}': expected an object.", param=param, code="invalid_type")
+    return entry.get("type")
+
+
+def _callable(entry: dict[str, Any], param: str) -> Tool:
+    """A function or custom tool, at the top level or inside a namespace."""
+    kind = entry.get("type")
+    if kind == "function":
+        return _function(entry, param)
+    if kind == "custom":
+        return _custom(entry, param)
+    raise errors.UnsupportedParameter(f"{param}.type", f"a tool of type '{kind}'")
+
+
+def _function(entry: dict[str, Any], param: str) -> Tool:
+    tool = validate(_FunctionTool, entry, prefix=param)
+    strict = tool.strict
+    if tool.parameters is not None:
+        check_json_schema(tool.parameters, f"{param}.parameters")
+        strict = effective_strict(tool.parameters, tool.strict, f"{param}.parameters")
+    return {
+        "type": "function",
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.parameters,
+        "strict": strict is not False,  # omitted: strict where the schema allows it, as OpenAI does
+    }
+
+
+def _custom(entry: dict[str, Any], param: str) -> Tool:
+    tool = validate(_CustomTool, entry, prefix=param)
+    if tool.format is not None and tool.format.get("type") != "text":
+        if tool.format.get("type") == "grammar":
+            raise errors.InvalidRequest(
+                f"Invalid '{param}.format': a grammar format is not supported: no model runtime here can "
+                "constrain one tool's input to a grammar. Use {'type': 'text'}.",
+                param=f"{param}.format",
+                code="unsupported_value",
+            )
+        validate(_TextFormat, tool.format, prefix=f"{param}.format")
+    echoed: Tool = {"type": "custom", "name": tool.name, "description": tool.description}
+    if tool.format is not None:
+        echoed["format"] = {"type": "text"}
+    return echoed
+
+
+def _namespace(entry: dict[str, Any], param: str) -> Tool:
+    namespace = validate(_NamespaceTool, entry, prefix=param)
+    members: list[Tool] = []
+    for index, member in enumerate(namespace.tools):
+        member_param = f"{param}.tools[{index}]"
+        _kind(member, member_param)
+        tool = _callable(member, member_param)
+        _check_unique(tool["name"], members, member_param)
+        members.append(tool)
+    return {"type": "namespace", "name": namespace.name, "description": namespace.description, "tools": members}
+
+
+def _check_unique(name: str, tools: list[Tool], param: str) -> None:
+    if any(known.get("name") == name for known in tools):
+        raise errors.InvalidRequest(
+            f"Invalid '{param}.name': the tool '{name}' is listed twice.", param=f"{param}.name", code="invalid_value"
+        )
 
 
 def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool]) -> ToolChoice:
@@ -74,18 +182,18 @@ def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool]) -> ToolChoice:
                 param="tool_choice",
                 code="invalid_value",
             )
-        if raw == "required" and not tools:
+        if raw == "required" and not any(tool["type"] not in HOSTED_TOOL_TYPES for tool in tools):
             raise errors.InvalidRequest(
                 "Invalid 'tool_choice': 'required' needs at least one tool.", param="tool_choice", code="invalid_value"
             )
         return raw
-    if raw.get("type") != "function":
+    if raw.get("type") not in ("function", "custom"):
         raise errors.UnsupportedParameter("tool_choice.type", f"a tool_choice of type '{raw.get('type')}'")
     named = validate(_NamedChoice, raw, prefix="tool_choice")
-    if not any(tool["name"] == named.name for tool in tools):
+    if not any(tool["type"] == named.type and tool["name"] == named.name for tool in tools):
         raise errors.InvalidRequest(
-            f"Invalid 'tool_choice.name': no function named '{named.name}' in tools.",
+            f"Invalid 'tool_choice.name': no {named.type} tool named '{named.name}' in tools.",
             param="tool_choice.name",
             code="invalid_value",
         )
-    return {"type": "function", "name": named.name}
+    return {"type": named.type, "name": named.name}

@@ -52,7 +52,12 @@ BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
     ),
     ({"model": "fake", "input": "x", "conversation": "conv_1"}, 400, "conversation", "unsupported_parameter"),
     ({"model": "fake", "input": "x", "prompt": {"id": "p"}}, 400, "prompt", "unsupported_parameter"),
-    ({"model": "fake", "input": "x", "tools": [{"type": "web_search"}]}, 400, "tools[0].type", "unsupported_parameter"),
+    (
+        {"model": "fake", "input": "x", "tools": [{"type": "local_shell"}]},
+        400,
+        "tools[0].type",
+        "unsupported_parameter",
+    ),
     ({"model": "fake", "input": "x", "truncation": "auto"}, 400, "truncation", "unsupported_parameter"),
     (
         {"model": "fake", "input": [{"type": "function_call", "call_id": "c", "name": "f"}]},

@@ -16,7 +16,12 @@ WEATHER: FunctionToolParam = {
     "type": "function",
     "name": "get_weather",
     "description": "The weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
     "strict": True,
 }
 WITHOUT_STRICT = cast(FunctionToolParam, {k: v for k, v in WEATHER.items() if k != "strict"})
@@ -147,7 +152,7 @@ def test_a_streamed_tool_call_arrives_in_the_order_the_sdk_expects(client: opena
         ({"tools": [{**WEATHER, "parameters": {"type": "nope"}}]}, "tools[0].parameters", "invalid_json_schema"),
         ({"tools": [{**WEATHER, "name": "bad name!"}]}, "tools[0].name", "invalid_value"),
         ({"tools": [WEATHER, WEATHER]}, "tools[1].name", "invalid_value"),
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type", "unsupported_parameter"),
+        ({"tools": [{"type": "local_shell"}]}, "tools[0].type", "unsupported_parameter"),
         (
             {"tools": [WEATHER], "tool_choice": {"type": "function", "name": "other"}},
             "tool_choice.name",
@@ -155,7 +160,7 @@ def test_a_streamed_tool_call_arrives_in_the_order_the_sdk_expects(client: opena
         ),
         ({"tool_choice": "required"}, "tool_choice", "invalid_value"),
         ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice", "invalid_value"),
-        ({"tools": [WEATHER], "max_tool_calls": 2}, "max_tool_calls", "unsupported_parameter"),
+        ({"tools": [WEATHER], "max_tool_calls": 0}, "max_tool_calls", "invalid_value"),
     ],
 )
 def test_bad_tools_are_refused_naming_the_parameter(

@@ -70,7 +70,12 @@ def test_multipart_content_is_joined() -> None:
     assert chat_request(record(), context, MODEL)["messages"] == [{"role": "user", "content": "ab"}]
 
 
-SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
 JSON_SCHEMA_FORMAT = {"type": "json_schema", "name": "place", "schema": SCHEMA, "strict": True, "description": None}
 
 

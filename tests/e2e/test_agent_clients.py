@@ -1,0 +1,269 @@
+"""Agent clients' real requests, sent as they are (tests/fixtures/clients: Codex CLI's), and the
+request fields they rely on: namespace and custom tools, hosted tools, client_metadata, reasoning
+sent back, tool-call limits, extra sampling parameters."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai.types.responses import CustomToolParam, FunctionToolParam
+
+from tests.conftest import Environment, FakeRuntime, Server, free_port, start_api, stop
+
+CLIENTS = Path(__file__).resolve().parent.parent / "fixtures" / "clients"
+
+
+def codex_body(name: str, **changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads((CLIENTS / f"codex-exec-{name}-request.json").read_text())
+    return {**body, **changes}
+
+
+def with_last_user_text(body: dict[str, Any], text: str) -> dict[str, Any]:
+    """The body with its last user message saying `text` (a script for the fake runtime)."""
+    index = max(i for i, item in enumerate(body["input"]) if item.get("role") == "user")
+    items = list(body["input"])
+    items[index] = {**items[index], "content": [{"type": "input_text", "text": text}]}
+    return {**body, "input": items}
+
+
+def stream_events(server: Server, key: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """POSTs the body as raw JSON and reads its SSE stream to the end; each event's data."""
+    events = []
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    with httpx.stream("POST", f"{server.base_url}/responses", content=json.dumps(body), headers=headers) as answer:
+        assert answer.status_code == 200, answer.read().decode()
+        for line in answer.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[len("data: ") :]))
+    return events
+
+
+def script(**fields: Any) -> str:
+    return "#fake " + json.dumps(fields)
+
+
+def test_codex_first_request_is_served_as_sent(server: Server, api_key: str, fake: FakeRuntime) -> None:
+    events = stream_events(server, api_key, codex_body("first", model="fake"))
+    types = [event["type"] for event in events]
+    assert types[0] == "response.created" and types[-1] == "response.completed"
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    final = events[-1]["response"]
+    assert final["status"] == "completed" and final["store"] is False
+    assert "client_metadata" not in final
+    assert final["tools"][-1] == {"type": "web_search", "external_web_access": False}  # echoed, not offered
+    [sent] = fake.requests()
+    offered = [tool["function"]["name"] for tool in sent["tools"]]
+    assert "web_search" not in offered and "client_metadata" not in json.dumps(sent)
+    assert {"multi_agent_v1__spawn_agent", "multi_agent_v1__close_agent", "exec_command"} <= set(offered)
+    # Codex's ids on its input items are its own: the model sees the messages, not the ids.
+    assert sent["messages"][0]["role"] == "system" and "You are a coding agent" in sent["messages"][0]["content"]
+
+
+def test_a_namespace_call_comes_back_with_its_namespace(server: Server, api_key: str, fake: FakeRuntime) -> None:
+    call = {"name": "multi_agent_v1__close_agent", "arguments": '{"target": "agent-1"}'}
+    body = with_last_user_text(codex_body("first", model="fake"), script(tool_calls=[call]))
+    events = stream_events(server, api_key, body)
+    [item] = events[-1]["response"]["output"]
+    assert item["type"] == "function_call" and item["id"].startswith("fc_")
+    assert (item["name"], item["namespace"], item["arguments"]) == ("close_agent", "multi_agent_v1", call["arguments"])
+    done = next(e for e in events if e["type"] == "response.function_call_arguments.done")
+    assert done["name"] == "close_agent"
+
+
+def test_a_replayed_namespace_call_reaches_the_model_under_its_runtime_name(
+    client: openai.OpenAI, fake: FakeRuntime
+) -> None:
+    namespace = codex_body("first")["tools"][4]
+    assert namespace["type"] == "namespace"
+    client.responses.create(
+        model="fake",
+        tools=[namespace],
+        input=[
+            {"role": "user", "content": "close it"},
+            {
+                "type": "function_call",
+                "call_id": "call_9",
+                "name": "close_agent",
+                "namespace": "multi_agent_v1",
+                "arguments": "{}",
+            },
+            {"type": "function_call_output", "call_id": "call_9", "output": "closed"},
+        ],
+    )
+    messages = fake.requests()[-1]["messages"]
+    assert messages[-2]["tool_calls"][0]["function"]["name"] == "multi_agent_v1__close_agent"
+    assert messages[-1] == {"role": "tool", "tool_call_id": "call_9", "content": "closed"}
+
+
+def test_codex_second_request_sends_its_reasoning_back_to_the_model(
+    server: Server, api_key: str, fake: FakeRuntime
+) -> None:
+    events = stream_events(server, api_key, codex_body("second", model="thinking-model"))
+    assert events[-1]["type"] == "response.completed"
+    [sent] = fake.requests()
+    *_, call_message, tool_message = sent["messages"]
+    assert call_message["reasoning_content"] == "Let me think about it."
+    assert call_message["tool_calls"][0]["function"] == {
+        "name": "exec_command",
+        "arguments": '{"cmd": "echo hello-from-fake"}',
+    }
+    assert tool_message["role"] == "tool" and "hello-from-fake" in tool_message["content"]
+    assert sent["chat_template_kwargs"] == {"enable_thinking": True}  # effort "high"
+
+
+APPLY_PATCH: CustomToolParam = {
+    "type": "custom",
+    "name": "apply_patch",
+    "description": "Apply a patch.",
+    "format": {"type": "text"},
+}
+PATCH = '*** Begin Patch\n*** Add File: a.txt\n+hello "world"\n*** End Patch'
+
+
+def test_a_custom_tool_call_comes_back_with_its_free_text_input(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    arguments = json.dumps({"input": PATCH})
+    with client.responses.stream(
+        model="fake", input=script(tool_calls=[{"name": "apply_patch", "arguments": arguments}]), tools=[APPLY_PATCH]
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    [call] = final.output
+    assert call.type == "custom_tool_call" and call.id.startswith("ctc_")
+    assert (call.name, call.input, call.call_id) == ("apply_patch", PATCH, "call_0")
+    [delta] = [e for e in events if e.type == "response.custom_tool_call_input.delta"]
+    [done] = [e for e in events if e.type == "response.custom_tool_call_input.done"]
+    assert delta.delta == done.input == PATCH
+    [sent] = fake.requests()
+    assert sent["tools"][0]["function"]["parameters"]["required"] == ["input"]
+
+
+def test_a_custom_tools_output_goes_back_to_the_model(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    arguments = json.dumps({"input": PATCH})
+    first = client.responses.create(
+        model="fake", input=script(tool_calls=[{"name": "apply_patch", "arguments": arguments}]), tools=[APPLY_PATCH]
+    )
+    call_id = str(first.output[0].call_id)
+    with pytest.raises(openai.BadRequestError):  # its call must be answered first
+        client.responses.create(model="fake", previous_response_id=first.id, input="go on", tools=[APPLY_PATCH])
+    second = client.responses.create(
+        model="fake",
+        previous_response_id=first.id,
+        input=[{"type": "custom_tool_call_output", "call_id": call_id, "output": "Done!"}],
+        tools=[APPLY_PATCH],
+    )
+    assert second.status == "completed"
+    *_, call_message, tool_message = fake.requests()[-1]["messages"]
+    assert call_message["tool_calls"][0]["function"] == {"name": "apply_patch", "arguments": arguments}
+    assert tool_message == {"role": "tool", "tool_call_id": call_id, "content": "Done!"}
+    items = list(client.responses.input_items.list(second.id, order="asc"))
+    assert [i.type for i in items][-2:] == ["custom_tool_call", "custom_tool_call_output"]
+    assert items[-1].id.startswith("ctco_")
+
+
+def test_a_custom_tool_with_a_grammar_is_refused_naming_it(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    grammar: CustomToolParam = {
+        **APPLY_PATCH,
+        "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
+    }
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="fake", input="x", tools=[grammar])
+    assert caught.value.body["param"] == "tools[0].format"
+    assert fake.requests() == []
+
+
+TWO_CALLS = script(
+    tool_calls=[{"name": "get_weather", "arguments": '{"city": "Paris"}'}, {"name": "get_weather", "arguments": "{}"}]
+)
+WEATHER: FunctionToolParam = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {}},
+    "strict": None,
+}
+
+
+@pytest.mark.parametrize("limit", [{"parallel_tool_calls": False}, {"max_tool_calls": 1}])
+def test_one_call_at_most_when_asked_whatever_the_runtime_sends(
+    client: openai.OpenAI, fake: FakeRuntime, limit: dict[str, Any]
+) -> None:
+    response = client.responses.create(model="fake", input=TWO_CALLS, tools=[WEATHER], **limit)
+    [call] = response.output
+    assert call.arguments == '{"city": "Paris"}'
+    assert client.responses.create(model="fake", input=TWO_CALLS, tools=[WEATHER], max_tool_calls=2).output[1]
+
+
+def test_hosted_tools_are_refused_when_the_deployment_says_so(
+    environment: Environment, api_key: str, fake: FakeRuntime
+) -> None:
+    port = free_port()
+    api = start_api(environment, port, RESPONSES_HOSTED_TOOLS="refuse")
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=api_key, max_retries=0)
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="fake", input="x", tools=[WEATHER, {"type": "web_search"}])
+        assert (caught.value.body["param"], caught.value.body["code"]) == ("tools[1].type", "unsupported_parameter")
+    finally:
+        stop(api)
+    assert fake.requests() == []
+
+
+def test_client_metadata_is_kept_from_the_model_and_limited(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    response = client.responses.create(model="fake", input="x", extra_body={"client_metadata": {"thread_id": "t-1"}})
+    assert "client_metadata" not in response.model_dump() and "t-1" not in json.dumps(fake.requests())
+    for bad in ({"k": 1}, {"k" * 65: "v"}, {"k": "v" * 4097}, {str(n): "v" for n in range(17)}, "thread"):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="fake", input="x", extra_body={"client_metadata": bad})
+        assert caught.value.body["param"].startswith("client_metadata")
+
+
+def test_vllm_sampling_parameters_reach_the_runtime(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    sampling = {
+        "top_k": 20,
+        "min_p": 0.05,
+        "repetition_penalty": 1.1,
+        "seed": 7,
+        "stop": ["END"],
+        "presence_penalty": 0.5,
+    }
+    response = client.responses.create(model="fake", input="x", extra_body=sampling)
+    [sent] = fake.requests()
+    assert {name: sent[name] for name in sampling} == sampling
+    assert response.to_dict()["presence_penalty"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"top_k": -2}, "top_k"),
+        ({"min_p": 1.5}, "min_p"),
+        ({"repetition_penalty": 0}, "repetition_penalty"),
+        ({"seed": "7"}, "seed"),
+        ({"stop": []}, "stop"),
+        ({"logit_bias": {"word": 1}}, "logit_bias"),
+        ({"top_kk": 1}, "top_kk"),
+    ],
+)
+def test_bad_sampling_parameters_are_refused_naming_them(
+    client: openai.OpenAI, fake: FakeRuntime, extra: dict[str, Any], param: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="fake", input="x", extra_body=extra)
+    assert caught.value.body["param"] == param
+    assert fake.requests() == []
+
+
+@pytest.mark.parametrize(("asked", "created", "done"), [(None, "auto", "default"), ("flex", "flex", "flex")])
+def test_service_tier_is_echoed_as_openai_does(
+    client: openai.OpenAI, fake: FakeRuntime, asked: Any, created: str, done: str
+) -> None:
+    extra = {} if asked is None else {"service_tier": asked}
+    with client.responses.stream(model="fake", input="x", **extra) as stream:
+        first = next(iter(stream))
+        final = stream.get_final_response()
+    assert first.type == "response.created" and first.response.service_tier == created
+    assert final.service_tier == done
