@@ -118,7 +118,7 @@ _INSERT_WITH_INPUT = DriverStatement(
         FROM unnest(CAST(:ids AS text[]), CAST(:account_ids AS text[]), CAST(:models AS text[]),
                     CAST(:statuses AS text[]), CAST(:backgrounds AS boolean[]), CAST(:streams AS boolean[]),
                     CAST(:stores AS boolean[]), CAST(:instructions AS text[]), CAST(:metadata AS jsonb[]),
-                    CAST(:settings AS jsonb[]), CAST(:previous_response_ids AS text[]),
+                    CAST(:settings AS json[]), CAST(:previous_response_ids AS text[]),
                     CAST(:context_parent_ids AS text[]), CAST(:chain_depths AS int[]),
                     CAST(:created_epochs AS float8[]))
             AS r(id, account_id, model, status, background, stream, store, instructions, metadata, settings,

@@ -22,7 +22,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSON, JSONB
 
 metadata = MetaData(
     naming_convention={
@@ -89,7 +89,12 @@ responses = Table(
     Column("store", Boolean, nullable=False, server_default=text("true"), comment="created with store (default true)"),
     Column("instructions", Text, comment="system instructions of this turn (not inherited by the chain)"),
     Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb"), comment="client metadata"),
-    Column("settings", JSONB, nullable=False, comment="echoed request settings (temperature, top_p, text, …)"),
+    Column(
+        "settings",
+        JSON,
+        nullable=False,
+        comment="echoed request settings (temperature, text, tools, …): json, so schemas keep their key order",
+    ),
     Column("previous_response_id", Text, comment="as the client sent it; may name a since-deleted response"),
     Column(
         "context_parent_id",

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import openai
+import pytest
+from openai.types.responses import FunctionToolParam
 
 from tests.conftest import FakeRuntime
 
@@ -45,3 +47,33 @@ def test_plain_text_sends_no_response_format(client: openai.OpenAI, fake: FakeRu
     response = client.responses.create(model="fake", input="x", text={"format": {"type": "text"}})
     assert response.text.format.type == "text"
     assert "response_format" not in fake.requests()[0]
+
+
+# Keys in an order no sorting gives: jsonb would send "a_first" and "m_middle" before "z_first".
+ORDERED = {
+    "type": "object",
+    "properties": {"z_first": {"type": "string"}, "a_second": {"type": "integer"}, "m_third": {"type": "boolean"}},
+    "required": ["z_first", "a_second", "m_third"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_schemas_reach_the_model_in_the_order_sent(client: openai.OpenAI, fake: FakeRuntime, background: bool) -> None:
+    raw = json.dumps(ORDERED)
+    tool: FunctionToolParam = {"type": "function", "name": "f", "parameters": ORDERED, "strict": True}
+    response = client.responses.create(
+        model="fake",
+        input="x",
+        background=background,
+        tools=[tool],
+        text={"format": {"type": "json_schema", "name": "ordered", "schema": ORDERED, "strict": True}},
+    )
+    while response.status in ("queued", "in_progress"):
+        response = client.responses.retrieve(response.id)
+    [sent] = fake.requests()
+    assert json.dumps(sent["response_format"]["json_schema"]["schema"]) == raw
+    assert json.dumps(sent["tools"][0]["function"]["parameters"]) == raw
+    echoed = client.responses.retrieve(response.id)
+    assert list(echoed.to_dict()["text"]["format"]["schema"]["properties"]) == ["z_first", "a_second", "m_third"]
+    assert list(echoed.to_dict()["tools"][0]["parameters"]["properties"]) == ["z_first", "a_second", "m_third"]

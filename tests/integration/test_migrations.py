@@ -71,3 +71,32 @@ async def test_downgrade_base_removes_everything(empty_database_url: str) -> Non
 async def _in_thread(function: Callable[..., None], *args: object) -> None:
     # Alembic's env.py runs its own event loop, which cannot nest inside the test's.
     await asyncio.to_thread(function, *args)
+
+
+async def test_settings_stored_before_0005_survive_the_change_to_json(empty_database_url: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    import migrations
+
+    config = Config()
+    config.set_main_option("script_location", migrations.__path__[0])
+    config.set_main_option("sqlalchemy.url", empty_database_url)
+    await _in_thread(command.upgrade, config, "0004")
+    engine = create_async_engine(empty_database_url)
+    settings = '{"text": {"format": {"type": "text"}}, "tools": [], "temperature": 0.5}'
+    async with engine.begin() as conn:
+        await conn.execute(text("INSERT INTO accounts (id, name) VALUES ('acct_1', 'one')"))
+        await conn.execute(
+            text(
+                "INSERT INTO responses (id, account_id, model, background, stream, settings) "
+                "VALUES ('resp_1', 'acct_1', 'm', false, false, CAST(:settings AS jsonb))"
+            ),
+            {"settings": settings},
+        )
+    await _in_thread(command.upgrade, config, "head")
+    async with engine.connect() as conn:
+        kind = (await conn.execute(text("SELECT pg_typeof(settings)::text FROM responses"))).scalar()
+        stored = await conn.execute(text("SELECT settings::jsonb = CAST(:s AS jsonb) FROM responses"), {"s": settings})
+        assert kind == "json" and stored.scalar() is True
+    await engine.dispose()
