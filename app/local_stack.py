@@ -51,6 +51,8 @@ def run(data_dir: Path, host: str, port: int) -> int:
             if not catalog.exists():
                 catalog.write_text(DEFAULT_CATALOG)
             env["RESPONSES_MODELS"] = str(catalog)
+        if not env.get("RESPONSES_ENCRYPTION_KEYS") and not env.get("RESPONSES_ENCRYPTION_KEY_FILE"):
+            env["RESPONSES_ENCRYPTION_KEY_FILE"] = str(_encryption_key(data_dir / "encryption.key"))
         settings = Settings()
         from app.catalog import Catalog
         from app.cli import migrate
@@ -123,6 +125,16 @@ async def _wait_for_valkey(url: str, server: subprocess.Popen[bytes]) -> None:
         raise SystemExit("responses-server dev: Valkey did not answer within 5 s")
     finally:
         await client.aclose()
+
+
+def _encryption_key(key_file: Path) -> Path:
+    """The data folder's key for sealed reasoning, made at the first start."""
+    if not key_file.exists():
+        from app.reasoning_seal import new_key
+
+        key_file.touch(mode=0o600)
+        key_file.write_text(new_key() + "\n")
+    return key_file
 
 
 async def _api_key(settings: Settings, key_file: Path) -> str:

@@ -26,6 +26,7 @@ from app.protocol.model_fit import check_fit
 from app.protocol.response_object import ResponseRecord
 from app.protocol.tools import HOSTED_TOOL_TYPES
 from app.queue import GenerateJob, signal_stop
+from app.reasoning_seal import ReasoningSeal, SealError
 from app.redis_keys import events_channel
 from app.state import AppState
 from app.streaming import wire
@@ -52,6 +53,7 @@ class Accepted:
 async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Accepted:
     create = parse_create_request(body, state.settings.hosted_tools)
     _log_hosted_tools(create)
+    _open_sealed_reasoning(create.input_items, state.seal)
     model = state.catalog.resolve(create.request.model)
     check_fit(create, model)
     record = new_record(create, model.id)
@@ -90,6 +92,32 @@ async def withdraw(state: AppState, accepted: Accepted) -> None:
             await responses_db.delete_response(conn, accepted.record.id, None)
 
 
+def _open_sealed_reasoning(items: list[Item], seal: ReasoningSeal | None) -> None:
+    """Reasoning a client sends back sealed (`encrypted_content`) is opened before anything is
+    stored: the model sees it again as the item's reasoning text; a token this deployment did not
+    seal, or one that was altered, is a 400."""
+    for index, item in enumerate(items):
+        token = item.pop("encrypted_content", None) if item["type"] == "reasoning" else None
+        if token is None:
+            continue
+        param = f"input[{index}].encrypted_content"
+        if seal is None:
+            raise errors.InvalidRequest(
+                f"Invalid '{param}': this server has no encryption key, so it sealed no reasoning.",
+                param=param,
+                code="invalid_encrypted_content",
+            )
+        try:
+            text = seal.open(token)
+        except SealError:
+            raise errors.InvalidRequest(
+                f"Invalid '{param}': the encrypted content was not made by this server, or was altered.",
+                param=param,
+                code="invalid_encrypted_content",
+            ) from None
+        item["content"] = [{"type": "reasoning_text", "text": text}]
+
+
 def _log_hosted_tools(create: ValidatedCreate) -> None:
     """Hosted tools kept from the model (RESPONSES_HOSTED_TOOLS=ignore): said, so it is no secret."""
     hosted = [tool["type"] for tool in create.tools if tool["type"] in HOSTED_TOOL_TYPES]
@@ -106,6 +134,7 @@ def new_record(create: ValidatedCreate, model_id: str) -> ResponseRecord:
         "top_p": request.top_p,
         "max_output_tokens": request.max_output_tokens,
         "sampling": request.sampling(),
+        "include": request.include or [],
     }
     return ResponseRecord(
         id=new_id("resp"),

@@ -41,6 +41,12 @@ class Settings(BaseSettings):
     # web_search by default); `refuse` answers a 400 naming the tool.
     hosted_tools: Literal["ignore", "refuse"] = Field("ignore", alias="RESPONSES_HOSTED_TOOLS")
 
+    # The keys that seal reasoning for clients (include reasoning.encrypted_content): Fernet keys,
+    # comma-separated, or one per line in a file; the first seals, all open (app/reasoning_seal.py).
+    # With none, encrypted_content stays null.
+    encryption_keys: str | None = Field(None, alias="RESPONSES_ENCRYPTION_KEYS")
+    encryption_key_file: Path | None = Field(None, alias="RESPONSES_ENCRYPTION_KEY_FILE")
+
     max_body_bytes: int = Field(16 * 1024 * 1024, alias="RESPONSES_MAX_BODY_BYTES")
     # A follower with nothing to read re-checks Postgres this often: it heals a missed
     # Redis message and keeps SSE connections alive through proxies.

@@ -17,6 +17,7 @@ from app.db.driver import refused_data
 from app.db.engine import create_engine
 from app.db.held import HeldConnection
 from app.queue import GenerateJob, enqueue_many, job_deserializer, job_serializer
+from app.reasoning_seal import ReasoningSeal
 from app.redis_keys import events_channel
 from app.settings import Settings
 from app.streaming.follow import LogSource
@@ -38,6 +39,7 @@ class AppState:
     stored: Batched[responses_db.NewResponse, None] = field(init=False)
 
     def __post_init__(self) -> None:
+        self.seal = ReasoningSeal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
         self.auth_connection = HeldConnection(self.engine)
         self.accounts = Batched(self._accounts_for_hashes, "authenticate")
         self.jobs = Batched(partial(enqueue_many, self.redis), "enqueue")

@@ -28,6 +28,8 @@ from app.settings import Settings
 PG_ADMIN_URL = os.environ.get("TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_BASE_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379")
 ROOT = Path(__file__).resolve().parent.parent
+# The test deployment's key for sealed reasoning (a Fernet key: 32 url-safe base64 bytes).
+TEST_ENCRYPTION_KEY = "dGVzdC1vbmx5LWtleS1ub3QtYS1yZWFsLXNlY3JldCE="
 
 
 def admin_sql(statement: str) -> None:
@@ -84,6 +86,7 @@ class Environment:
             "RESPONSES_MODELS": str(self.models_path),
             "PYTHONUNBUFFERED": "1",
             "FAKE_UPSTREAM_KEY": "upstream-secret",  # what keyed-model's api_key_env names
+            "RESPONSES_ENCRYPTION_KEYS": TEST_ENCRYPTION_KEY,
             **extra,
         }
 

@@ -18,6 +18,8 @@ first line is `#fake {json}` scripts it instead:
     context_window     refuse (400, as vLLM words it) when prompt words + max_tokens exceed it
     reasoning          reasoning text streamed (as `reasoning_content`, word by word) before the answer
     tool_calls         [{"name", "arguments"}]: calls streamed after the text, finish_reason "tool_calls"
+    then               the script to follow once the conversation ends with a tool's result (an
+                       agent loop: call a tool, then answer)
 
 GET /_requests lists the request bodies it received; GET /_stats counts streams that clients
 closed early (an aborted generation), the Authorization header of each request and the server's
@@ -59,6 +61,10 @@ def _script(body: dict[str, Any]) -> dict[str, Any]:
     first_line = last.split("\n", 1)[0]
     if first_line.startswith("#fake "):
         script: dict[str, Any] = json.loads(first_line[len("#fake ") :])
+        messages = body.get("messages") or [{}]
+        if "then" in script and messages[-1].get("role") == "tool":
+            then: dict[str, Any] = script["then"]
+            return then
         return script
     return {"text": f"Echo: {last}"}
 

@@ -16,6 +16,7 @@ from app.catalog import Catalog
 from app.db import responses as responses_db
 from app.db.engine import create_engine
 from app.db.held import HeldConnection
+from app.reasoning_seal import ReasoningSeal
 from app.redis_keys import ALIVE_PREFIX, STOP_CHANNEL, events_channel
 from app.settings import Settings
 from workers import reaper, retention
@@ -46,6 +47,7 @@ class WorkerDeps:
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.seal = ReasoningSeal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
         self.claims = Batched(self._claim_many, "claims")
         self.claim_connection = HeldConnection(self.engine)
         self.writer.on_refused = self.stop_generation

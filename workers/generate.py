@@ -74,7 +74,7 @@ async def _claim_ephemeral(deps: WorkerDeps, response_id: str, job: dict[str, An
 
 async def _run(deps: WorkerDeps, generation: Generation) -> None:
     record = generation.record
-    translator = StreamTranslator.for_settings(record.settings)
+    translator = StreamTranslator.for_settings(record.settings, deps.seal)
     # The runtime request goes out first: it, not these events' commit, is what the first token waits on.
     task = asyncio.create_task(_stream(deps, generation, translator))
     opening = [] if record.background else [lifecycle_event("response.created", record)]

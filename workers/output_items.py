@@ -7,6 +7,7 @@ with its own deltas between: the order the SDK's stream helper asserts (referenc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,44 +60,60 @@ class MessageOutput:
 
 @dataclass
 class ReasoningOutput:
-    """The model's reasoning, as a reasoning item with one reasoning_text part (open models
-    show their reasoning; there is no summary)."""
+    """The model's reasoning, as a reasoning item. Open models show their reasoning: it streams
+    as one reasoning_text part, or, when the request asks for a summary (`reasoning.summary`),
+    as one summary_text part, since open models write no separate summary. With `seal` (the
+    request included reasoning.encrypted_content), the finished item carries it sealed."""
 
     output_index: int
+    summarised: bool = False
+    seal: Callable[[str], str] | None = None
     id: str = field(default_factory=lambda: new_id("rs"))
     parts: list[str] = field(default_factory=list)
+    _sealed: str | None = None  # sealed once: every copy of the finished item carries the same token
 
     def item(self, status: str) -> Item:
-        return {"id": self.id, "type": "reasoning", "summary": [], "content": [self._part()]}
+        text = "".join(self.parts)
+        item: Item = {"id": self.id, "type": "reasoning", "summary": [], "content": []}
+        item["summary" if self.summarised else "content"] = [self._part(text)]
+        if self.seal is not None and status != "in_progress":
+            if self._sealed is None:
+                self._sealed = self.seal(text)
+            item["encrypted_content"] = self._sealed
+        return item
 
     def started(self) -> list[Event]:
+        opening = {"id": self.id, "type": "reasoning", "summary": [], "content": []}
+        kind = "response.reasoning_summary_part.added" if self.summarised else "response.content_part.added"
         return [
-            {
-                "type": "response.output_item.added",
-                "output_index": self.output_index,
-                "item": {**self.item("in_progress"), "content": []},
-            },
-            {**self._where(), "type": "response.content_part.added", "part": {"type": "reasoning_text", "text": ""}},
+            {"type": "response.output_item.added", "output_index": self.output_index, "item": opening},
+            {**self._where(), "type": kind, "part": self._part("")},
         ]
 
     def delta(self, text: str) -> Event:
         self.parts.append(text)
-        return {**self._where(), "type": "response.reasoning_text.delta", "delta": text}
+        kind = "response.reasoning_summary_text.delta" if self.summarised else "response.reasoning_text.delta"
+        return {**self._where(), "type": kind, "delta": text}
 
     def done(self, status: str) -> list[Event]:
         item = self.item(status)
-        part = item["content"][0]
+        part = item["summary" if self.summarised else "content"][0]
+        if self.summarised:
+            text_done, part_done = "response.reasoning_summary_text.done", "response.reasoning_summary_part.done"
+        else:
+            text_done, part_done = "response.reasoning_text.done", "response.content_part.done"
         return [
-            {**self._where(), "type": "response.reasoning_text.done", "text": part["text"]},
-            {**self._where(), "type": "response.content_part.done", "part": part},
+            {**self._where(), "type": text_done, "text": part["text"]},
+            {**self._where(), "type": part_done, "part": part},
             {"type": "response.output_item.done", "output_index": self.output_index, "item": item},
         ]
 
-    def _part(self) -> Item:
-        return {"type": "reasoning_text", "text": "".join(self.parts)}
+    def _part(self, text: str) -> Item:
+        return {"type": "summary_text" if self.summarised else "reasoning_text", "text": text}
 
     def _where(self) -> Event:
-        return {"item_id": self.id, "output_index": self.output_index, "content_index": 0}
+        index = "summary_index" if self.summarised else "content_index"
+        return {"item_id": self.id, "output_index": self.output_index, index: 0}
 
 
 @dataclass

@@ -12,11 +12,14 @@ counted here instead, so that a generation always ends with a readable outcome.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.ids import new_id
+from app.protocol.create_request import ENCRYPTED_REASONING
 from app.protocol.response_object import usage_object
+from app.reasoning_seal import ReasoningSeal
 from workers.output_items import (
     CustomToolCallOutput,
     Event,
@@ -48,6 +51,9 @@ class StreamTranslator:
     """Folds a runtime's chunks into Responses events, then tells how the generation ended."""
 
     tools: RuntimeTools = field(default_factory=lambda: RuntimeTools.of([]))
+    # Reasoning items: streamed as a summary, and sealed for the client (see ReasoningOutput).
+    summarise_reasoning: bool = False
+    seal_reasoning: Callable[[str], str] | None = None
     # Calls beyond this many are dropped (parallel_tool_calls false: one; max_tool_calls).
     max_calls: int | None = None
     items: list[OutputItem] = field(default_factory=list)
@@ -59,12 +65,16 @@ class StreamTranslator:
     _calls: dict[int, FunctionCallOutput | CustomToolCallOutput | None] = field(default_factory=dict)
 
     @classmethod
-    def for_settings(cls, settings: dict[str, Any]) -> StreamTranslator:
-        """For a response with these (echoed) settings: its tools, and how many calls it may make."""
+    def for_settings(cls, settings: dict[str, Any], seal: ReasoningSeal | None = None) -> StreamTranslator:
+        """For a response with these (echoed) settings: its tools, how many calls it may make, and
+        how its reasoning is shown."""
         limits = [settings.get("max_tool_calls"), None if settings.get("parallel_tool_calls", True) else 1]
+        sealed = seal is not None and ENCRYPTED_REASONING in settings.get("requested", {}).get("include", [])
         return cls(
             tools=RuntimeTools.of(settings.get("tools") or []),
             max_calls=min((n for n in limits if n is not None), default=None),
+            summarise_reasoning=settings["reasoning"].get("summary") is not None,
+            seal_reasoning=seal.seal if sealed and seal is not None else None,
         )
 
     def on_chunk(self, chunk: dict[str, Any]) -> list[Event]:
@@ -96,7 +106,10 @@ class StreamTranslator:
         current = self._open
         if not isinstance(current, kind):
             events += self._close_open("completed")
-            current = kind(output_index=len(self.items))
+            if kind is ReasoningOutput:
+                current = ReasoningOutput(len(self.items), self.summarise_reasoning, self.seal_reasoning)
+            else:
+                current = MessageOutput(output_index=len(self.items))
             self.items.append(current)
             events += current.started()
         events.append(current.delta(text))

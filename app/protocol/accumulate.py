@@ -21,6 +21,10 @@ def output_so_far(events: Iterable[Event]) -> list[Item]:
             items[event["output_index"]].setdefault("content", []).append(dict(event["part"]))
         elif kind in ("response.output_text.delta", "response.reasoning_text.delta"):
             items[event["output_index"]]["content"][event["content_index"]]["text"] += event["delta"]
+        elif kind == "response.reasoning_summary_part.added":
+            items[event["output_index"]]["summary"].append(dict(event["part"]))
+        elif kind == "response.reasoning_summary_text.delta":
+            items[event["output_index"]]["summary"][event["summary_index"]]["text"] += event["delta"]
         elif kind == "response.function_call_arguments.delta":
             items[event["output_index"]]["arguments"] += event["delta"]
         elif kind == "response.custom_tool_call_input.delta":

@@ -12,6 +12,7 @@ from app.protocol.text_format import parse_text_format
 from app.protocol.tools import HostedToolsPolicy, Tool, ToolChoice, parse_tool_choice, parse_tools
 from app.protocol.validation import validate
 
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
 INCLUDABLE = {
     "file_search_call.results",
     "web_search_call.results",
@@ -19,7 +20,7 @@ INCLUDABLE = {
     "message.input_image.image_url",
     "computer_call_output.output.image_url",
     "code_interpreter_call.outputs",
-    "reasoning.encrypted_content",
+    ENCRYPTED_REASONING,
     "message.output_text.logprobs",
 }
 

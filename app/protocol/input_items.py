@@ -203,7 +203,10 @@ def _tool_output(raw: dict[str, Any], param: str) -> Item:
 def _reasoning(raw: dict[str, Any], param: str) -> Item:
     # Kept in the context as given; the chat request leaves earlier reasoning out, as chat templates do.
     reasoning = validate(_Reasoning, raw, prefix=param)
-    return {"type": "reasoning", "summary": reasoning.summary, "content": reasoning.content or []}
+    item: Item = {"type": "reasoning", "summary": reasoning.summary, "content": reasoning.content or []}
+    if reasoning.encrypted_content is not None:  # opened (and dropped) by the service before storing
+        item["encrypted_content"] = reasoning.encrypted_content
+    return item
 
 
 _ITEM_PARSERS: dict[str, Callable[[dict[str, Any], str], Item]] = {

@@ -5,6 +5,9 @@ sent back, tool-call limits, extra sampling parameters."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -267,3 +270,48 @@ def test_service_tier_is_echoed_as_openai_does(
         final = stream.get_final_response()
     assert first.type == "response.created" and first.response.service_tier == created
     assert final.service_tier == done
+
+
+@pytest.mark.skipif(
+    shutil.which("codex") is None, reason="the codex CLI is not installed (npm install -g @openai/codex)"
+)
+def test_codex_exec_runs_a_tool_call_to_its_final_answer(
+    server: Server, api_key: str, fake: FakeRuntime, tmp_path: Path
+) -> None:
+    home, project = tmp_path / "codex-home", tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    (home / "config.toml").write_text(f"""
+model = "fake"
+model_provider = "responses-server"
+
+[model_providers.responses-server]
+name = "responses-server"
+base_url = "{server.base_url}"
+env_key = "RESPONSES_SERVER_KEY"
+wire_api = "responses"
+""")
+    call = {"name": "exec_command", "arguments": json.dumps({"cmd": "echo hello-from-fake"})}
+    prompt = script(tool_calls=[call], then={"text": "The command printed hello-from-fake."})
+    done = subprocess.run(
+        [
+            "codex",
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "-C",
+            str(project),
+            prompt,
+        ],
+        env={**os.environ, "CODEX_HOME": str(home), "RESPONSES_SERVER_KEY": api_key},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "The command printed hello-from-fake." in done.stdout
+    first, second = fake.requests()
+    assert first["tools"] and "client_metadata" not in json.dumps(first)
+    tool_result = second["messages"][-1]
+    assert tool_result["role"] == "tool" and "hello-from-fake" in tool_result["content"]

@@ -220,3 +220,51 @@ def test_partial_output_keeps_finished_items_and_marks_the_last_incomplete() -> 
     translator, _ = run(delta(reasoning_content="hmm"), delta(content="Half"))
     reasoning, message = translator.partial_output()
     assert reasoning["content"][0]["text"] == "hmm" and message["status"] == "incomplete"
+
+
+SETTINGS: dict[str, Any] = {"reasoning": {"effort": None, "summary": None}, "requested": {}}
+
+
+def reasoning_chunk(text: str) -> dict[str, Any]:
+    return {"choices": [{"delta": {"reasoning_content": text}, "finish_reason": None}]}
+
+
+def test_reasoning_is_sealed_once_only_when_included_and_a_key_is_there() -> None:
+    from app.reasoning_seal import ReasoningSeal, new_key
+
+    seal = ReasoningSeal([new_key()])
+    included = {**SETTINGS, "requested": {"include": ["reasoning.encrypted_content"]}}
+    for settings, key, sealed in ((included, seal, True), (SETTINGS, seal, False), (included, None, False)):
+        translator = StreamTranslator.for_settings(settings, key)
+        events = translator.on_chunk(reasoning_chunk("think")) + translator.on_chunk(chunk("Hi"))
+        done = next(e["item"] for e in events if e["type"] == "response.output_item.done")
+        _, output = translator.close()
+        assert ("encrypted_content" in done) is sealed and output[0] == done
+        if sealed:
+            assert seal.open(done["encrypted_content"]) == "think"
+
+
+def test_calls_of_namespaced_and_custom_tools_map_back_to_their_tools() -> None:
+    tools = [
+        {"type": "function", "name": "ns__f", "parameters": None},
+        {"type": "namespace", "name": "ns", "description": "d", "tools": [{"type": "function", "name": "f"}]},
+        {"type": "custom", "name": "patch", "description": None},
+    ]
+    translator = StreamTranslator.for_settings({**SETTINGS, "tools": tools, "parallel_tool_calls": True})
+    runtime_names = [f["function"]["name"] for f in translator.tools.functions]
+    assert runtime_names == ["ns__f", "patch", "ns__f_2"]  # the namespace's function yields to the top-level name
+    calls = [
+        {"index": 0, "id": "c0", "function": {"name": "ns__f_2", "arguments": "{}"}},
+        {"index": 1, "id": "c1", "function": {"name": "ns__f", "arguments": "{}"}},
+        {"index": 2, "id": "c2", "function": {"name": "patch", "arguments": '{"input": "x'}},
+        {"index": 2, "function": {"arguments": '\\ny"}'}},
+    ]
+    for call in calls:
+        translator.on_chunk({"choices": [{"delta": {"tool_calls": [call]}, "finish_reason": None}]})
+    _, output = translator.close()
+    assert [(o["type"], o["name"], o.get("namespace")) for o in output] == [
+        ("function_call", "f", "ns"),
+        ("function_call", "ns__f", None),
+        ("custom_tool_call", "patch", None),
+    ]
+    assert output[2]["input"] == "x\ny"

@@ -1,0 +1,51 @@
+"""Reasoning sealed for the client (`include: ["reasoning.encrypted_content"]`).
+
+A `store: false` client keeps nothing here, yet its next turn should let the model see its own
+reasoning again: the reasoning goes to the client encrypted and authenticated with a server key
+(Fernet: AES-128-CBC with an HMAC-SHA256), comes back as a reasoning item's `encrypted_content`,
+and is opened before anything is stored; a token that was altered or sealed with another key is
+a 400. Keys come from RESPONSES_ENCRYPTION_KEYS (comma-separated) or a file named by
+RESPONSES_ENCRYPTION_KEY_FILE (one per line). The first key seals; every key opens, so a new key
+is put first and an old one removed once nothing it sealed is still in use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+
+
+class SealError(ValueError):
+    """A token this deployment's keys did not seal, or that was altered."""
+
+
+class ReasoningSeal:
+    def __init__(self, keys: list[str]) -> None:
+        if not keys:
+            raise ValueError("no encryption key")
+        try:
+            self._fernet = MultiFernet([Fernet(key.encode()) for key in keys])
+        except ValueError as exc:  # a key that is not 32 url-safe base64-encoded bytes
+            raise ValueError(f"an encryption key is malformed: {exc}") from None
+
+    @classmethod
+    def from_config(cls, keys: str | None, key_file: Path | None) -> ReasoningSeal | None:
+        """The deployment's seal, or None when it has no key (encrypted_content stays null)."""
+        listed = [key.strip() for key in (keys or "").split(",") if key.strip()]
+        if key_file is not None:
+            listed += [line.strip() for line in key_file.read_text().splitlines() if line.strip()]
+        return cls(listed) if listed else None
+
+    def seal(self, text: str) -> str:
+        return self._fernet.encrypt(text.encode()).decode()
+
+    def open(self, token: str) -> str:
+        try:
+            return self._fernet.decrypt(token.encode()).decode()
+        except (InvalidToken, UnicodeError):
+            raise SealError(token) from None
+
+
+def new_key() -> str:
+    return Fernet.generate_key().decode()
