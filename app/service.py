@@ -5,6 +5,7 @@ The service owns every transaction; repository functions never commit.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -18,8 +19,10 @@ from app.db import events as events_db
 from app.db import items as items_db
 from app.db import responses as responses_db
 from app.ids import new_id
+from app.image_fetch import ImageFetcher
 from app.protocol.accumulate import output_so_far
 from app.protocol.create_request import ValidatedCreate, echoed_settings, parse_create_request
+from app.protocol.images import check_data_url, image_parts
 from app.protocol.input_items import TOOL_OUTPUT_TYPES, Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.model_fit import check_fit
@@ -56,6 +59,7 @@ async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Acce
     _open_sealed_reasoning(create.input_items, state.seal)
     model = state.catalog.resolve(create.request.model)
     check_fit(create, model)
+    await _check_images(create.input_items, state.images)
     record = new_record(create, model.id)
     input_items = [items_db.with_new_id(item) for item in create.input_items]
     accepted = Accepted(record, input_items)
@@ -90,6 +94,28 @@ async def withdraw(state: AppState, accepted: Accepted) -> None:
     if accepted.persisted:
         async with state.engine.begin() as conn:
             await responses_db.delete_response(conn, accepted.record.id, None)
+
+
+async def _check_images(items: list[Item], fetcher: ImageFetcher | None) -> None:
+    """Every image is checked before anything is stored; one given by URL is fetched here and
+    goes on (and is stored) as the data: URL the model sees."""
+    fetches = []
+    for part, param in image_parts(items):
+        url = part["image_url"]
+        if url.startswith("data:"):
+            check_data_url(url, param)
+        elif fetcher is None:
+            raise errors.InvalidRequest(
+                f"Invalid '{param}': this server does not fetch image URLs; send the image as a data: URL.",
+                param=param,
+                code="unsupported_value",
+            )
+        else:
+            fetches.append((part, fetcher.fetch(url, param)))
+    if fetches:
+        fetched = await asyncio.gather(*(fetch for _, fetch in fetches))
+        for (part, _), url in zip(fetches, fetched, strict=True):
+            part["image_url"] = url
 
 
 def _open_sealed_reasoning(items: list[Item], seal: ReasoningSeal | None) -> None:

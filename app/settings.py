@@ -47,6 +47,13 @@ class Settings(BaseSettings):
     encryption_keys: str | None = Field(None, alias="RESPONSES_ENCRYPTION_KEYS")
     encryption_key_file: Path | None = Field(None, alias="RESPONSES_ENCRYPTION_KEY_FILE")
 
+    # Image URLs (input_image image_url http(s)://…): `fetch` them here, through the egress guard
+    # (app/image_fetch.py), or `off` (only data: URLs are taken). ALLOW: networks (CIDR,
+    # comma-separated) fetched from although not public, such as an internal image store.
+    image_urls: Literal["fetch", "off"] = Field("fetch", alias="RESPONSES_IMAGE_URLS")
+    image_fetch_allow: str = Field("", alias="RESPONSES_IMAGE_FETCH_ALLOW")
+    image_fetch_timeout: float = Field(10.0, gt=0, alias="RESPONSES_IMAGE_FETCH_TIMEOUT")
+
     max_body_bytes: int = Field(16 * 1024 * 1024, alias="RESPONSES_MAX_BODY_BYTES")
     # A follower with nothing to read re-checks Postgres this often: it heals a missed
     # Redis message and keeps SSE connections alive through proxies.

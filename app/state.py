@@ -16,6 +16,7 @@ from app.db import responses as responses_db
 from app.db.driver import refused_data
 from app.db.engine import create_engine
 from app.db.held import HeldConnection
+from app.image_fetch import ImageFetcher
 from app.queue import GenerateJob, enqueue_many, job_deserializer, job_serializer
 from app.reasoning_seal import ReasoningSeal
 from app.redis_keys import events_channel
@@ -40,6 +41,11 @@ class AppState:
 
     def __post_init__(self) -> None:
         self.seal = ReasoningSeal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
+        self.images = (
+            ImageFetcher.from_config(self.settings.image_fetch_allow, self.settings.image_fetch_timeout)
+            if self.settings.image_urls == "fetch"
+            else None
+        )
         self.auth_connection = HeldConnection(self.engine)
         self.accounts = Batched(self._accounts_for_hashes, "authenticate")
         self.jobs = Batched(partial(enqueue_many, self.redis), "enqueue")
@@ -81,6 +87,8 @@ class AppState:
         return cls(settings, Catalog.load(settings.models_path), create_engine(settings), redis, hub)
 
     async def close(self) -> None:
+        if self.images is not None:
+            await self.images.close()
         await self.hub.close()
         await self.auth_connection.close()
         await self.insert_connection.close()

@@ -24,6 +24,8 @@ first line is `#fake {json}` scripts it instead:
 GET /_requests lists the request bodies it received; GET /_stats counts streams that clients
 closed early (an aborted generation), the Authorization header of each request and the server's
 pid; DELETE /_requests clears them.
+GET /_files/{name} serves test images (dot.png, a 1x1 PNG; text, not an image) and counts the
+requests for them in /_stats; GET /_redirect?to=URL answers 302 to URL.
 GET /v1/models answers as a model server's health check does; POST /tokenize counts the words of
 chat messages as vLLM's counts their tokens.
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import time
@@ -50,7 +53,13 @@ received: list[dict[str, Any]] = []
 failures: dict[str, int] = {}  # requests seen per script, for fail_times
 received_tokenize: list[dict[str, Any]] = []
 authorizations: list[str | None] = []  # the Authorization header of each chat request
-stats: dict[str, float] = {"streams_started": 0, "streams_finished": 0, "streams_aborted": 0, "last_abort_at": 0.0}
+stats: dict[str, float] = {
+    "streams_started": 0,
+    "streams_finished": 0,
+    "streams_aborted": 0,
+    "last_abort_at": 0.0,
+    "files_served": 0,
+}
 
 
 def _script(body: dict[str, Any]) -> dict[str, Any]:
@@ -200,6 +209,29 @@ async def tokenize(request: Request) -> Response:
     return JSONResponse({"count": count, "max_model_len": 4096, "tokens": list(range(count))})
 
 
+def png(width: int = 1, height: int = 1) -> bytes:
+    """A real PNG image of that size."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 30)).save(out, format="PNG")
+    return out.getvalue()
+
+
+async def files(request: Request) -> Response:
+    stats["files_served"] += 1
+    name = request.path_params["name"]
+    if name == "dot.png":
+        return Response(png(), media_type="image/png")
+    if name == "text":
+        return Response("not an image", media_type="text/plain")
+    return Response("not found", status_code=404)
+
+
+async def redirect(request: Request) -> Response:
+    return Response(status_code=302, headers={"Location": request.query_params["to"]})
+
+
 async def models(request: Request) -> Response:
     return JSONResponse({"object": "list", "data": [{"id": "fake-upstream", "object": "model"}]})
 
@@ -211,6 +243,8 @@ app = Starlette(
         Route("/_stats", stats_view, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/_files/{name}", files, methods=["GET"]),
+        Route("/_redirect", redirect, methods=["GET"]),
     ]
 )
 

@@ -8,10 +8,12 @@ from typing import Any, cast
 import openai
 import pytest
 
+from app.protocol.images import data_url
 from tests.conftest import FakeRuntime
+from tests.fake_runtime import png
 
-CAT = "https://example.com/cat.png"
-DOT = "data:image/png;base64,iVBORw0KGgo="
+CAT = data_url(png(3, 2), "image/png")
+DOT = data_url(png(), "image/png")
 
 
 def image(url: str = CAT, **extra: Any) -> dict[str, Any]:
