@@ -66,6 +66,9 @@ class ModelEntry(BaseModel):
     reasoning: ReasoningSupport | None = None
     # Images per request the model takes (vLLM: --limit-mm-per-prompt); 0 refuses input_image.
     max_images: int = Field(0, ge=0)
+    # Whether the server returns token log probabilities (Chat Completions `logprobs`), for
+    # include message.output_text.logprobs and top_logprobs; without, those are a 400.
+    logprobs: bool = True
 
     @property
     def served_name(self) -> str:
@@ -149,6 +152,7 @@ class LlamaCppModel(SupervisedModel):
     startup_timeout_seconds: float = Field(120.0, gt=0)
     # Its server answers json_schema with a 500 but enforces a schema given this way.
     structured_output: Literal["json_schema", "json_object_schema", "none"] = "json_object_schema"
+    logprobs: bool = False  # not relied on: llama-cpp-python's chat streaming is not checked for them
 
     @property
     def streams_usage(self) -> bool:

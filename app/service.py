@@ -161,6 +161,7 @@ def new_record(create: ValidatedCreate, model_id: str) -> ResponseRecord:
         "max_output_tokens": request.max_output_tokens,
         "sampling": request.sampling(),
         "include": request.include or [],
+        "logprobs": create.logprobs,
     }
     return ResponseRecord(
         id=new_id("resp"),

@@ -18,6 +18,7 @@ first line is `#fake {json}` scripts it instead:
     context_window     refuse (400, as vLLM words it) when prompt words + max_tokens exceed it
     reasoning          reasoning text streamed (as `reasoning_content`, word by word) before the answer
     tool_calls         [{"name", "arguments"}]: calls streamed after the text, finish_reason "tool_calls"
+    (logprobs)         not scripted: a request asking for them gets them on every text chunk
     then               the script to follow once the conversation ends with a tool's result (an
                        agent loop: call a tool, then answer)
 
@@ -90,6 +91,17 @@ def _words(text: str) -> list[str]:
     return [w if i == 0 else " " + w for i, w in enumerate(text.split(" ")) if w or (i == 0 and text)]
 
 
+def _logprobs(text: str, index: int, top: int) -> dict[str, Any]:
+    """As vLLM reports a token's log probability (each chunk one token here): the chosen one
+    at -0.1 per position, the `top` likeliest with the chosen first."""
+
+    def entry(token: str, logprob: float) -> dict[str, Any]:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+    chosen = entry(text, -0.1 * index)
+    return {"content": [{**chosen, "top_logprobs": [chosen, *(entry(f"alt{n}", -5.0 - n) for n in range(top - 1))]}]}
+
+
 def _call_deltas(index: int, call: dict[str, Any]) -> list[dict[str, Any]]:
     """As OpenAI streams a call: id, type and name first, then the arguments in pieces."""
     arguments = call["arguments"]
@@ -105,13 +117,16 @@ def _call_deltas(index: int, call: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> str:
+def _chunk(model: str, delta: dict[str, Any], finish: str | None = None, logprobs: dict[str, Any] | None = None) -> str:
+    choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+    if logprobs is not None:
+        choice["logprobs"] = logprobs
     payload = {
         "id": "chatcmpl-fake",
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        "choices": [choice],
     }
     return f"data: {json.dumps(payload)}\n\n"
 
@@ -138,14 +153,13 @@ async def chat_completions(request: Request) -> Response:
             {"error": {"message": "This model's maximum context length is exceeded.", "type": "BadRequestError"}},
             status_code=400,
         )
-    return StreamingResponse(
-        _stream(body.get("model", ""), chunks, finish, script, prompt_tokens), media_type="text/event-stream"
-    )
+    return StreamingResponse(_stream(body, chunks, finish, script, prompt_tokens), media_type="text/event-stream")
 
 
 async def _stream(
-    model: str, chunks: list[str], finish: str, script: dict[str, Any], prompt_tokens: int
+    body: dict[str, Any], chunks: list[str], finish: str, script: dict[str, Any], prompt_tokens: int
 ) -> AsyncIterator[str]:
+    model = body.get("model", "")
     stats["streams_started"] += 1
     try:
         yield _chunk(model, {"role": "assistant", "content": ""})
@@ -162,7 +176,8 @@ async def _stream(
             if index:
                 due = delay if script.get("drift") else clock + index * delay - time.perf_counter()
                 await asyncio.sleep(max(0.0, due))
-            yield _chunk(model, {"content": text})
+            logprobs = _logprobs(text, index, body.get("top_logprobs") or 0) if body.get("logprobs") else None
+            yield _chunk(model, {"content": text}, logprobs=logprobs)
         for index, call in enumerate(script.get("tool_calls", [])):
             for delta in _call_deltas(index, call):
                 yield _chunk(model, {"tool_calls": [delta]})

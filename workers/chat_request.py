@@ -29,6 +29,10 @@ def chat_request(record: ResponseRecord, context: list[Item], model: ModelEntry)
     if requested.get("top_p") is not None:
         body["top_p"] = requested["top_p"] or TOP_P_ZERO
     body.update(requested.get("sampling") or {})
+    if requested.get("logprobs"):
+        body["logprobs"] = True
+        if record.settings["top_logprobs"]:
+            body["top_logprobs"] = record.settings["top_logprobs"]
     response_format = _response_format(record.settings["text"]["format"], model)
     if response_format is not None:
         body["response_format"] = response_format

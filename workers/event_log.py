@@ -60,7 +60,12 @@ class _Pending:
 
 
 COALESCIBLE = frozenset(
-    {"response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta"}
+    {
+        "response.output_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.function_call_arguments.delta",
+    }
 )
 
 
@@ -75,9 +80,12 @@ def _coalesce(pending: list[Event], event: Event) -> bool:
         last["type"] != event["type"]
         or last["item_id"] != event["item_id"]
         or last.get("content_index") != event.get("content_index")
+        or last.get("summary_index") != event.get("summary_index")
     ):
         return False
     last["delta"] += event["delta"]
+    if event.get("logprobs"):  # a text delta's tokens
+        last["logprobs"] = last["logprobs"] + event["logprobs"]
     return True
 
 

@@ -26,9 +26,10 @@ class MessageOutput:
     id: str = field(default_factory=lambda: new_id("msg"))
     # The text's pieces, joined when an item is made: appending to one string would copy it per token.
     parts: list[str] = field(default_factory=list)
+    logprobs: list[Item] = field(default_factory=list)  # per token, when asked for
 
     def item(self, status: str) -> Item:
-        content = [{"type": "output_text", "text": "".join(self.parts), "annotations": [], "logprobs": []}]
+        content = [{"type": "output_text", "text": "".join(self.parts), "annotations": [], "logprobs": self.logprobs}]
         return {"id": self.id, "type": "message", "status": status, "role": "assistant", "content": content}
 
     def started(self) -> list[Event]:
@@ -38,15 +39,17 @@ class MessageOutput:
             {**self._where(), "type": "response.content_part.added", "part": part},
         ]
 
-    def delta(self, text: str) -> Event:
+    def delta(self, text: str, logprobs: list[Item] | None = None) -> Event:
+        """`logprobs` as an output_text part holds them; a delta event carries them without bytes."""
         self.parts.append(text)
-        return {**self._where(), "type": "response.output_text.delta", "delta": text, "logprobs": []}
+        self.logprobs += logprobs or []
+        return {**self._where(), "type": "response.output_text.delta", "delta": text, "logprobs": _brief(logprobs)}
 
     def done(self, status: str) -> list[Event]:
         item = self.item(status)
         text = item["content"][0]["text"]
         return [
-            {**self._where(), "type": "response.output_text.done", "text": text, "logprobs": []},
+            {**self._where(), "type": "response.output_text.done", "text": text, "logprobs": _brief(self.logprobs)},
             {**self._where(), "type": "response.content_part.done", "part": item["content"][0]},
             {"type": "response.output_item.done", "output_index": self.output_index, "item": item},
         ]
@@ -56,6 +59,18 @@ class MessageOutput:
 
     def _where(self) -> Event:
         return {"item_id": self.id, "output_index": self.output_index, "content_index": 0}
+
+
+def _brief(logprobs: list[Item] | None) -> list[Item]:
+    """Log probabilities as the text events carry them: token and logprob, without bytes."""
+    return [
+        {
+            "token": entry["token"],
+            "logprob": entry["logprob"],
+            "top_logprobs": [{"token": top["token"], "logprob": top["logprob"]} for top in entry["top_logprobs"]],
+        }
+        for entry in logprobs or []
+    ]
 
 
 @dataclass

@@ -88,7 +88,7 @@ class StreamTranslator:
                 self.reasoning_chunks += 1
                 events += self._grow(ReasoningOutput, reasoning)
             if content := _text(delta.get("content"), "content"):
-                events += self._grow(MessageOutput, content)
+                events += self._grow(MessageOutput, content, _logprobs(choice))
             for call in delta.get("tool_calls") or []:
                 events += self._tool_call(call)
             if delta_carries_output(delta):
@@ -101,7 +101,9 @@ class StreamTranslator:
     def _open(self) -> OutputItem | None:
         return self.items[-1] if self.items else None
 
-    def _grow(self, kind: type[MessageOutput] | type[ReasoningOutput], text: str) -> list[Event]:
+    def _grow(
+        self, kind: type[MessageOutput] | type[ReasoningOutput], text: str, logprobs: list[Item] | None = None
+    ) -> list[Event]:
         events: list[Event] = []
         current = self._open
         if not isinstance(current, kind):
@@ -112,7 +114,7 @@ class StreamTranslator:
                 current = MessageOutput(output_index=len(self.items))
             self.items.append(current)
             events += current.started()
-        events.append(current.delta(text))
+        events.append(current.delta(text, logprobs) if isinstance(current, MessageOutput) else current.delta(text))
         return events
 
     def _tool_call(self, call: dict[str, Any]) -> list[Event]:
@@ -181,6 +183,34 @@ def _text(value: Any, what: str) -> str:
     if value is None or isinstance(value, str):
         return value or ""
     raise RuntimeFailure(f"model runtime sent {what} that is not text: {value!r:.100}")
+
+
+def _logprobs(choice: dict[str, Any]) -> list[Item]:
+    """A chunk's token log probabilities (Chat Completions `logprobs.content`), as an output_text
+    part holds them."""
+    listed = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+    if listed is None:
+        return []
+    if not isinstance(listed, list):
+        raise RuntimeFailure(f"model runtime sent logprobs that are not a list: {listed!r:.100}")
+    return [_logprob(entry, with_top=True) for entry in listed]
+
+
+def _logprob(entry: Any, with_top: bool) -> Item:
+    if not isinstance(entry, dict) or not isinstance(entry.get("token"), str):
+        raise RuntimeFailure(f"model runtime sent a logprob without a token: {entry!r:.100}")
+    logprob = entry.get("logprob")
+    if not isinstance(logprob, int | float) or isinstance(logprob, bool):
+        raise RuntimeFailure(f"model runtime sent a logprob that is not a number: {entry!r:.100}")
+    token_bytes = entry.get("bytes")
+    shaped: Item = {
+        "token": entry["token"],
+        "bytes": token_bytes if isinstance(token_bytes, list) else list(entry["token"].encode()),
+        "logprob": float(logprob),
+    }
+    if with_top:
+        shaped["top_logprobs"] = [_logprob(top, with_top=False) for top in entry.get("top_logprobs") or []]
+    return shaped
 
 
 def _count(value: Any) -> int | None:

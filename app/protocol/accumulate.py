@@ -20,7 +20,10 @@ def output_so_far(events: Iterable[Event]) -> list[Item]:
         elif kind == "response.content_part.added":
             items[event["output_index"]].setdefault("content", []).append(dict(event["part"]))
         elif kind in ("response.output_text.delta", "response.reasoning_text.delta"):
-            items[event["output_index"]]["content"][event["content_index"]]["text"] += event["delta"]
+            part = items[event["output_index"]]["content"][event["content_index"]]
+            part["text"] += event["delta"]
+            if event.get("logprobs"):
+                part["logprobs"] = part.get("logprobs", []) + event["logprobs"]
         elif kind == "response.reasoning_summary_part.added":
             items[event["output_index"]]["summary"].append(dict(event["part"]))
         elif kind == "response.reasoning_summary_text.delta":

@@ -13,6 +13,7 @@ from app.protocol.tools import HostedToolsPolicy, Tool, ToolChoice, parse_tool_c
 from app.protocol.validation import validate
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
+LOGPROBS = "message.output_text.logprobs"
 INCLUDABLE = {
     "file_search_call.results",
     "web_search_call.results",
@@ -21,7 +22,7 @@ INCLUDABLE = {
     "computer_call_output.output.image_url",
     "code_interpreter_call.outputs",
     ENCRYPTED_REASONING,
-    "message.output_text.logprobs",
+    LOGPROBS,
 }
 
 # OpenAI parameters this server recognises but does not serve yet: 400 unsupported_parameter.
@@ -174,6 +175,12 @@ class ValidatedCreate(BaseModel):
     def background(self) -> bool:
         return bool(self.request.background)
 
+    @property
+    def logprobs(self) -> bool:
+        """Whether the answer's token log probabilities are asked for: by `include`, or by
+        `top_logprobs` (a client asking for the likeliest tokens wants them)."""
+        return LOGPROBS in (self.request.include or []) or bool(self.request.top_logprobs)
+
 
 def parse_create_request(body: dict[str, Any], hosted_tools: HostedToolsPolicy = "refuse") -> ValidatedCreate:
     for name in UNSUPPORTED:
@@ -197,15 +204,11 @@ def _reject_unserved_values(request: CreateResponseRequest) -> None:
     """Values that are valid for OpenAI but would be silently ignored here: refuse them instead."""
     if request.truncation == "auto":
         raise errors.UnsupportedParameter("truncation", "truncation 'auto'")
-    if request.top_logprobs:
-        raise errors.UnsupportedParameter("top_logprobs", "top_logprobs")
     for index, name in enumerate(request.include or []):
         if name not in INCLUDABLE:
             raise errors.InvalidRequest(
                 f"Invalid 'include[{index}]': unknown value '{name}'.", param=f"include[{index}]", code="invalid_value"
             )
-        if name == "message.output_text.logprobs":
-            raise errors.UnsupportedParameter(f"include[{index}]", "logprobs")
 
 
 def echoed_settings(create: ValidatedCreate, max_output_tokens: int | None) -> dict[str, Any]:

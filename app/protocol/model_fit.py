@@ -11,6 +11,13 @@ from app.protocol.input_items import image_count
 
 def check_fit(create: ValidatedCreate, model: ModelEntry) -> None:
     _check_reasoning(create, model)
+    if create.logprobs and not model.logprobs:
+        param = "top_logprobs" if create.request.top_logprobs else "include"
+        raise errors.InvalidRequest(
+            f"Invalid '{param}': the model '{model.id}' does not return log probabilities.",
+            param=param,
+            code="unsupported_value",
+        )
     images = image_count(create.input_items)
     if images > model.max_images:
         raise errors.InvalidRequest(

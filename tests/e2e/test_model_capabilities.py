@@ -86,3 +86,45 @@ def test_images_a_model_cannot_take_are_a_400(
     assert caught.value.body["param"] == param
     assert caught.value.body["code"] == (code or "unsupported_parameter")
     assert fake.requests() == []
+
+
+def test_logprobs_are_asked_of_the_runtime_and_returned_as_openai_shapes_them(
+    client: openai.OpenAI, fake: FakeRuntime
+) -> None:
+    with client.responses.stream(
+        model="fake", input="#fake " + '{"text": "one two"}', include=["message.output_text.logprobs"], top_logprobs=2
+    ) as stream:
+        deltas = [e for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    [sent] = fake.requests()
+    assert (sent["logprobs"], sent["top_logprobs"]) == (True, 2)
+    # Deltas waiting for the same commit are one delta: each carries its own tokens' logprobs.
+    assert "".join(d.delta for d in deltas) == "one two"
+    delta_logprobs = [lp for d in deltas for lp in d.logprobs]
+    assert [(lp.token, lp.logprob) for lp in delta_logprobs] == [("one", 0.0), (" two", -0.1)]
+    assert [t.token for t in delta_logprobs[1].top_logprobs or []] == [" two", "alt0"]
+    part = final.output[0].content[0]
+    assert [(lp.token, lp.bytes, lp.logprob) for lp in part.logprobs] == [
+        ("one", list(b"one"), 0.0),
+        (" two", list(b" two"), -0.1),
+    ]
+    assert [t.token for t in part.logprobs[1].top_logprobs] == [" two", "alt0"] and final.top_logprobs == 2
+    assert client.responses.retrieve(final.id).output[0].content[0].logprobs == part.logprobs
+
+
+def test_without_asking_no_logprobs_are_asked_for(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    response = client.responses.create(model="fake", input="x")
+    assert "logprobs" not in fake.requests()[0] and response.output[0].content[0].logprobs == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [({"include": ["message.output_text.logprobs"]}, "include"), ({"top_logprobs": 3}, "top_logprobs")],
+)
+def test_logprobs_of_a_model_that_cannot_give_them_are_a_400(
+    client: openai.OpenAI, fake: FakeRuntime, extra: dict[str, Any], param: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="smollm2", input="x", **extra)
+    assert (caught.value.body["param"], caught.value.body["code"]) == (param, "unsupported_value")
+    assert fake.requests() == []

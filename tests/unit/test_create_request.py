@@ -24,7 +24,7 @@ from app.protocol.create_request import echoed_settings, parse_create_request
         ({"model": "m", "input": ["not an object"]}, "input[0]"),
         ({"model": "m", "input": "x", "reasoning": {"effort": "maximal"}}, "reasoning.effort"),
         ({"model": "m", "input": "x", "tool_choice": "required"}, "tool_choice"),
-        ({"model": "m", "input": "x", "include": ["message.output_text.logprobs"]}, "include[0]"),
+        ({"model": "m", "input": "x", "include": ["message.output_text.everything"]}, "include[0]"),
         ({"model": "m", "input": "x", "safety_identifier": "s" * 65}, "safety_identifier"),
     ],
 )

@@ -43,3 +43,18 @@ def test_reasoning_and_function_argument_deltas_merge_too_but_not_with_each_othe
     pending.append({**arguments, "delta": '{"a"'})
     assert _coalesce(pending, {**arguments, "delta": ": 1}"})
     assert [e["delta"] for e in pending] == ["thinking", '{"a": 1}']
+
+
+def test_merged_text_deltas_keep_every_tokens_logprobs() -> None:
+    first, second = {"token": "Hel", "logprob": -0.1}, {"token": "lo", "logprob": -0.2}
+    pending = [{**delta("Hel"), "logprobs": [first]}]
+    assert _coalesce(pending, {**delta("lo"), "logprobs": [second]})
+    assert pending == [{**delta("Hello"), "logprobs": [first, second]}]
+
+
+def test_summary_deltas_merge_within_one_summary_part() -> None:
+    summary = {"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "output_index": 0}
+    pending = [{**summary, "summary_index": 0, "delta": "a"}]
+    assert not _coalesce(pending, {**summary, "summary_index": 1, "delta": "b"})
+    assert _coalesce(pending, {**summary, "summary_index": 0, "delta": "c"})
+    assert pending == [{**summary, "summary_index": 0, "delta": "ac"}]
