@@ -275,15 +275,16 @@ def test_service_tier_is_echoed_as_openai_does(
 @pytest.mark.skipif(
     shutil.which("codex") is None, reason="the codex CLI is not installed (npm install -g @openai/codex)"
 )
-def test_codex_exec_runs_a_tool_call_to_its_final_answer(
+def test_codex_exec_runs_a_tool_call_to_its_final_answer_with_its_reasoning_sealed(
     server: Server, api_key: str, fake: FakeRuntime, tmp_path: Path
 ) -> None:
     home, project = tmp_path / "codex-home", tmp_path / "project"
     home.mkdir()
     project.mkdir()
     (home / "config.toml").write_text(f"""
-model = "fake"
+model = "thinking-model"
 model_provider = "responses-server"
+model_reasoning_effort = "high"
 
 [model_providers.responses-server]
 name = "responses-server"
@@ -292,7 +293,9 @@ env_key = "RESPONSES_SERVER_KEY"
 wire_api = "responses"
 """)
     call = {"name": "exec_command", "arguments": json.dumps({"cmd": "echo hello-from-fake"})}
-    prompt = script(tool_calls=[call], then={"text": "The command printed hello-from-fake."})
+    prompt = script(
+        reasoning="I should run the command.", tool_calls=[call], then={"text": "The command printed hello-from-fake."}
+    )
     done = subprocess.run(
         [
             "codex",
@@ -313,5 +316,7 @@ wire_api = "responses"
     assert "The command printed hello-from-fake." in done.stdout
     first, second = fake.requests()
     assert first["tools"] and "client_metadata" not in json.dumps(first)
-    tool_result = second["messages"][-1]
+    *_, call_message, tool_result = second["messages"]
     assert tool_result["role"] == "tool" and "hello-from-fake" in tool_result["content"]
+    # Codex (store: false) sent its reasoning back sealed; the model saw it again.
+    assert call_message["reasoning_content"] == "I should run the command."
