@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import errors, gc_tuning
+from app import errors, gc_tuning, metrics
 from app.ids import new_id
 from app.routes import input_items, meta, responses
 from app.settings import Settings
@@ -38,7 +38,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             await state.close()
 
     app = Starlette(
-        routes=[*responses.routes, *input_items.routes, *meta.routes],
+        routes=[*responses.routes, *input_items.routes, *meta.routes, *metrics.routes],
         lifespan=lifespan,
         exception_handlers={errors.APIError: _api_error, HTTPException: _http_error},
     )

@@ -20,6 +20,7 @@ from app.db import items as items_db
 from app.db import responses as responses_db
 from app.ids import new_id
 from app.image_fetch import ImageFetcher
+from app.metrics import HOSTED_TOOLS_NOT_OFFERED
 from app.protocol.accumulate import output_so_far
 from app.protocol.create_request import ValidatedCreate, echoed_settings, parse_create_request
 from app.protocol.images import check_data_url, image_parts
@@ -145,10 +146,13 @@ def _open_sealed_reasoning(items: list[Item], seal: ReasoningSeal | None) -> Non
 
 
 def _log_hosted_tools(create: ValidatedCreate) -> None:
-    """Hosted tools kept from the model (RESPONSES_HOSTED_TOOLS=ignore): said, so it is no secret."""
+    """Hosted tools kept from the model (RESPONSES_HOSTED_TOOLS=ignore): logged and counted, so it
+    is no secret."""
     hosted = [tool["type"] for tool in create.tools if tool["type"] in HOSTED_TOOL_TYPES]
     if hosted:
         log.info("hosted tools not offered to the model: %s", ", ".join(hosted))
+    for kind in hosted:
+        HOSTED_TOOLS_NOT_OFFERED.labels(kind).inc()
 
 
 def new_record(create: ValidatedCreate, model_id: str) -> ResponseRecord:

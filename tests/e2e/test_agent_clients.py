@@ -50,7 +50,15 @@ def script(**fields: Any) -> str:
     return "#fake " + json.dumps(fields)
 
 
+def hosted_tools_not_offered(server: Server, kind: str) -> float:
+    """The API's count of hosted tools of this type echoed but not offered to the model."""
+    text = httpx.get(server.base_url.removesuffix("/v1") + "/metrics").text
+    line = f'responses_hosted_tools_not_offered_total{{type="{kind}"}} '
+    return sum(float(row[len(line) :]) for row in text.splitlines() if row.startswith(line))
+
+
 def test_codex_first_request_is_served_as_sent(server: Server, api_key: str, fake: FakeRuntime) -> None:
+    counted = hosted_tools_not_offered(server, "web_search")
     events = stream_events(server, api_key, codex_body("first", model="fake"))
     types = [event["type"] for event in events]
     assert types[0] == "response.created" and types[-1] == "response.completed"
@@ -59,6 +67,7 @@ def test_codex_first_request_is_served_as_sent(server: Server, api_key: str, fak
     assert final["status"] == "completed" and final["store"] is False
     assert "client_metadata" not in final
     assert final["tools"][-1] == {"type": "web_search", "external_web_access": False}  # echoed, not offered
+    assert hosted_tools_not_offered(server, "web_search") == counted + 1
     [sent] = fake.requests()
     offered = [tool["function"]["name"] for tool in sent["tools"]]
     assert "web_search" not in offered and "client_metadata" not in json.dumps(sent)
