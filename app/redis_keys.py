@@ -9,6 +9,11 @@ EVENTS_CHANNEL_PREFIX = "responses:events:"
 STOP_CHANNEL = "responses:stop"
 # The generate job's name in the arq queue; its job id is the response id.
 GENERATE_JOB = "generate"
+# The job counting a request's input tokens (POST /v1/responses/input_tokens); its id is its own.
+COUNT_TOKENS_JOB = "count_input_tokens"
+# A token count's answer, pushed by the worker that counted, popped by the API that asked.
+TOKEN_COUNT_PREFIX = "responses:input_tokens:"
+TOKEN_COUNT_TTL_SECONDS = 60  # an answer nobody popped (its request gave up) goes
 
 
 def events_channel(queue_name: str) -> str:

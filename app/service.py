@@ -15,6 +15,7 @@ import anyio
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app import errors
+from app.catalog import ModelEntry
 from app.db import events as events_db
 from app.db import items as items_db
 from app.db import responses as responses_db
@@ -54,20 +55,27 @@ class Accepted:
         return self.record.store or self.record.background
 
 
-async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Accepted:
+async def validated(state: AppState, body: dict[str, Any]) -> tuple[ValidatedCreate, ModelEntry]:
+    """A create request's body checked in full (a 400 naming what is wrong), with its model;
+    sealed reasoning opened and image URLs fetched."""
     create = parse_create_request(body, state.settings.hosted_tools)
-    _log_hosted_tools(create)
     _open_sealed_reasoning(create.input_items, state.seal)
     model = state.catalog.resolve(create.request.model)
     check_fit(create, model)
     await _check_images(create.input_items, state.images)
+    return create, model
+
+
+async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Accepted:
+    create, model = await validated(state, body)
+    _log_hosted_tools(create)
     record = new_record(create, model.id)
     input_items = [items_db.with_new_id(item) for item in create.input_items]
     accepted = Accepted(record, input_items)
     previous_id = create.request.previous_response_id
     if record.background:  # visible (and followable) at once: its first events come with it
         async with state.engine.begin() as conn:
-            link = await _chain_link(conn, account_id, previous_id, create.input_items)
+            link = await chain_link(conn, account_id, previous_id, create.input_items)
             await responses_db.insert_responses(conn, [responses_db.NewResponse(record, account_id, link, input_items)])
             opening = [lifecycle_event("response.created", record), lifecycle_event("response.queued", record)]
             await events_db.append(conn, record.id, opening)
@@ -76,7 +84,7 @@ async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Acce
     if previous_id is not None:
         async with state.engine.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")  # one read: no BEGIN/ROLLBACK
-            link = await _chain_link(conn, account_id, previous_id, create.input_items)
+            link = await chain_link(conn, account_id, previous_id, create.input_items)
     if accepted.persisted:  # with the others being stored at the same moment: one statement
         await state.stored(responses_db.NewResponse(record, account_id, link, input_items))
     return accepted
@@ -182,7 +190,7 @@ def new_record(create: ValidatedCreate, model_id: str) -> ResponseRecord:
     )
 
 
-async def _chain_link(
+async def chain_link(
     conn: AsyncConnection,
     account_id: str,
     previous_id: str | None,

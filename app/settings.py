@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     image_fetch_allow: str = Field("", alias="RESPONSES_IMAGE_FETCH_ALLOW")
     image_fetch_timeout: float = Field(10.0, gt=0, alias="RESPONSES_IMAGE_FETCH_TIMEOUT")
 
+    # How long POST /v1/responses/input_tokens waits for a worker of the model to count (503 after).
+    count_timeout: int = Field(30, gt=0, alias="RESPONSES_COUNT_TIMEOUT")
+
     max_body_bytes: int = Field(16 * 1024 * 1024, alias="RESPONSES_MAX_BODY_BYTES")
     # A follower with nothing to read re-checks Postgres this often: it heals a missed
     # Redis message and keeps SSE connections alive through proxies.

@@ -45,6 +45,10 @@ class ChatRuntimeClient:
             read=model.read_timeout_seconds or self._read_timeout,
         )
 
+    async def count_prompt(self, model: ModelEntry, body: dict[str, Any]) -> int | None:
+        """The prompt's tokens as the server counts them; None for a server that cannot count."""
+        return await prompt_length.measure(self._http, model, body, _headers(model), self._timeout(model))
+
     async def stream(self, model: ModelEntry, body: dict[str, Any], on_chunk: ChunkConsumer) -> None:
         """Hands the runtime's chunks, as dicts, to `on_chunk` as they arrive (from the
         connection's callback: no task wakes up per token, and `on_chunk` must not block); raises
@@ -53,9 +57,7 @@ class ChatRuntimeClient:
         connection, which aborts the generation upstream. For a server that streams no usage, a
         usage chunk with the prompt's tokens comes last."""
         url = f"{(model.base_url or '').rstrip('/')}/chat/completions"
-        headers = {}
-        if model.api_key_env and os.environ.get(model.api_key_env):
-            headers["Authorization"] = f"Bearer {os.environ[model.api_key_env]}"
+        headers = _headers(model)
         timeout = self._timeout(model)
         for attempt in range(model.max_retries + 1):
             produced = False
@@ -141,6 +143,12 @@ class EventStreamReader:
                 log.warning("a chunk of an unexpected shape: %s", _excerpt(line), exc_info=True)
                 raise RuntimeFailure(f"model runtime sent a chunk of an unexpected shape: {_excerpt(line)}") from exc
         return self.done
+
+
+def _headers(model: ModelEntry) -> dict[str, str]:
+    if model.api_key_env and os.environ.get(model.api_key_env):
+        return {"Authorization": f"Bearer {os.environ[model.api_key_env]}"}
+    return {}
 
 
 def _parse_line(line: bytes) -> dict[str, Any] | str | None:

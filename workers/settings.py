@@ -10,8 +10,9 @@ from arq.worker import func
 from app import gc_tuning
 from app.catalog import Catalog
 from app.queue import job_deserializer, job_serializer
-from app.redis_keys import GENERATE_JOB
+from app.redis_keys import COUNT_TOKENS_JOB, GENERATE_JOB
 from app.settings import Settings
+from workers.count_tokens import count_input_tokens
 from workers.deps import WorkerDeps
 from workers.generate import generate
 from workers.hosting import hosted_queue, start_model_server
@@ -44,7 +45,10 @@ def build_worker(settings: Settings, hosted_model: str | None = None, **override
     if hosted_model is not None:
         queue_name = hosted_queue(catalog, hosted_model, settings.queue_name)
     options: dict[str, Any] = {
-        "functions": [func(generate, name=GENERATE_JOB, max_tries=3)],
+        "functions": [
+            func(generate, name=GENERATE_JOB, max_tries=3),
+            func(count_input_tokens, name=COUNT_TOKENS_JOB, max_tries=1),
+        ],
         "queue_name": queue_name,
         "redis_settings": RedisSettings.from_dsn(settings.redis_url),
         "on_startup": _startup,

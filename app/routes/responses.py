@@ -1,4 +1,4 @@
-"""/v1/responses: create, retrieve (JSON or replayed stream), cancel, delete."""
+"""/v1/responses: create, retrieve (JSON or replayed stream), cancel, delete, count input tokens."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from app import errors, service
+from app import errors, input_tokens, service
 from app.auth import authenticate
 from app.http import json_body, query_bool, query_int, response_id_in_path
 from app.protocol.response_object import ACTIVE_STATUSES, render
@@ -138,8 +138,16 @@ def _error_event(exc: Exception) -> WireEvent:
     return WireEvent.of({"type": "error", "error": error.body()["error"]})
 
 
+async def count_input_tokens(request: Request) -> Response:
+    state = _state(request)
+    account_id = await authenticate(state, request)
+    body = await json_body(request, state.settings.max_body_bytes)
+    return JSONResponse(await input_tokens.count(state, account_id, body))
+
+
 routes = [
     Route("/v1/responses", create, methods=["POST"]),
+    Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
     Route("/v1/responses/{response_id}", retrieve, methods=["GET"]),
     Route("/v1/responses/{response_id}", delete, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/cancel", cancel, methods=["POST"]),

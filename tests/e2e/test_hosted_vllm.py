@@ -3,6 +3,7 @@ serves the same HTTP contract (vLLM itself cannot be installed where these tests
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -15,8 +16,9 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from redis.asyncio import Redis
 
-from tests.conftest import ROOT, Environment, FakeRuntime, start_worker
+from tests.conftest import ROOT, Environment, FakeRuntime, free_port, start_api, start_worker, stop
 from tests.integration.test_supervisor import alive
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(100)), "delay": 0.05})
@@ -153,3 +155,53 @@ def test_the_prompt_is_measured_first_so_vllm_never_refuses_max_tokens(
     assert caught.value.body["code"] == "context_length_exceeded"
     assert "4100 tokens" in caught.value.message
     assert len(httpx.get(f"http://127.0.0.1:{port}/_requests").json()) == len(sent)  # never sent to generate
+
+
+def test_input_tokens_are_counted_by_the_models_server_with_nothing_stored(
+    client: openai.OpenAI, hosting: HostingWorker, environment: Environment
+) -> None:
+    # The stand-in counts one token per word of every message, as vLLM's /tokenize counts tokens.
+    first = client.responses.create(model="hosted-vllm", input="one two")  # answered "Echo: one two"
+    before = environment.query("SELECT count(*) FROM responses")
+    counted = client.responses.input_tokens.count(model="hosted-vllm", instructions="be brief", input="three four five")
+    assert (counted.object, counted.input_tokens) == ("response.input_tokens", 5)
+    chained = client.responses.input_tokens.count(model="hosted-vllm", previous_response_id=first.id, input="six")
+    assert chained.input_tokens == 2 + 3 + 1
+    assert environment.query("SELECT count(*) FROM responses") == before
+
+
+def test_input_tokens_are_refused_as_a_create_would_be(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.input_tokens.count(model="fake", input="x")  # an external server: cannot count
+    assert (caught.value.body["param"], caught.value.body["code"]) == ("model", "unsupported_value")
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.input_tokens.count(model="hosted-vllm", input="x", previous_response_id="resp_unknown")
+    assert caught.value.body["code"] == "previous_response_not_found"
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.input_tokens.count(model="hosted-vllm", input=[])
+    assert caught.value.body["param"] == "input"
+
+
+def test_input_tokens_with_no_worker_of_the_model_is_a_503_and_leaves_no_job(
+    environment: Environment, api_key: str, fake: FakeRuntime
+) -> None:
+    port = free_port()
+    api = start_api(environment, port, RESPONSES_COUNT_TIMEOUT="1")
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=api_key, max_retries=0)
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.responses.input_tokens.count(model="hosted-vllm", input="x")
+        assert caught.value.status_code == 503
+    finally:
+        stop(api)
+    queue = f"{environment.queue_name}:model:hosted-vllm"
+    waiting = asyncio.run(_queued_ids(environment.redis_url, queue))
+    assert not [job for job in waiting if job.startswith("req_")]
+
+
+async def _queued_ids(redis_url: str, queue: str) -> list[str]:
+    redis = Redis.from_url(redis_url)
+    try:
+        return [job.decode() for job in await redis.zrange(queue, 0, -1)]
+    finally:
+        await redis.aclose()

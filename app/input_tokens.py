@@ -1,0 +1,62 @@
+"""`POST /v1/responses/input_tokens`: how many input tokens a create request would use, as its
+model server counts them (chat template, tools and the chain's history included).
+
+Only a worker can ask a model server: a hosted model's server is started by its worker, and the
+translation to a chat request is the worker's. So the API validates the body as a create would
+(the same 400s), rebuilds the chain's context, and hands a `count_input_tokens` job to the model's
+queue; the worker that takes it counts (vLLM's /tokenize, llama.cpp's one-token request) and
+pushes the answer to a Redis key only this request waits on. Nothing is stored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable
+from dataclasses import asdict
+from typing import Any, cast
+
+from arq.constants import job_key_prefix
+from redis.exceptions import RedisError
+
+from app import errors
+from app.db import items as items_db
+from app.ids import new_id
+from app.redis_keys import COUNT_TOKENS_JOB, TOKEN_COUNT_PREFIX
+from app.service import chain_link, new_record, validated
+from app.state import AppState
+
+
+async def count(state: AppState, account_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    create, model = await validated(state, body)
+    if model.prompt_measure == "none":
+        raise errors.InvalidRequest(
+            f"Invalid 'model': the server of '{model.id}' cannot count tokens (only vllm and llamacpp models can).",
+            param="model",
+            code="unsupported_value",
+        )
+    context: list[dict[str, Any]] = []
+    previous_id = create.request.previous_response_id
+    if previous_id is not None:
+        async with state.engine.connect() as conn:
+            link = await chain_link(conn, account_id, previous_id, create.input_items)
+            context = await items_db.context_items(conn, str(link.parent_id), own_output=True)
+    count_id = new_id("req")
+    job = {"record": asdict(new_record(create, model.id)), "context": context + create.input_items}
+    queue_name = state.catalog.queue_for(model.id, state.settings.queue_name)
+    try:
+        await state.redis.enqueue_job(COUNT_TOKENS_JOB, count_id, job, _job_id=count_id, _queue_name=queue_name)
+        waiting = state.redis.blpop([TOKEN_COUNT_PREFIX + count_id], timeout=state.settings.count_timeout)
+        answer = await cast(Awaitable[list[bytes] | None], waiting)
+        if answer is None:  # nobody waits for it any more: out of the queue
+            await state.redis.zrem(queue_name, count_id)
+            await state.redis.delete(job_key_prefix + count_id)
+    except (RedisError, OSError) as exc:
+        raise errors.ServiceUnavailable("The job queue (Redis) is unavailable; please retry.") from exc
+    if answer is None:
+        raise errors.ServiceUnavailable(
+            f"No worker of the model '{model.id}' counted the tokens in time; please retry."
+        )
+    counted: dict[str, Any] = json.loads(answer[1])
+    if "error" in counted:
+        raise errors.GenerationFailed(f"The model server could not count the tokens: {counted['error']}")
+    return {"object": "response.input_tokens", "input_tokens": counted["input_tokens"]}
