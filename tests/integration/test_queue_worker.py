@@ -162,11 +162,13 @@ async def test_a_job_cancelled_by_shutdown_stays_queued_for_another_worker(
     first = await start_worker(held)
     await enqueue_generate(state.redis, f"resp_moved_{RUN}", queue)
     await eventually(lambda: held.runs == [f"resp_moved_{RUN}"])
-    first.tasks[f"resp_moved_{RUN}"].cancel()  # what arq does to running jobs past its shutdown grace
+    # A shutdown: the worker takes no new job, then cancels the running ones past its grace. (Set
+    # after the cancel, its next poll could take the released job again before the second worker.)
+    first.allow_pick_jobs = False
+    first.tasks[f"resp_moved_{RUN}"].cancel()
     await job_ended(first, f"resp_moved_{RUN}")
     keys = await job_keys(state.redis, queue, f"resp_moved_{RUN}")
     assert keys == {"queued": True, "job": True, "in_progress": False, "tries": True}
-    first.allow_pick_jobs = False  # it is shutting down
     taker = Recorder()
     second = await start_worker(taker)
     await eventually(lambda: taker.runs == [f"resp_moved_{RUN}"])
