@@ -42,8 +42,14 @@ class MessageOutput:
     def delta(self, text: str, logprobs: list[Item] | None = None) -> Event:
         """`logprobs` as an output_text part holds them; a delta event carries them without bytes."""
         self.parts.append(text)
-        self.logprobs += logprobs or []
-        return {**self._where(), "type": "response.output_text.delta", "delta": text, "logprobs": _brief(logprobs)}
+        if logprobs:
+            self.logprobs += logprobs
+        return {
+            **self._where(),
+            "type": "response.output_text.delta",
+            "delta": text,
+            "logprobs": _brief(logprobs) if logprobs else [],
+        }
 
     def done(self, status: str) -> list[Event]:
         item = self.item(status)

@@ -188,7 +188,8 @@ def _text(value: Any, what: str) -> str:
 def _logprobs(choice: dict[str, Any]) -> list[Item]:
     """A chunk's token log probabilities (Chat Completions `logprobs.content`), as an output_text
     part holds them."""
-    listed = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+    logprobs = choice.get("logprobs")
+    listed = logprobs.get("content") if isinstance(logprobs, dict) else None
     if listed is None:
         return []
     if not isinstance(listed, list):
