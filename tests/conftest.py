@@ -14,12 +14,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
+import openai
 import pytest
 
 from app.cli import migrate
@@ -235,6 +237,17 @@ def start_api(environment: Environment, port: int, **env: str) -> subprocess.Pop
     )
     wait_for_http(f"http://127.0.0.1:{port}/health", process)
     return process
+
+
+@contextmanager
+def api_client(environment: Environment, api_key: str, **env: str) -> Iterator[openai.OpenAI]:
+    """An API process of its own, configured by `env`, and an SDK client of it."""
+    port = free_port()
+    api = start_api(environment, port, **env)
+    try:
+        yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=api_key, max_retries=0)
+    finally:
+        stop(api)
 
 
 def start_worker(environment: Environment, *args: str, **env: str) -> subprocess.Popen[bytes]:

@@ -16,7 +16,7 @@ import openai
 import pytest
 from openai.types.responses import CustomToolParam, FunctionToolParam
 
-from tests.conftest import Environment, FakeRuntime, Server, free_port, start_api, stop
+from tests.conftest import Environment, FakeRuntime, Server, api_client
 
 CLIENTS = Path(__file__).resolve().parent.parent / "fixtures" / "clients"
 
@@ -212,15 +212,10 @@ def test_one_call_at_most_when_asked_whatever_the_runtime_sends(
 def test_hosted_tools_are_refused_when_the_deployment_says_so(
     environment: Environment, api_key: str, fake: FakeRuntime
 ) -> None:
-    port = free_port()
-    api = start_api(environment, port, RESPONSES_HOSTED_TOOLS="refuse")
-    try:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=api_key, max_retries=0)
+    with api_client(environment, api_key, RESPONSES_HOSTED_TOOLS="refuse") as client:
         with pytest.raises(openai.BadRequestError) as caught:
             client.responses.create(model="fake", input="x", tools=[WEATHER, {"type": "web_search"}])
         assert (caught.value.body["param"], caught.value.body["code"]) == ("tools[1].type", "unsupported_parameter")
-    finally:
-        stop(api)
     assert fake.requests() == []
 
 

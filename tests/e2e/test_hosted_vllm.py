@@ -18,7 +18,7 @@ import openai
 import pytest
 from redis.asyncio import Redis
 
-from tests.conftest import ROOT, Environment, FakeRuntime, free_port, start_api, start_worker, stop
+from tests.conftest import ROOT, Environment, FakeRuntime, api_client, start_worker
 from tests.integration.test_supervisor import alive
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(100)), "delay": 0.05})
@@ -185,15 +185,10 @@ def test_input_tokens_are_refused_as_a_create_would_be(client: openai.OpenAI, fa
 def test_input_tokens_with_no_worker_of_the_model_is_a_503_and_leaves_no_job(
     environment: Environment, api_key: str, fake: FakeRuntime
 ) -> None:
-    port = free_port()
-    api = start_api(environment, port, RESPONSES_COUNT_TIMEOUT="1")
-    try:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=api_key, max_retries=0)
+    with api_client(environment, api_key, RESPONSES_COUNT_TIMEOUT="1") as client:
         with pytest.raises(openai.InternalServerError) as caught:
             client.responses.input_tokens.count(model="hosted-vllm", input="x")
         assert caught.value.status_code == 503
-    finally:
-        stop(api)
     queue = f"{environment.queue_name}:model:hosted-vllm"
     waiting = asyncio.run(_queued_ids(environment.redis_url, queue))
     assert not [job for job in waiting if job.startswith("req_")]

@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from app.protocol.images import data_url
-from tests.conftest import Environment, FakeRuntime, free_port, start_api, stop
+from tests.conftest import Environment, FakeRuntime, api_client
 from tests.e2e.test_errors import stored_counts
 from tests.fake_runtime import png
 
@@ -75,12 +75,9 @@ def test_each_supported_format_reaches_the_model(client: openai.OpenAI, fake: Fa
 @pytest.fixture(scope="module")
 def fetching_client(environment: Environment, api_key: str) -> Iterator[openai.OpenAI]:
     """An API that may fetch from 127.0.0.1 (where the fake runtime serves images), and only there."""
-    port = free_port()
-    api = start_api(environment, port, RESPONSES_IMAGE_FETCH_ALLOW="127.0.0.1/32", RESPONSES_IMAGE_FETCH_TIMEOUT="3")
-    try:
-        yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=api_key, max_retries=0)
-    finally:
-        stop(api)
+    allowed = {"RESPONSES_IMAGE_FETCH_ALLOW": "127.0.0.1/32", "RESPONSES_IMAGE_FETCH_TIMEOUT": "3"}
+    with api_client(environment, api_key, **allowed) as client:
+        yield client
 
 
 def test_an_image_url_is_fetched_here_and_reaches_the_model_as_data(
@@ -153,14 +150,11 @@ def test_the_default_guard_fetches_from_no_internal_address(
 
 
 def test_image_urls_can_be_turned_off(environment: Environment, api_key: str, fake: FakeRuntime) -> None:
-    port = free_port()
-    api = start_api(environment, port, RESPONSES_IMAGE_URLS="off", RESPONSES_IMAGE_FETCH_ALLOW="127.0.0.1/32")
-    try:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=api_key, max_retries=0)
+    with api_client(
+        environment, api_key, RESPONSES_IMAGE_URLS="off", RESPONSES_IMAGE_FETCH_ALLOW="127.0.0.1/32"
+    ) as client:
         with pytest.raises(openai.BadRequestError) as caught:
             ask(client, f"{fake.url}/_files/dot.png")
         assert (caught.value.body["param"], caught.value.body["code"]) == (PARAM, "unsupported_value")
         assert fake.stats()["files_served"] == 0
         assert ask(client, data_url(png(), "image/png")).status == "completed"
-    finally:
-        stop(api)

@@ -10,7 +10,7 @@ import openai
 import pytest
 from cryptography.fernet import Fernet
 
-from tests.conftest import Environment, FakeRuntime, free_port, start_api, stop
+from tests.conftest import Environment, FakeRuntime, api_client
 
 REASONING = "two plus two is four"
 REASONS = "#fake " + json.dumps({"reasoning": REASONING, "text": "Four."})
@@ -115,26 +115,14 @@ def test_a_key_put_first_seals_and_the_old_one_still_opens(
 ) -> None:
     """Rotation: RESPONSES_ENCRYPTION_KEYS=new,old."""
     old_token = sealed_turn(client).output[0].encrypted_content
-    port = free_port()
-    new_key = Fernet.generate_key().decode()
-    api = start_api(
-        environment, port, RESPONSES_ENCRYPTION_KEYS=f"{new_key},{environment.env()['RESPONSES_ENCRYPTION_KEYS']}"
-    )
-    try:
-        rotated = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=api_key, max_retries=0)
+    keys = f"{Fernet.generate_key().decode()},{environment.env()['RESPONSES_ENCRYPTION_KEYS']}"
+    with api_client(environment, api_key, RESPONSES_ENCRYPTION_KEYS=keys) as rotated:
         send_back(rotated, {"type": "reasoning", "summary": [], "encrypted_content": old_token})
         assert fake.requests()[-1]["messages"][1]["reasoning_content"] == REASONING
-    finally:
-        stop(api)
 
 
 def test_an_api_without_a_key_refuses_a_sealed_token(environment: Environment, api_key: str, fake: FakeRuntime) -> None:
-    port = free_port()
-    api = start_api(environment, port, RESPONSES_ENCRYPTION_KEYS="")
-    try:
-        keyless = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=api_key, max_retries=0)
+    with api_client(environment, api_key, RESPONSES_ENCRYPTION_KEYS="") as keyless:
         with pytest.raises(openai.BadRequestError) as caught:
             send_back(keyless, {"type": "reasoning", "summary": [], "encrypted_content": "token"})
         assert "no encryption key" in caught.value.body["message"]
-    finally:
-        stop(api)
