@@ -20,7 +20,8 @@ from urllib.parse import urljoin
 import httpx
 
 from app import errors
-from app.protocol.images import MAX_IMAGE_BYTES, check_image, data_url
+from app.protocol.images import MAX_IMAGE_BYTES, check_data_url, check_image, data_url, image_parts
+from app.protocol.input_items import Item
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -117,3 +118,25 @@ def _refused(param: str, url: str, why: str) -> errors.InvalidRequest:
     return errors.InvalidRequest(
         f"Invalid '{param}': the image at '{url[:200]}' was not fetched: {why}.", param=param, code="invalid_image_url"
     )
+
+
+async def check_images(items: list[Item], fetcher: ImageFetcher | None) -> None:
+    """Every image is checked before anything is stored; one given by URL is fetched here and
+    goes on (and is stored) as the data: URL the model sees."""
+    fetches = []
+    for part, param in image_parts(items):
+        url = part["image_url"]
+        if url.startswith("data:"):
+            check_data_url(url, param)
+        elif fetcher is None:
+            raise errors.InvalidRequest(
+                f"Invalid '{param}': this server does not fetch image URLs; send the image as a data: URL.",
+                param=param,
+                code="unsupported_value",
+            )
+        else:
+            fetches.append((part, fetcher.fetch(url, param)))
+    if fetches:
+        fetched = await asyncio.gather(*(fetch for _, fetch in fetches))
+        for (part, _), url in zip(fetches, fetched, strict=True):
+            part["image_url"] = url

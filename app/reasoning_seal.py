@@ -15,6 +15,9 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
+from app import errors
+from app.protocol.input_items import Item
+
 
 class SealError(ValueError):
     """A token this deployment's keys did not seal, or that was altered."""
@@ -49,3 +52,29 @@ class ReasoningSeal:
 
 def new_key() -> str:
     return Fernet.generate_key().decode()
+
+
+def open_sealed_reasoning(items: list[Item], seal: ReasoningSeal | None) -> None:
+    """Reasoning a client sends back sealed (`encrypted_content`) is opened before anything is
+    stored: the model sees it again as the item's reasoning text; a token this deployment did not
+    seal, or one that was altered, is a 400."""
+    for index, item in enumerate(items):
+        token = item.pop("encrypted_content", None) if item["type"] == "reasoning" else None
+        if token is None:
+            continue
+        param = f"input[{index}].encrypted_content"
+        if seal is None:
+            raise errors.InvalidRequest(
+                f"Invalid '{param}': this server has no encryption key, so it sealed no reasoning.",
+                param=param,
+                code="invalid_encrypted_content",
+            )
+        try:
+            text = seal.open(token)
+        except SealError:
+            raise errors.InvalidRequest(
+                f"Invalid '{param}': the encrypted content was not made by this server, or was altered.",
+                param=param,
+                code="invalid_encrypted_content",
+            ) from None
+        item["content"] = [{"type": "reasoning_text", "text": text}]

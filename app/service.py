@@ -5,7 +5,6 @@ The service owns every transaction; repository functions never commit.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -20,18 +19,17 @@ from app.db import events as events_db
 from app.db import items as items_db
 from app.db import responses as responses_db
 from app.ids import new_id
-from app.image_fetch import ImageFetcher
+from app.image_fetch import check_images
 from app.metrics import HOSTED_TOOLS_NOT_OFFERED
 from app.protocol.accumulate import output_so_far
 from app.protocol.create_request import ValidatedCreate, echoed_settings, parse_create_request
-from app.protocol.images import check_data_url, image_parts
 from app.protocol.input_items import TOOL_OUTPUT_TYPES, Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.model_fit import check_fit
 from app.protocol.response_object import ResponseRecord
 from app.protocol.tools import HOSTED_TOOL_TYPES
 from app.queue import GenerateJob, signal_stop
-from app.reasoning_seal import ReasoningSeal, SealError
+from app.reasoning_seal import open_sealed_reasoning
 from app.redis_keys import events_channel
 from app.state import AppState
 from app.streaming import wire
@@ -59,10 +57,10 @@ async def validated(state: AppState, body: dict[str, Any]) -> tuple[ValidatedCre
     """A create request's body checked in full (a 400 naming what is wrong), with its model;
     sealed reasoning opened and image URLs fetched."""
     create = parse_create_request(body, state.settings.hosted_tools)
-    _open_sealed_reasoning(create.input_items, state.seal)
+    open_sealed_reasoning(create.input_items, state.seal)
     model = state.catalog.resolve(create.request.model)
     check_fit(create, model)
-    await _check_images(create.input_items, state.images)
+    await check_images(create.input_items, state.images)
     return create, model
 
 
@@ -103,54 +101,6 @@ async def withdraw(state: AppState, accepted: Accepted) -> None:
     if accepted.persisted:
         async with state.engine.begin() as conn:
             await responses_db.delete_response(conn, accepted.record.id, None)
-
-
-async def _check_images(items: list[Item], fetcher: ImageFetcher | None) -> None:
-    """Every image is checked before anything is stored; one given by URL is fetched here and
-    goes on (and is stored) as the data: URL the model sees."""
-    fetches = []
-    for part, param in image_parts(items):
-        url = part["image_url"]
-        if url.startswith("data:"):
-            check_data_url(url, param)
-        elif fetcher is None:
-            raise errors.InvalidRequest(
-                f"Invalid '{param}': this server does not fetch image URLs; send the image as a data: URL.",
-                param=param,
-                code="unsupported_value",
-            )
-        else:
-            fetches.append((part, fetcher.fetch(url, param)))
-    if fetches:
-        fetched = await asyncio.gather(*(fetch for _, fetch in fetches))
-        for (part, _), url in zip(fetches, fetched, strict=True):
-            part["image_url"] = url
-
-
-def _open_sealed_reasoning(items: list[Item], seal: ReasoningSeal | None) -> None:
-    """Reasoning a client sends back sealed (`encrypted_content`) is opened before anything is
-    stored: the model sees it again as the item's reasoning text; a token this deployment did not
-    seal, or one that was altered, is a 400."""
-    for index, item in enumerate(items):
-        token = item.pop("encrypted_content", None) if item["type"] == "reasoning" else None
-        if token is None:
-            continue
-        param = f"input[{index}].encrypted_content"
-        if seal is None:
-            raise errors.InvalidRequest(
-                f"Invalid '{param}': this server has no encryption key, so it sealed no reasoning.",
-                param=param,
-                code="invalid_encrypted_content",
-            )
-        try:
-            text = seal.open(token)
-        except SealError:
-            raise errors.InvalidRequest(
-                f"Invalid '{param}': the encrypted content was not made by this server, or was altered.",
-                param=param,
-                code="invalid_encrypted_content",
-            ) from None
-        item["content"] = [{"type": "reasoning_text", "text": text}]
 
 
 def _log_hosted_tools(create: ValidatedCreate) -> None:

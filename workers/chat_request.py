@@ -13,9 +13,12 @@ from workers.runtime_tools import RuntimeTools, custom_arguments
 TOP_P_ZERO = 1e-9
 
 
-def chat_request(record: ResponseRecord, context: list[Item], model: ModelEntry) -> dict[str, Any]:
+def chat_request(
+    record: ResponseRecord, context: list[Item], model: ModelEntry, tools: RuntimeTools | None = None
+) -> dict[str, Any]:
+    """`tools`: the response's tools at the runtime, when the caller has them already."""
     requested = record.settings.get("requested", {})
-    tools = RuntimeTools.of(record.settings.get("tools") or [])
+    tools = tools or RuntimeTools.of(record.settings.get("tools") or [])
     body: dict[str, Any] = {
         "model": model.served_name,
         "messages": chat_messages(record.instructions, context, tools),

@@ -128,7 +128,7 @@ def _failed(message: str, output: list[Item] | None = None) -> responses_db.Outc
 async def _stream(deps: WorkerDeps, generation: Generation, translator: StreamTranslator) -> None:
     if generation.model is None:
         raise RuntimeFailure(f"model '{generation.record.model}' is not in this worker's catalog")
-    body = chat_request(generation.record, generation.context, generation.model)
+    body = chat_request(generation.record, generation.context, generation.model, translator.tools)
     if deps.supervisor is not None:  # its model server may be restarting
         await deps.supervisor.wait_healthy(deps.supervisor.startup_timeout)
     response_id = generation.record.id

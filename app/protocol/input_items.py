@@ -201,7 +201,7 @@ def _tool_output(raw: dict[str, Any], param: str) -> Item:
 
 
 def _reasoning(raw: dict[str, Any], param: str) -> Item:
-    # Kept in the context as given; the chat request leaves earlier reasoning out, as chat templates do.
+    # Kept in the context; it reaches the model as the next assistant message's reasoning_content.
     reasoning = validate(_Reasoning, raw, prefix=param)
     item: Item = {"type": "reasoning", "summary": reasoning.summary, "content": reasoning.content or []}
     if reasoning.encrypted_content is not None:  # opened (and dropped) by the service before storing
