@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -129,12 +130,22 @@ def post(server: Server, key: str, content: bytes, content_type: str = "applicat
     )
 
 
-def stored_counts(environment: Environment) -> tuple[int, ...]:
+def write_mark(environment: Environment) -> datetime:
+    """The database clock now: rows a request writes after this are counted by `rows_written_since`."""
+    [row] = environment.query("SELECT clock_timestamp() AS now")
+    return row["now"]  # type: ignore[no-any-return]
+
+
+def rows_written_since(environment: Environment, mark: datetime) -> tuple[int, int, int]:
+    """Responses, items and events written after `mark` (counted by age, not totals: retention deletes
+    old event logs while tests run)."""
     [row] = environment.query(
-        "SELECT (SELECT count(*) FROM responses) a, (SELECT count(*) FROM items) b, "
-        "(SELECT count(*) FROM response_events) c"
+        "SELECT (SELECT count(*) FROM responses WHERE created_at >= $1) a, "
+        "(SELECT count(*) FROM items JOIN responses r ON r.id = items.response_id WHERE r.created_at >= $1) b, "
+        "(SELECT count(*) FROM response_events WHERE created_at >= $1) c",
+        mark,
     )
-    return tuple(row)
+    return (row["a"], row["b"], row["c"])
 
 
 @pytest.mark.parametrize(("body", "status", "param", "code"), BAD_BODIES)
@@ -148,7 +159,7 @@ def test_bad_body_is_refused_naming_the_parameter_and_persists_nothing(
     environment: Environment,
     fake: FakeRuntime,
 ) -> None:
-    before = stored_counts(environment)
+    mark = write_mark(environment)
     answer = post(server, api_key, json.dumps(body).encode())
     assert answer.status_code == status, answer.text
     error = answer.json()["error"]
@@ -156,7 +167,7 @@ def test_bad_body_is_refused_naming_the_parameter_and_persists_nothing(
     # The message names the parameter too (OpenAI's verbatim texts for these two name the id instead).
     assert param in error["message"] or code in ("model_not_found", "previous_response_not_found")
     assert answer.headers["x-request-id"].startswith("req_")
-    assert stored_counts(environment) == before
+    assert rows_written_since(environment, mark) == (0, 0, 0)
     assert fake.requests() == []  # nothing reached the model
 
 
@@ -215,11 +226,11 @@ def test_what_is_not_strict_json_is_400_and_persists_nothing(
 ) -> None:
     """Python's parser took NaN and Infinity (then Postgres refused them: a 503 'please retry')
     and ran out of stack on deep nesting (a 500)."""
-    before = stored_counts(environment)
+    mark = write_mark(environment)
     answer = post(server, api_key, raw)
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"]["code"] == "invalid_json"
-    assert stored_counts(environment) == before
+    assert rows_written_since(environment, mark) == (0, 0, 0)
 
 
 def nested_schema(levels: int) -> dict[str, Any]:
@@ -234,13 +245,13 @@ def test_a_body_nested_past_the_limit_is_refused_naming_where(
     server: Server, api_key: str, environment: Environment, client: openai.OpenAI
 ) -> None:
     tool = {"type": "function", "name": "f", "parameters": nested_schema(60)}
-    before = stored_counts(environment)
+    mark = write_mark(environment)
     answer = post(server, api_key, json.dumps({"model": "fake", "input": "x", "tools": [tool]}).encode())
     assert answer.status_code == 400, answer.text
     error = answer.json()["error"]
     assert error["param"].startswith("tools[0].parameters.properties.a.properties.a")
     assert error["code"] == "invalid_value" and "nested more than 100 levels deep" in error["message"]
-    assert stored_counts(environment) == before
+    assert rows_written_since(environment, mark) == (0, 0, 0)
     # Well within it, a deep schema is served.
     deep = {"type": "function", "name": "f", "parameters": nested_schema(40)}
     assert client.responses.create(model="fake", input="x", tools=[deep]).status == "completed"  # type: ignore[list-item]

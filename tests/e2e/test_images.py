@@ -18,7 +18,7 @@ from PIL import Image
 
 from app.protocol.images import data_url
 from tests.conftest import Environment, FakeRuntime, api_client
-from tests.e2e.test_errors import stored_counts
+from tests.e2e.test_errors import rows_written_since, write_mark
 from tests.fake_runtime import png
 
 
@@ -58,11 +58,11 @@ PARAM = "input[0].content[1].image_url"
 def test_a_bad_inline_image_is_refused_naming_it_and_nothing_is_stored(
     client: openai.OpenAI, fake: FakeRuntime, environment: Environment, url: str, code: str
 ) -> None:
-    before = stored_counts(environment)
+    mark = write_mark(environment)
     with pytest.raises(openai.BadRequestError) as caught:
         ask(client, url)
     assert (caught.value.body["param"], caught.value.body["code"]) == (PARAM, code)
-    assert fake.requests() == [] and stored_counts(environment) == before
+    assert fake.requests() == [] and rows_written_since(environment, mark) == (0, 0, 0)
 
 
 @pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP", "GIF"])
@@ -107,11 +107,11 @@ def test_a_redirect_to_an_allowed_image_is_followed(fetching_client: openai.Open
 def test_a_redirect_into_a_refused_address_is_refused(
     fetching_client: openai.OpenAI, fake: FakeRuntime, environment: Environment, target: str
 ) -> None:
-    before = stored_counts(environment)
+    mark = write_mark(environment)
     with pytest.raises(openai.BadRequestError) as caught:
         ask(fetching_client, f"{fake.url}/_redirect?to={target}")
     assert (caught.value.body["param"], caught.value.body["code"]) == (PARAM, "invalid_image_url")
-    assert fake.requests() == [] and stored_counts(environment) == before
+    assert fake.requests() == [] and rows_written_since(environment, mark) == (0, 0, 0)
 
 
 @pytest.mark.parametrize(("path", "words"), [("/_files/text", "not an image"), ("/_files/gone.png", "HTTP 404")])
@@ -141,12 +141,12 @@ def test_the_default_guard_fetches_from_no_internal_address(
     client: openai.OpenAI, fake: FakeRuntime, environment: Environment, host: str
 ) -> None:
     port = fake.url.rsplit(":", 1)[1]
-    before = stored_counts(environment)
+    mark = write_mark(environment)
     with pytest.raises(openai.BadRequestError) as caught:
         ask(client, f"http://{host}:{port}/_files/dot.png")
     assert (caught.value.body["param"], caught.value.body["code"]) == (PARAM, "invalid_image_url")
     assert fake.stats()["files_served"] == 0 and fake.requests() == []
-    assert stored_counts(environment) == before
+    assert rows_written_since(environment, mark) == (0, 0, 0)
 
 
 def test_image_urls_can_be_turned_off(environment: Environment, api_key: str, fake: FakeRuntime) -> None:
