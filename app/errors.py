@@ -90,5 +90,9 @@ class GenerationFailed(APIError):
     status_code = 502
 
 
+def internal_error(request_id: str) -> APIError:
+    return APIError(f"internal error (request {request_id})")
+
+
 def response_not_found(response_id: str) -> NotFound:
     return NotFound(f"Response with id '{response_id}' not found.")

@@ -9,12 +9,14 @@ body recurse into it.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
 from starlette.requests import Request
 
 from app import errors
+from app.protocol.validation import INT32_MAX
 
 
 async def json_body(request: Request, max_bytes: int) -> dict[str, Any]:
@@ -96,25 +98,28 @@ def query_bool(request: Request, name: str, default: bool = False) -> bool:
     )
 
 
+_INTEGER = re.compile(r"-?[0-9]{1,18}")
+
+
 def query_int(
     request: Request,
     name: str,
     *,
     default: int | None,
     low: int,
-    high: int | None = None,
+    high: int = INT32_MAX,
 ) -> int | None:
+    """The parameter as an integer in [low, high] (by default what a Postgres integer holds)."""
     value = request.query_params.get(name)
     if value is None or value == "":
         return default
-    try:
-        number = int(value)
-    except ValueError:
-        number = None
-    if number is None or number < low or (high is not None and number > high):
-        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+    # ASCII digits only: Python's int() also takes other scripts' digits, underscores and spaces.
+    number = int(value) if _INTEGER.fullmatch(value) else None
+    if number is None or number < low or number > high:
         raise errors.InvalidRequest(
-            f"Invalid '{name}': expected an integer {bounds}, got '{value}'.", param=name, code="invalid_value"
+            f"Invalid '{name}': expected an integer between {low} and {high}, got '{value}'.",
+            param=name,
+            code="invalid_value",
         )
     return number
 

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from redis.exceptions import RedisError
-from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -16,12 +13,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import errors, gc_tuning, metrics
+from app.error_reporting import REQUEST_ID, client_error
 from app.ids import new_id
 from app.routes import input_items, meta, responses
 from app.settings import Settings
 from app.state import AppState
-
-log = logging.getLogger(__name__)
 
 
 def create_app(settings: Settings | None = None) -> Starlette:
@@ -63,8 +59,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 class RequestIdMiddleware:
-    """Adds `x-request-id` to every response, and turns anything unhandled into OpenAI's error
-    envelope (a 503 when Postgres or Redis is unreachable, else a logged 500)."""
+    """Adds `x-request-id` to every response (and puts it in the request's state for streams,
+    which tell their errors in-band), and turns anything unhandled into OpenAI's error envelope."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -74,6 +70,7 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send)
             return
         request_id = new_id("req")
+        scope.setdefault("state", {})[REQUEST_ID] = request_id
         started = False
 
         async def send_with_id(message: Message) -> None:
@@ -88,7 +85,7 @@ class RequestIdMiddleware:
         except Exception as exc:
             if started:
                 raise
-            error = _unhandled(exc, request_id)
+            error = client_error(exc, request_id)
             await send_with_id(
                 {
                     "type": "http.response.start",
@@ -97,11 +94,3 @@ class RequestIdMiddleware:
                 }
             )
             await send_with_id({"type": "http.response.body", "body": json.dumps(error.body()).encode()})
-
-
-def _unhandled(exc: Exception, request_id: str) -> errors.APIError:
-    if isinstance(exc, OperationalError | DBAPIError | RedisError | OSError):
-        log.warning("dependency unavailable (%s): %s", request_id, exc)
-        return errors.ServiceUnavailable()
-    log.exception("unhandled error (%s)", request_id)
-    return errors.APIError(f"The server had an error while processing your request (request id {request_id}).")

@@ -10,7 +10,7 @@ from app import errors
 from app.protocol.input_items import Item, parse_input
 from app.protocol.text_format import parse_text_format
 from app.protocol.tools import HostedToolsPolicy, Tool, ToolChoice, parse_tool_choice, parse_tools
-from app.protocol.validation import validate
+from app.protocol.validation import INT32_MAX, validate
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 LOGPROBS = "message.output_text.logprobs"
@@ -76,14 +76,14 @@ class SamplingOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    top_k: int | None = Field(None, ge=-1)
+    top_k: int | None = Field(None, ge=-1, le=INT32_MAX)
     min_p: float | None = Field(None, ge=0, le=1)
     repetition_penalty: float | None = Field(None, gt=0, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     seed: int | None = Field(None, ge=-(2**63), lt=2**63)
     stop: str | list[str] | None = None
-    min_tokens: int | None = Field(None, ge=0)
+    min_tokens: int | None = Field(None, ge=0, le=INT32_MAX)
     logit_bias: dict[str, float] | None = None
     skip_special_tokens: bool | None = None
 
@@ -124,8 +124,8 @@ class CreateResponseRequest(SamplingOptions):
     tools: list[Any] | None = None  # checked by tools.parse_tools
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
-    max_output_tokens: int | None = Field(None, ge=16)
-    max_tool_calls: int | None = Field(None, ge=1)
+    max_output_tokens: int | None = Field(None, ge=16, le=INT32_MAX)
+    max_tool_calls: int | None = Field(None, ge=1, le=INT32_MAX)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
     top_logprobs: int | None = Field(None, ge=0, le=20)

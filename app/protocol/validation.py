@@ -12,6 +12,8 @@ from app import errors
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
+INT32_MAX = 2**31 - 1  # the largest count a Postgres integer (and a runtime's int32) holds
+
 
 def param_path(loc: tuple[int | str, ...], prefix: str = "") -> str:
     """('input', 0, 'content') -> 'input[0].content'."""

@@ -132,9 +132,8 @@ async def delete(request: Request) -> Response:
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
 
-def _error_event(exc: Exception) -> WireEvent:
+def _error_event(error: errors.APIError) -> WireEvent:
     # Nested like OpenAI's, so the SDK raises it rather than hanging or ending silently.
-    error = exc if isinstance(exc, errors.APIError) else errors.GenerationFailed(str(exc) or None)
     return WireEvent.of({"type": "error", "error": error.body()["error"]})
 
 

@@ -12,7 +12,7 @@ from starlette.types import Receive, Scope, Send
 
 from app import errors
 from app.db.events import TERMINAL_EVENT_TYPES
-from app.streaming.follow import FollowLost
+from app.error_reporting import task_group
 from app.streaming.sse import wait_for_disconnect
 from app.streaming.wire import WireEvent
 
@@ -29,7 +29,7 @@ class FinalResponse:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         terminal: Event | None = None
-        async with anyio.create_task_group() as group:
+        async with task_group() as group:
 
             async def watch() -> None:
                 await wait_for_disconnect(receive)
@@ -53,12 +53,9 @@ class FinalResponse:
         await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 
     async def _terminal(self) -> Event:
-        try:
-            async for batch in self.events:
-                if batch and batch[-1].type in TERMINAL_EVENT_TYPES:  # the terminal event ends a batch
-                    return batch[-1].data()
-        except FollowLost as exc:
-            raise errors.GenerationFailed(str(exc)) from exc
+        async for batch in self.events:
+            if batch and batch[-1].type in TERMINAL_EVENT_TYPES:  # the terminal event ends a batch
+                return batch[-1].data()
         raise errors.GenerationFailed("The response ended without a terminal event.")
 
 

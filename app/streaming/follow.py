@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import errors
 from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.events import TERMINAL_EVENT_TYPES
@@ -22,7 +23,7 @@ from app.streaming.wire import WireEvent
 LOG_PAGE = 1000
 
 
-class FollowLost(Exception):
+class FollowLost(errors.GenerationFailed):
     """The response can no longer be followed: it was deleted, or its store=false worker died."""
 
 

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import anyio
 from starlette.types import Receive, Scope, Send
 
+from app import errors
+from app.error_reporting import client_error, request_id_of, task_group
 from app.streaming.wire import WireEvent
 
 _OBFUSCATION_TARGET = 16  # pad short deltas so event sizes do not reveal token lengths
@@ -46,7 +48,7 @@ class EventStreamResponse:
         *,
         obfuscate: bool,
         on_disconnect: Callable[[], Awaitable[None]] | None = None,
-        on_error: Callable[[Exception], WireEvent] | None = None,
+        on_error: Callable[[errors.APIError], WireEvent] | None = None,
     ) -> None:
         self.events = events
         self.obfuscate = obfuscate
@@ -66,7 +68,7 @@ class EventStreamResponse:
             }
         )
         disconnected = False
-        async with anyio.create_task_group() as group:
+        async with task_group() as group:
 
             async def watch() -> None:
                 nonlocal disconnected
@@ -75,7 +77,7 @@ class EventStreamResponse:
                 group.cancel_scope.cancel()
 
             group.start_soon(watch)
-            await self._send_events(send)
+            await self._send_events(send, request_id_of(scope))
             group.cancel_scope.cancel()
         with anyio.CancelScope(shield=True):
             await self.events.aclose()  # type: ignore[attr-defined]
@@ -86,7 +88,7 @@ class EventStreamResponse:
             return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _send_events(self, send: Send) -> None:
+    async def _send_events(self, send: Send, request_id: str) -> None:
         try:
             async for batch in self.events:  # one write per batch: a replayed page goes out at once
                 body = KEEP_ALIVE if batch is None else b"".join(encode(e, self.obfuscate) for e in batch)
@@ -95,4 +97,5 @@ class EventStreamResponse:
             # Headers are out: a failure can only be told in-band.
             if self.on_error is None:
                 raise
-            await send({"type": "http.response.body", "body": encode(self.on_error(exc), False), "more_body": True})
+            event = self.on_error(client_error(exc, request_id))
+            await send({"type": "http.response.body", "body": encode(event, False), "more_body": True})

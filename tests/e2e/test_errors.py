@@ -21,6 +21,8 @@ BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
     ({"model": "fake", "input": "x", "temperature": 3}, 400, "temperature", "invalid_value"),
     ({"model": "fake", "input": "x", "top_p": -0.1}, 400, "top_p", "invalid_value"),
     ({"model": "fake", "input": "x", "max_output_tokens": 8}, 400, "max_output_tokens", "invalid_value"),
+    ({"model": "fake", "input": "x", "max_output_tokens": 2**31}, 400, "max_output_tokens", "invalid_value"),
+    ({"model": "fake", "input": "x", "max_tool_calls": 2**31}, 400, "max_tool_calls", "invalid_value"),
     ({"model": "fake", "input": "x", "metadata": {f"k{i}": "v" for i in range(17)}}, 400, "metadata", "invalid_value"),
     ({"model": "fake", "input": "x", "metadata": {"k": "v" * 513}}, 400, "metadata", "invalid_value"),
     ({"model": "fake", "input": "x", "store": "yes"}, 400, "store", "invalid_value"),
@@ -202,6 +204,35 @@ def test_an_input_items_cursor_with_a_nul_character_is_in_no_context(
     )
     assert answer.status_code == 400, answer.text
     assert (answer.json()["error"]["param"], answer.json()["error"]["code"]) == ("after", "invalid_value")
+
+
+@pytest.mark.parametrize(
+    ("path", "param"),
+    [
+        ("?stream=true&starting_after=2147483648", "starting_after"),  # past a Postgres integer
+        ("?stream=true&starting_after=-2", "starting_after"),
+        ("?stream=true&starting_after=\u0661\u0660", "starting_after"),  # Arabic-Indic digits: int() takes them
+        ("?stream=true&starting_after=1_0", "starting_after"),
+        ("?stream=true&starting_after=%2010", "starting_after"),
+        ("?stream=true&starting_after=99999999999999999999999", "starting_after"),
+        ("/input_items?limit=\u0661\u0660", "limit"),
+        ("/input_items?limit=1_0", "limit"),
+        ("/input_items?limit=101", "limit"),
+        ("/input_items?limit=0", "limit"),
+    ],
+)
+def test_a_number_in_the_query_is_ascii_digits_in_range_or_400(
+    path: str, param: str, server: Server, api_key: str, client: openai.OpenAI
+) -> None:
+    with client.responses.create(model="fake", input="hello", background=True, stream=True) as stream:
+        response_id = next(iter(stream)).response.id
+    answer = httpx.get(
+        f"{server.base_url}/responses/{response_id}{path}", headers={"Authorization": f"Bearer {api_key}"}
+    )
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert (error["param"], error["code"], error["type"]) == (param, "invalid_value", "invalid_request_error")
+    assert param in error["message"]
 
 
 def test_invalid_json_is_400(server: Server, api_key: str) -> None:
