@@ -4,8 +4,8 @@ The event writer and the batched statements (authentication, claims) run one sta
 time, hundreds of times a second. Checking a connection out of the pool and back in for each
 cost more CPU than the statement's own client side; these callers keep theirs. A connection
 whose statement found it broken or was interrupted is invalidated (by SQLAlchemy, or by
-app/db/driver.py for the statements sent through the driver); the next use then takes a fresh
-one from the pool.
+app/db/driver.py for the statements sent through the driver); so is one the server closed while
+it was idle (app/db/engine.py). The next use then takes a fresh one from the pool.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.db.engine import driver_closed
 
 
 class HeldConnection:
@@ -27,6 +29,8 @@ class HeldConnection:
     async def use(self) -> AsyncIterator[AsyncConnection]:
         """The connection, in autocommit: each statement is its own transaction."""
         async with self._lock:
+            if self._conn is not None and not self._conn.invalidated and _closed_by_server(self._conn):
+                await self._conn.invalidate()
             if self._conn is None or self._conn.invalidated:
                 await self._release()
                 conn = await self._engine.connect()
@@ -42,3 +46,9 @@ class HeldConnection:
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()
+
+
+def _closed_by_server(conn: AsyncConnection) -> bool:
+    # A valid connection's DBAPI connection is at hand: no I/O, so no greenlet hop.
+    sync = conn.sync_connection
+    return sync is None or driver_closed(sync.connection.driver_connection)

@@ -81,15 +81,70 @@ async def test_a_held_connection_is_kept_between_statements_and_holds_one_pool_s
         await engine.dispose()
 
 
+async def terminate(engine: AsyncEngine, pids: list[int]) -> None:
+    """Ends these backends as a Postgres restart does, and waits until they are gone."""
+    async with engine.connect() as admin, asyncio.timeout(5):
+        await admin.execution_options(isolation_level="AUTOCOMMIT")
+        end = text("SELECT pg_terminate_backend(pid) FROM unnest(CAST(:pids AS int[])) AS pid")
+        await admin.execute(end, {"pids": pids})
+        alive = text("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(CAST(:pids AS int[]))")
+        while await admin.scalar(alive, {"pids": pids}):
+            await asyncio.sleep(0.01)
+
+
+async def until_noticed(driver_connections: list[Any]) -> None:
+    """Until this process has read the server's goodbye on each (it does while they sit idle)."""
+    async with asyncio.timeout(5):
+        while not all(driver.is_closed() for driver in driver_connections):
+            await asyncio.sleep(0.01)
+
+
 @pytest.mark.parametrize("through", THROUGH)
-async def test_a_held_connection_whose_backend_died_is_replaced_after_its_failed_statement(
+async def test_a_held_connection_the_server_closed_while_idle_is_replaced_before_its_next_statement(
     engine: AsyncEngine, held: HeldConnection, through: Through
 ) -> None:
     dead = await backend_pid(held)
-    async with engine.connect() as admin:
-        await admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": dead})
+    async with held.use() as conn:
+        driver = (await conn.get_raw_connection()).driver_connection
+    await terminate(engine, [dead])
+    await until_noticed([driver])
+    assert await backend_pid(held, through) != dead  # no failed statement on the way
+
+
+async def test_pooled_connections_the_server_closed_while_idle_are_replaced_when_taken(
+    environment: Environment, engine: AsyncEngine
+) -> None:
+    settings = environment.settings().model_copy(update={"db_pool_size": 2, "db_max_overflow": 0})
+    pooled = create_engine(settings)
+    try:
+        conns = [await pooled.connect().start() for _ in range(2)]
+        pids = [await conn.scalar(text("SELECT pg_backend_pid()")) for conn in conns]
+        drivers = [(await conn.get_raw_connection()).driver_connection for conn in conns]
+        for conn in conns:
+            await conn.close()
+        await terminate(engine, pids)
+        await until_noticed(drivers)
+        for conn in [await pooled.connect().start() for _ in range(2)]:
+            assert await conn.scalar(text("SELECT pg_backend_pid()")) not in pids
+            await conn.close()
+    finally:
+        await pooled.dispose()
+
+
+@pytest.mark.parametrize("through", THROUGH)
+async def test_a_held_connection_that_broke_during_a_statement_fails_it_and_is_replaced(
+    engine: AsyncEngine, held: HeldConnection, through: Through
+) -> None:
+    dead = await backend_pid(held)
+    statement = asyncio.create_task(run(held, "SELECT pg_sleep(5)", through))
+    async with engine.connect() as admin, asyncio.timeout(5):
+        await admin.execution_options(isolation_level="AUTOCOMMIT")
+        running = text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid AND query LIKE '%pg_sleep%'")
+        while not await admin.scalar(running, {"pid": dead}):
+            await asyncio.sleep(0.01)
+    await terminate(engine, [dead])
     with pytest.raises(DBAPIError):  # what the API answers 503 for, and the event writer retries
-        await backend_pid(held, through)
+        await statement
     assert await backend_pid(held, through) != dead
 
 
