@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -9,6 +11,7 @@ from arq.connections import ArqRedis, RedisSettings, create_pool
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import reaper
 from app.batching import Batched
 from app.catalog import Catalog
 from app.db import accounts as accounts_db
@@ -21,8 +24,11 @@ from app.queue import GenerateJob, enqueue_many, job_deserializer, job_serialize
 from app.reasoning_seal import ReasoningSeal
 from app.redis_keys import events_channel
 from app.settings import Settings
+from app.side_tasks import SideTasks
 from app.streaming.follow import LogSource
 from app.streaming.hub import EventHub
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -51,6 +57,19 @@ class AppState:
         self.jobs = Batched(partial(enqueue_many, self.redis), "enqueue")
         self.insert_connection = HeldConnection(self.engine)
         self.stored = Batched(self._insert_responses, "store")
+        self.side_tasks = SideTasks()
+
+    def start(self) -> None:
+        # Every API process reaps lost generations: a model with no worker alive still ends them.
+        self.side_tasks.start("reaper", self._reap)
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.housekeeping_seconds)
+            try:
+                await reaper.reap_expired_leases(self.engine, self.redis, events_channel(self.settings.queue_name))
+            except Exception:
+                log.warning("reaping failed; will retry", exc_info=True)
 
     async def _accounts_for_hashes(self, key_hashes: list[str]) -> dict[str, str]:
         # One statement in autocommit: no BEGIN/COMMIT round trips.
@@ -84,9 +103,12 @@ class AppState:
         )
         hub = EventHub(redis, events_channel(settings.queue_name), settings.follow_idle_seconds)
         await hub.start()
-        return cls(settings, Catalog.load(settings.models_path), create_engine(settings), redis, hub)
+        state = cls(settings, Catalog.load(settings.models_path), create_engine(settings), redis, hub)
+        state.start()
+        return state
 
     async def close(self) -> None:
+        await self.side_tasks.close()
         if self.images is not None:
             await self.images.close()
         await self.hub.close()

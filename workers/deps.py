@@ -11,16 +11,19 @@ from dataclasses import dataclass, field
 from arq.connections import ArqRedis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import reaper
 from app.batching import Batched
 from app.catalog import Catalog
 from app.db import responses as responses_db
 from app.db.engine import create_engine
 from app.db.held import HeldConnection
 from app.reasoning_seal import ReasoningSeal
-from app.redis_keys import ALIVE_PREFIX, STOP_CHANNEL, events_channel
+from app.redis_keys import STOP_CHANNEL, events_channel
 from app.settings import Settings
-from workers import reaper, retention
+from app.side_tasks import SideTasks
+from workers import retention
 from workers.event_log import EventWriter
+from workers.lease_keeper import LeaseKeeper
 from workers.runtime import ChatRuntimeClient
 from workers.supervisor import RuntimeSupervisor
 
@@ -44,13 +47,16 @@ class WorkerDeps:
     ephemeral: set[str] = field(default_factory=set)
     # Claims of the jobs starting together, made by one statement.
     claims: Batched[str, responses_db.Claim] = field(init=False)
-    _background: list[asyncio.Task[None]] = field(default_factory=list)
+    side_tasks: SideTasks = field(default_factory=SideTasks)
 
     def __post_init__(self) -> None:
         self.seal = ReasoningSeal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
         self.claims = Batched(self._claim_many, "claims")
         self.claim_connection = HeldConnection(self.engine)
-        self.writer.on_refused = self.stop_generation
+        # A generation whose events can no longer be written (refused, or its response ended
+        # elsewhere) stops reading its runtime at once.
+        self.writer.on_dropped = self.stop_generation
+        self.lease_keeper = LeaseKeeper(self.settings, self.worker_id, self._running_now, self.stop_generation)
 
     async def _claim_many(self, response_ids: list[str]) -> dict[str, responses_db.Claim]:
         async with self.claim_connection.use() as conn:  # one atomic statement
@@ -73,16 +79,14 @@ class WorkerDeps:
 
     def start(self) -> None:
         self.writer.start()
-        self._background += [
-            asyncio.create_task(self._listen_for_stops(), name="stop-listener"),
-            asyncio.create_task(self._keep_leases(), name="lease-keeper"),
-            asyncio.create_task(self._housekeeping(), name="housekeeping"),
-            asyncio.create_task(self._retention(), name="retention"),
-        ]
+        self.lease_keeper.start()
+        self.side_tasks.start("stop-listener", self._listen_for_stops)
+        self.side_tasks.start("housekeeping", self._housekeeping)
+        self.side_tasks.start("retention", self._retention)
 
     async def close(self) -> None:
-        for task in self._background:
-            task.cancel()
+        await self.side_tasks.close()
+        await self.lease_keeper.close()
         await self.writer.close()
         await self.claim_connection.close()
         await self.runtime.aclose()
@@ -108,21 +112,11 @@ class WorkerDeps:
                 log.warning("stop listener lost Redis; reconnecting", exc_info=True)
                 await asyncio.sleep(1.0)
 
-    async def _keep_leases(self) -> None:
-        interval = self.settings.lease_seconds / 3
-        while True:
-            await asyncio.sleep(interval)
-            if not self.running:
-                continue
-            try:
-                for response_id in list(self.ephemeral):
-                    await self.redis.expire(ALIVE_PREFIX + response_id, int(self.settings.lease_seconds) + 1)
-                async with self.engine.begin() as conn:
-                    stops = await responses_db.renew_leases(conn, list(self.running), self.settings.lease_seconds)
-                for response_id in stops:
-                    self.stop_generation(response_id)
-            except Exception:
-                log.warning("could not renew leases", exc_info=True)
+    def _running_now(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The stored and the store=false generations running now; called from the lease keeper's
+        thread, so it only copies."""
+        ephemeral = frozenset(self.ephemeral)
+        return frozenset(self.running) - ephemeral, ephemeral
 
     async def _retention(self) -> None:
         policy = retention.RetentionPolicy.from_settings(self.settings)
@@ -137,7 +131,8 @@ class WorkerDeps:
         while True:
             await asyncio.sleep(self.settings.housekeeping_seconds)
             try:
-                await reaper.reap_expired_leases(self.engine, self.redis, events_channel(self.settings.queue_name))
+                channel = events_channel(self.settings.queue_name)
+                await reaper.reap_expired_leases(self.engine, self.redis, channel, spare=frozenset(self.running))
                 await reaper.requeue_lost_jobs(
                     self.engine, self.redis, self.catalog, self.settings.queue_name, self.settings.requeue_after_seconds
                 )

@@ -11,7 +11,9 @@ Nothing is published before its commit (design invariant 2).
 
 A commit that Postgres refuses for its data, not for its connection, is not retried: the batch's
 responses commit one by one, and one whose own events are refused stops streaming and is ended
-by its generation as failed (see `refused`), while the others go through.
+by its generation as failed (see `refused`), while the others go through. A response whose
+events the commit dropped because it had already ended elsewhere (reaped, deleted) has its
+generation stopped too (`on_dropped`): nothing it still produces can be written.
 
 `store=false` foreground responses never touch Postgres: their events are numbered here and only
 published, to the one API process that follows them.
@@ -33,6 +35,7 @@ from app.db import responses as responses_db
 from app.db.driver import refused_data
 from app.db.events import Event
 from app.db.held import HeldConnection
+from app.side_tasks import SideTasks
 from app.streaming import wire
 from app.streaming.wire import WireEvent
 
@@ -104,23 +107,24 @@ class EventWriter:
         self._urgent: set[str] = set()
         self._urgent_waiting = asyncio.Event()
         self._streaming: set[str] = set()  # responses whose first output was committed
-        self._flusher: asyncio.Task[None] | None = None
+        self._side_tasks = SideTasks()
+        self._flushing = asyncio.Lock()  # the flusher's and close's flushes, one after the other
         self._last_batch_size = 0
         # Responses whose events Postgres refused: later ones are dropped, and their generation
-        # is stopped (`on_refused`) and ends them without output.
+        # is stopped (`on_dropped`) and ends them without output.
         self._refused: set[str] = set()
-        self.on_refused: Callable[[str], None] = lambda response_id: None
+        self.on_dropped: Callable[[str], None] = lambda response_id: None
         self.batches = 0  # counters for the benchmark and operators
         self.events_written = 0
 
     def start(self) -> None:
-        self._flusher = asyncio.create_task(self._run(), name="event-writer")
+        self._side_tasks.start("event-writer", self._run)
 
     async def close(self) -> None:
         while self._pending:
             await self._flush_pending()
-        if self._flusher:
-            self._flusher.cancel()
+        async with self._flushing:  # the flusher is idle now: stopping it loses nothing
+            await self._side_tasks.close()
         await self._connection.close()
 
     def open_ephemeral(self, response_id: str) -> None:
@@ -195,15 +199,41 @@ class EventWriter:
     async def _flush(self, batch: dict[str, _Pending]) -> None:
         if not batch:
             return
+        committed: dict[str, list[WireEvent]] = {}
+        try:
+            async with self._flushing:
+                await self._commit_and_publish(batch, committed)
+        except BaseException as exc:
+            # Whatever broke, no generation may wait for ever on what it handed over.
+            for rid, pending in batch.items():
+                if pending.finished and not pending.finished.done():
+                    if rid in committed:
+                        pending.finished.set_result(True)
+                    else:
+                        pending.finished.set_exception(exc if isinstance(exc, Exception) else RuntimeError(exc))
+            raise
+        for rid, pending in batch.items():
+            if pending.outcome is not None:
+                self._streaming.discard(rid)
+            elif rid not in self._streaming and any(event["type"] in COALESCIBLE for event in pending.events):
+                self._streaming.add(rid)
+            if pending.finished and not pending.finished.done():
+                pending.finished.set_result(rid in committed)
+
+    async def _commit_and_publish(self, batch: dict[str, _Pending], committed: dict[str, list[WireEvent]]) -> None:
+        """Fills `committed` with each response's events as they were numbered, as it goes."""
         stored = {rid: p for rid, p in batch.items() if rid not in self._ephemeral_next}
         try:
-            committed = await self._commit_with_retry(stored) if stored else {}
+            committed |= await self._commit_with_retry(stored) if stored else {}
         except Exception as exc:
             log.exception("giving up on %d responses' events", len(stored))
             for pending in stored.values():
                 if pending.finished and not pending.finished.done():
                     pending.finished.set_exception(exc)
-            committed = {}
+        else:
+            for rid in stored.keys() - committed.keys() - self._refused:
+                if stored[rid].outcome is None:  # ended elsewhere while it was still generating
+                    self.on_dropped(rid)
         for rid, pending in batch.items():
             if rid in self._ephemeral_next:
                 encoded = [wire.encode(event) for event in pending.events]
@@ -212,13 +242,6 @@ class EventWriter:
                 if pending.outcome is not None:
                     del self._ephemeral_next[rid]
         await wire.publish(self._redis, self._channel, committed)
-        for rid, pending in batch.items():
-            if pending.outcome is not None:
-                self._streaming.discard(rid)
-            elif rid not in self._streaming and any(event["type"] in COALESCIBLE for event in pending.events):
-                self._streaming.add(rid)
-            if pending.finished and not pending.finished.done():
-                pending.finished.set_result(rid in committed)
 
     async def _commit_with_retry(self, batch: dict[str, _Pending]) -> dict[str, list[WireEvent]]:
         delay, waited = 0.05, 0.0
@@ -245,7 +268,7 @@ class EventWriter:
         [response_id] = batch
         log.error("response %s: Postgres refused its events; it is stopped", response_id, exc_info=exc)
         self._refused.add(response_id)
-        self.on_refused(response_id)
+        self.on_dropped(response_id)
         return {}
 
     async def _commit(self, batch: dict[str, _Pending]) -> dict[str, list[WireEvent]]:

@@ -7,7 +7,7 @@ Every function takes the caller's connection and never commits: the caller owns 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -288,17 +288,24 @@ async def cancel_queued(conn: AsyncConnection, response_id: str) -> bool:
 
 async def renew_leases(
     conn: AsyncConnection,
-    response_ids: Sequence[str],
+    response_ids: Collection[str],
+    worker_id: str,
     lease_seconds: float,
 ) -> list[str]:
-    """Extends the running responses' leases; returns those whose stop was requested."""
+    """Extends the leases of the responses this worker runs; returns those it must stop: their
+    cancel was requested, or they are no longer its to run (ended elsewhere, deleted)."""
     rows = await conn.execute(
         update(responses)
-        .where(responses.c.id.in_(response_ids), responses.c.status == "in_progress")
+        .where(
+            responses.c.id.in_(list(response_ids)),
+            responses.c.status == "in_progress",
+            responses.c.worker_id == worker_id,
+        )
         .values(lease_expires_at=db_now(lease_seconds))
         .returning(responses.c.id, responses.c.cancel_requested_at)
     )
-    return [r.id for r in rows if r.cancel_requested_at is not None]
+    renewed = {r.id: r.cancel_requested_at for r in rows}
+    return [rid for rid in response_ids if rid not in renewed or renewed[rid] is not None]
 
 
 async def delete_response(conn: AsyncConnection, response_id: str, account_id: str | None) -> Status | None:

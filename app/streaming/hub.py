@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from app import errors
+from app.side_tasks import SideTasks
 from app.streaming.wire import WireEvent, decode_message
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class EventHub:
         self._followers: dict[str, set[Subscription]] = {}
         self._subscribed = asyncio.Event()  # Redis confirmed the channel on the current connection
         self._lost = False  # the connection failed, and has not been subscribed again since
-        self._tasks: list[asyncio.Task[None]] = []
+        self._side_tasks = SideTasks()
 
     async def start(self) -> None:
         try:
@@ -65,14 +66,11 @@ class EventHub:
         except Exception:
             self._lost = True
             log.warning("event hub cannot reach Redis yet; it keeps trying", exc_info=True)
-        self._tasks = [
-            asyncio.create_task(self._read(), name="event-hub"),
-            asyncio.create_task(self._watch_idle(), name="event-hub-idle"),
-        ]
+        self._side_tasks.start("event-hub", self._read)
+        self._side_tasks.start("event-hub-idle", self._watch_idle)
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
+        await self._side_tasks.close()
         if self._pubsub:
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]
 

@@ -131,7 +131,7 @@ async def test_events_postgres_refuses_stop_their_own_response_at_once_and_no_ot
     good, bad = await in_progress(state, account_id, 2)
     writer = EventWriter(state.engine, state.redis, f"responses:events:test-writer-{secrets.token_hex(3)}")
     stopped: list[str] = []
-    writer.on_refused = stopped.append
+    writer.on_dropped = stopped.append
     unstorable = responses_db.Outcome("completed", [message_with("a\x00")], 0.0)
     writer.append(good, [delta("a")])
     finishing = asyncio.create_task(writer.finish(bad, [{"type": "response.completed"}], unstorable))

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
+from app import reaper
 from app.db import accounts as accounts_db
 from app.db import events as events_db
 from app.db import responses as responses_db
@@ -20,7 +21,6 @@ from app.redis_keys import events_channel
 from app.state import AppState
 from tests.conftest import Environment, FakeRuntime
 from tests.integration.conftest import OpenWorker, accept, run_job
-from workers import reaper
 from workers.translate import StreamTranslator
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(40)), "delay": 0.05})

@@ -1,19 +1,26 @@
 """Housekeeping that keeps invariants 1 and 4 true when processes die or Redis forgets.
 
 - Reap: a running response whose worker stopped renewing its lease is ended `failed` (with a
-  terminal event every follower receives), never silently re-run.
+  terminal event every follower receives), never silently re-run. It keeps the output its
+  followers could already read: rebuilt from its committed events, the unfinished item marked
+  incomplete, as a generation that fails midway keeps it.
 - Requeue: a queued response that Redis lost (flushed, restarted) is enqueued again from Postgres;
   the job id is the response id, so one that is still queued is not duplicated.
 
-Every worker runs both; compare-and-set and SKIP LOCKED make concurrent runs harmless.
+Every worker runs both; every API process reaps too, so a generation whose worker died ends
+even while no worker of its model is alive. Compare-and-set and SKIP LOCKED make concurrent
+runs harmless. A worker spares the responses it is running itself: a lease it could not renew
+in time (a loaded machine) is not a dead worker.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 
 from arq.connections import ArqRedis
+from redis.asyncio import Redis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -21,6 +28,7 @@ from app.catalog import Catalog
 from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.tables import responses
+from app.protocol.accumulate import output_when_stopped
 from app.protocol.lifecycle import terminal_event
 from app.queue import enqueue_generate
 from app.streaming import wire
@@ -34,21 +42,29 @@ WORKER_LOST = {
 }
 
 
-async def reap_expired_leases(engine: AsyncEngine, redis: ArqRedis, events_channel: str) -> list[str]:
-    """Fails every running response whose lease expired (its followers are told on
-    `events_channel`); returns their ids."""
+async def reap_expired_leases(
+    engine: AsyncEngine, redis: Redis, events_channel: str, spare: Collection[str] = ()
+) -> list[str]:
+    """Fails every running response whose lease expired, except those in `spare` (its followers
+    are told on `events_channel`); returns their ids."""
     published: dict[str, list[WireEvent]] = {}
     async with engine.begin() as conn:
         rows = (
             await conn.execute(
                 select(responses)
-                .where(responses.c.status == "in_progress", responses.c.lease_expires_at < responses_db.db_now())
+                .where(
+                    responses.c.status == "in_progress",
+                    responses.c.lease_expires_at < responses_db.db_now(),
+                    responses.c.id.not_in(list(spare)),
+                )
                 .with_for_update(skip_locked=True)
                 .limit(100)
             )
         ).all()
         for row in rows:
-            outcome = responses_db.Outcome("failed", [], time.time(), error=WORKER_LOST)
+            logged = await events_db.events_after(conn, row.id, -1, None)
+            output = output_when_stopped(e.data() for e in logged)
+            outcome = responses_db.Outcome("failed", output, time.time(), error=WORKER_LOST)
             final = outcome.applied_to(responses_db.record_from_row(row, []))
             events = await events_db.end(conn, row.id, [terminal_event(final)], outcome)
             if events:
