@@ -69,8 +69,8 @@ class Settings(BaseSettings):
     # On SIGTERM a worker takes no new job and lets running generations finish this long; the
     # ones still running then end `failed`. Queued responses stay queued for the next worker.
     shutdown_grace_seconds: int = Field(25, alias="RESPONSES_SHUTDOWN_GRACE_SECONDS")
-    # How often each worker reaps expired leases and requeues responses Redis lost, and how old
-    # a queued response must be before it counts as lost.
+    # How often each worker and API process reaps expired leases (and each worker requeues
+    # responses Redis lost), and how old a queued response must be before it counts as lost.
     housekeeping_seconds: float = Field(5.0, alias="RESPONSES_HOUSEKEEPING_SECONDS")
     requeue_after_seconds: float = Field(10.0, alias="RESPONSES_REQUEUE_AFTER_SECONDS")
     # Retention (a periodic job in every worker): stored responses live this many days; background

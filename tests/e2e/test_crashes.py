@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -98,6 +99,57 @@ def test_worker_killed_mid_generation_fails_the_response_for_every_follower(stac
     time.sleep(1.5)  # a requeue or redelivery would show up as a second runtime request
     assert len(fake.requests()) == 1  # never re-run
     assert stack.client.responses.retrieve(response_id).status == "failed"
+
+
+def read_until_deltas(stream: openai.Stream[Any], count: int) -> list[Any]:
+    seen = []
+    for event in stream:
+        seen.append(event)
+        if event.type == "response.output_text.delta" and sum(e.type == event.type for e in seen) >= count:
+            break
+    stream.close()
+    return seen
+
+
+def test_with_no_worker_left_a_lost_generation_still_ends_and_keeps_its_output(stack: Stack, fake: FakeRuntime) -> None:
+    worker = stack.start_worker()
+    created = stack.client.responses.create(model="fake", input=SLOW, background=True, stream=True)
+    seen = read_until_deltas(created, 5)
+    response_id = seen[0].response.id
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(10)
+    # No worker of the model is started again: the API notices the expired lease.
+    follower = list(stack.client.responses.retrieve(response_id, stream=True, starting_after=len(seen) - 1))
+    numbers = [e.sequence_number for e in seen + follower]
+    assert numbers == list(range(len(numbers)))
+    assert follower[-1].type == "response.failed"
+    failed = stack.client.responses.retrieve(response_id)
+    assert failed.status == "failed" and failed.error is not None and "stopped responding" in failed.error.message
+    # What followers could read is kept, in the terminal event and in the stored response.
+    streamed = "".join(e.delta for e in seen + follower if e.type == "response.output_text.delta")
+    assert streamed.startswith("w0 w1 w2") and failed.output_text == streamed
+    assert follower[-1].response.output_text == streamed
+    assert [item.status for item in failed.output] == ["incomplete"]  # type: ignore[union-attr]
+
+
+def test_a_worker_stopped_past_its_lease_stops_reading_the_runtime_when_it_resumes(
+    stack: Stack, fake: FakeRuntime
+) -> None:
+    worker = stack.start_worker()
+    long_script = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(400)), "delay": 0.05})  # 20 s
+    created = stack.client.responses.create(model="fake", input=long_script, background=True, stream=True)
+    response_id = read_until_deltas(created, 3)[0].response.id
+    worker.send_signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: stack.client.responses.retrieve(response_id).status == "failed", timeout=10)
+    finally:
+        worker.send_signal(signal.SIGCONT)
+    # At once, not after reading the model's answer to its end for nobody.
+    wait_until(lambda: fake.stats()["streams_aborted"] == 1, timeout=5)
+    assert fake.stats()["streams_finished"] == 0
+    failed = stack.client.responses.retrieve(response_id)
+    assert failed.status == "failed" and "stopped responding" in failed.error.message  # type: ignore[union-attr]
+    assert stack.client.responses.create(model="fake", input="still working").status == "completed"
 
 
 def test_api_restart_mid_stream_resumes_every_remaining_event_once(stack: Stack, fake: FakeRuntime) -> None:
