@@ -15,10 +15,10 @@ from collections.abc import Awaitable
 from dataclasses import asdict
 from typing import Any, cast
 
-from arq.constants import job_key_prefix
 from redis.exceptions import RedisError
 
 from app import errors
+from app.arq_seam import JOB_PREFIX
 from app.db import items as items_db
 from app.ids import new_id
 from app.redis_keys import COUNT_TOKENS_JOB, TOKEN_COUNT_PREFIX
@@ -49,7 +49,7 @@ async def count(state: AppState, account_id: str, body: dict[str, Any]) -> dict[
         answer = await cast(Awaitable[list[bytes] | None], waiting)
         if answer is None:  # nobody waits for it any more: out of the queue
             await state.redis.zrem(queue_name, count_id)
-            await state.redis.delete(job_key_prefix + count_id)
+            await state.redis.delete(JOB_PREFIX + count_id)
     except (RedisError, OSError) as exc:
         raise errors.ServiceUnavailable("The job queue (Redis) is unavailable; please retry.") from exc
     if answer is None:

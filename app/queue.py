@@ -9,13 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from arq.connections import ArqRedis
-from arq.constants import job_key_prefix, result_key_prefix
-from arq.jobs import serialize_job
-from arq.utils import timestamp_ms
 from redis.exceptions import RedisError
 
-from app import errors
-from app.redis_keys import EPHEMERAL_CLAIM_PREFIX, GENERATE_JOB, STOP_CHANNEL, wake_channel
+from app import arq_seam, errors
+from app.redis_keys import EPHEMERAL_CLAIM_PREFIX, GENERATE_JOB, STOP_CHANNEL
 
 
 def job_serializer(job: dict[str, Any]) -> bytes:
@@ -26,31 +23,6 @@ def job_serializer(job: dict[str, Any]) -> bytes:
 def job_deserializer(data: bytes) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(data)
     return result
-
-
-# arq's enqueue (WATCH, EXISTS, MULTI/EXEC: three round trips per job) and our wake-up, as one
-# script for any number of jobs of one queue: each job is stored exactly as
-# arq.connections.ArqRedis.enqueue_job stores it (same keys, same serialized job), unless a job
-# or result with its id exists, and workers are woken at once by one message naming the new
-# jobs. KEYS[1]: the queue, KEYS[2]: its wake-up channel; ARGV: expiry (ms), now (ms), arq's job
-# and result key prefixes, then each job's id and serialized job. Returns 1/0 per job: added.
-_ENQUEUE = """
-local added, ids = {}, {}
-for i = 5, #ARGV, 2 do
-    local id = ARGV[i]
-    if redis.call('EXISTS', ARGV[3] .. id, ARGV[4] .. id) > 0 then
-        table.insert(added, 0)
-    else
-        redis.call('PSETEX', ARGV[3] .. id, ARGV[1], ARGV[i + 1])
-        redis.call('ZADD', KEYS[1], ARGV[2], id)
-        table.insert(added, 1)
-        table.insert(ids, id)
-    end
-end
-if #ids > 0 then redis.call('PUBLISH', KEYS[2], table.concat(ids, ' ')) end
-return added
-"""
-_JOB_EXPIRY_MS = 86_400_000  # arq's default expires_extra_ms: an unstarted job lives a day
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +39,7 @@ class GenerateJob:
 
     def serialized(self, now: int) -> bytes:
         args = (self.response_id,) if self.ephemeral is None else (self.response_id, json.loads(self.ephemeral))
-        return serialize_job(GENERATE_JOB, args, {}, None, now, serializer=job_serializer)
+        return arq_seam.serialized_job(GENERATE_JOB, args, now, job_serializer)
 
 
 async def enqueue_generate(
@@ -81,19 +53,16 @@ async def enqueue_generate(
 
 async def enqueue_many(queue: ArqRedis, jobs: Sequence[GenerateJob]) -> dict[GenerateJob, bool]:
     """`enqueue_generate` for many jobs: one script call per queue."""
-    now = timestamp_ms()
+    now = arq_seam.now_ms()
     added: dict[GenerateJob, bool] = {}
     by_queue: dict[str, list[GenerateJob]] = {}
     for job in jobs:
         by_queue.setdefault(job.queue_name, []).append(job)
-    script = queue.register_script(_ENQUEUE)
     try:
         for queue_name, queued in by_queue.items():
-            args: list[Any] = [_JOB_EXPIRY_MS, now, job_key_prefix, result_key_prefix]
-            for job in queued:
-                args += [job.response_id, job.serialized(now)]
-            flags = await script(keys=[queue_name, wake_channel(queue_name)], args=args)
-            added.update(zip(queued, map(bool, flags), strict=True))
+            serialized = [(job.response_id, job.serialized(now)) for job in queued]
+            flags = await arq_seam.enqueue_serialized(queue, queue_name, serialized, now)
+            added.update(zip(queued, flags, strict=True))
     except (RedisError, OSError) as exc:
         raise errors.ServiceUnavailable("The job queue (Redis) is unavailable; please retry.") from exc
     return added

@@ -24,9 +24,6 @@ def events_channel(queue_name: str) -> str:
 EPHEMERAL_CLAIM_PREFIX = "responses:claim:"
 # Refreshed by the worker while it generates a store=false response (no Postgres lease for those).
 ALIVE_PREFIX = "responses:alive:"
-# arq's own keys (arq.constants), read to tell whether a job is still waiting in the queue.
-ARQ_JOB_PREFIX = "arq:job:"
-ARQ_IN_PROGRESS_PREFIX = "arq:in-progress:"
 # Published after each enqueue, so workers start the job at once instead of at their next poll.
 WAKE_CHANNEL_PREFIX = "responses:wake:"
 

@@ -8,6 +8,7 @@ from arq.connections import RedisSettings
 from arq.worker import func
 
 from app import gc_tuning
+from app.arq_seam import QueueWorker
 from app.catalog import Catalog
 from app.queue import job_deserializer, job_serializer
 from app.redis_keys import COUNT_TOKENS_JOB, GENERATE_JOB
@@ -16,7 +17,6 @@ from workers.count_tokens import count_input_tokens
 from workers.deps import WorkerDeps
 from workers.generate import generate
 from workers.hosting import hosted_queue, start_model_server
-from workers.queue_worker import QueueWorker
 
 
 async def _startup(ctx: dict[str, Any]) -> None:

@@ -12,11 +12,12 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import errors
+from app.arq_seam import IN_PROGRESS_PREFIX, JOB_PREFIX
 from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.events import TERMINAL_EVENT_TYPES
 from app.protocol.response_object import TERMINAL_STATUSES
-from app.redis_keys import ALIVE_PREFIX, ARQ_IN_PROGRESS_PREFIX, ARQ_JOB_PREFIX
+from app.redis_keys import ALIVE_PREFIX
 from app.streaming.hub import Subscription
 from app.streaming.wire import WireEvent
 
@@ -123,8 +124,8 @@ async def _catch_up(source: LogSource, response_id: str, last: int) -> tuple[lis
         ended = row.status in TERMINAL_STATUSES
         return [e async for page in _log_pages(source, response_id, last) for e in page], ended
     alive = await source.redis.exists(ALIVE_PREFIX + response_id)
-    queued = await source.redis.exists(ARQ_JOB_PREFIX + response_id) and not await source.redis.exists(
-        ARQ_IN_PROGRESS_PREFIX + response_id
+    queued = await source.redis.exists(JOB_PREFIX + response_id) and not await source.redis.exists(
+        IN_PROGRESS_PREFIX + response_id
     )
     if not alive and not queued:
         raise FollowLost("the worker generating this store=false response was lost")

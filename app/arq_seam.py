@@ -1,4 +1,18 @@
-"""arq's Worker, adapted to hundreds of long jobs and to token latency.
+"""Everything this project relies on in arq beyond its public API, in this one module.
+
+arq is the queue (the design card names it). Its public API costs more than token latency and
+GPU batching allow, for the reasons and with the numbers in docs/architecture.md ("The queue
+seam"). What is used of its internals is named here and nowhere else: its Redis key layout
+(`arq.constants`), its job encoding (`serialize_job`, `deserialize_job_raw`), and its Worker's
+job accounting (`start_jobs`, `sem`, `job_counter`, `tasks`, `functions`,
+`_release_sem_dec_counter_on_complete`, the `jobs_*` counters). pyproject.toml pins arq to the
+minor version this was written against; tests/integration/test_arq_seam.py fails if any of it
+changes in the installed arq.
+
+The enqueue: one script call for any number of jobs, stored exactly as `ArqRedis.enqueue_job`
+stores them, and the workers woken by the same call.
+
+The worker, adapted to hundreds of long jobs and to token latency:
 
 - arq keeps a job in the queue's sorted set until it finishes, and every poll lists every job
   due and re-checks each with three Redis round trips: with hundreds of running generations
@@ -27,8 +41,9 @@ import logging
 import time
 from typing import Any
 
-from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
-from arq.jobs import deserialize_job_raw
+from arq.connections import ArqRedis
+from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix, retry_key_prefix
+from arq.jobs import deserialize_job_raw, serialize_job
 from arq.utils import timestamp_ms
 from arq.worker import Worker
 
@@ -36,6 +51,57 @@ from app.batching import Batched
 from app.redis_keys import wake_channel
 
 log = logging.getLogger(__name__)
+
+JOB_PREFIX = job_key_prefix  # a queued job's data, under its id
+IN_PROGRESS_PREFIX = in_progress_key_prefix  # set while a worker runs the job
+
+
+def serialized_job(function: str, args: tuple[Any, ...], now_ms: int, serializer: Any) -> bytes:
+    """A job as arq stores it (no kwargs, no try yet)."""
+    return serialize_job(function, args, {}, None, now_ms, serializer=serializer)
+
+
+# arq's enqueue (WATCH, EXISTS, MULTI/EXEC: three round trips per job) and our wake-up, as one
+# script for any number of jobs of one queue: each job is stored exactly as
+# arq.connections.ArqRedis.enqueue_job stores it (same keys, same serialized job), unless a job
+# or result with its id exists, and workers are woken at once by one message naming the new
+# jobs. KEYS[1]: the queue, KEYS[2]: its wake-up channel; ARGV: expiry (ms), now (ms), arq's job
+# and result key prefixes, then each job's id and serialized job. Returns 1/0 per job: added.
+_ENQUEUE = """
+local added, ids = {}, {}
+for i = 5, #ARGV, 2 do
+    local id = ARGV[i]
+    if redis.call('EXISTS', ARGV[3] .. id, ARGV[4] .. id) > 0 then
+        table.insert(added, 0)
+    else
+        redis.call('PSETEX', ARGV[3] .. id, ARGV[1], ARGV[i + 1])
+        redis.call('ZADD', KEYS[1], ARGV[2], id)
+        table.insert(added, 1)
+        table.insert(ids, id)
+    end
+end
+if #ids > 0 then redis.call('PUBLISH', KEYS[2], table.concat(ids, ' ')) end
+return added
+"""
+_JOB_EXPIRY_MS = 86_400_000  # arq's default expires_extra_ms: an unstarted job lives a day
+
+
+def now_ms() -> int:
+    return timestamp_ms()
+
+
+async def enqueue_serialized(
+    queue: ArqRedis, queue_name: str, jobs: list[tuple[str, bytes]], enqueued_ms: int
+) -> list[bool]:
+    """Stores each (job id, serialized job) unless a job or result with its id exists, and wakes
+    the queue's workers; returns, per job, whether it was added."""
+    script = queue.register_script(_ENQUEUE)
+    args: list[Any] = [_JOB_EXPIRY_MS, enqueued_ms, job_key_prefix, result_key_prefix]
+    for job_id, data in jobs:
+        args += [job_id, data]
+    flags = await script(keys=[queue_name, wake_channel(queue_name)], args=args)
+    return [bool(flag) for flag in flags]
+
 
 # Takes jobs as arq's start_jobs and run_job do together (not running elsewhere, due, then
 # marked in progress, its try counted); returns {job id, job or false if expired, try number}
