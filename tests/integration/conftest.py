@@ -21,7 +21,8 @@ from workers.generate import generate
 
 @pytest.fixture(scope="session")
 async def state(environment: Environment) -> AsyncIterator[AppState]:
-    state = await AppState.open(environment.settings())
+    # Tests here run the reaper themselves, on leases they expire on purpose: none in the background.
+    state = await AppState.open(environment.settings().model_copy(update={"housekeeping_seconds": 3600.0}))
     yield state
     await state.close()
 
