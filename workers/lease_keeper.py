@@ -54,6 +54,7 @@ class LeaseKeeper:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_answered = time.monotonic()
         self.renewals = 0  # rounds that renewed something (for tests and operators)
+        self.lapsed = 0  # rounds that renewed nothing because the worker's loop seemed hung
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -84,6 +85,7 @@ class LeaseKeeper:
         assert self._loop is not None
         if time.monotonic() - self._loop_answered > HUNG_LOOP_SECONDS:
             log.error("the worker's event loop has not answered for %.0fs: its leases lapse", HUNG_LOOP_SECONDS)
+            self.lapsed += 1
             return
         self._loop.call_soon_threadsafe(self._answered)
         stored, ephemeral = self._running()

@@ -77,7 +77,13 @@ async def test_a_loop_that_never_answers_gets_no_more_renewals(
     keeper = keeper_for(environment, worker_id, {response_id}, [])
     keeper.start()
     try:
-        time.sleep(3 * LEASE)  # hung for longer than the keeper waits for the loop
+        # The loop hangs (blocks) until the keeper gives up on it, then for one lease more: no
+        # renewal can be in flight after the first round that gave up.
+        deadline = time.monotonic() + 30
+        while keeper.lapsed == 0:
+            assert time.monotonic() < deadline, "the keeper never gave up on the hung loop"
+            time.sleep(0.05)
+        time.sleep(LEASE + 0.1)
         assert await lease_left(state, response_id) < 0
     finally:
         await keeper.close()
