@@ -318,36 +318,40 @@ def private_postgres() -> Iterator[tuple[str, Callable[[], None]]]:
     shutil.rmtree(base)
 
 
-def test_postgres_restart_mid_generation(
-    environment: Environment, fake: FakeRuntime, private_postgres: tuple[str, Callable[[], None]]
-) -> None:
+@pytest.fixture
+def restartable_stack(
+    environment: Environment, private_postgres: tuple[str, Callable[[], None]]
+) -> Iterator[tuple[Stack, Callable[[], None]]]:
+    """A stack on the test's own Postgres cluster, and the function that restarts that cluster."""
     database_url, restart = private_postgres
     own = Environment(database_url, environment.redis_url, environment.queue_name, environment.models_path)
     migrate(own.settings())
     stack = Stack(own)
-    try:
-        stack.start_worker()
-        script = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(60)), "delay": 0.05})
-        running = stack.client.responses.create(model="fake", input=script, background=True)
-        wait_until(lambda: stack.client.responses.retrieve(running.id).status == "in_progress")
-        restart()
-        answers = [stack.client.responses.retrieve(running.id).status for _ in range(3)]
-        assert set(answers) <= {"in_progress", "completed"}, answers
-        wait_until(lambda: stack.client.responses.retrieve(running.id).status == "completed", timeout=30)
-        done = stack.client.responses.retrieve(running.id)
-        assert done.output_text == " ".join(f"w{i}" for i in range(60))  # nothing half-written
-        assert stack.client.responses.create(model="fake", input="after").status == "completed"
-    finally:
-        stack.close()
+    yield stack, restart
+    stack.close()
+
+
+def test_postgres_restart_mid_generation(
+    fake: FakeRuntime, restartable_stack: tuple[Stack, Callable[[], None]]
+) -> None:
+    stack, restart = restartable_stack
+    stack.start_worker()
+    script = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(60)), "delay": 0.05})
+    running = stack.client.responses.create(model="fake", input=script, background=True)
+    wait_until(lambda: stack.client.responses.retrieve(running.id).status == "in_progress")
+    restart()
+    answers = [stack.client.responses.retrieve(running.id).status for _ in range(3)]
+    assert set(answers) <= {"in_progress", "completed"}, answers
+    wait_until(lambda: stack.client.responses.retrieve(running.id).status == "completed", timeout=30)
+    done = stack.client.responses.retrieve(running.id)
+    assert done.output_text == " ".join(f"w{i}" for i in range(60))  # nothing half-written
+    assert stack.client.responses.create(model="fake", input="after").status == "completed"
 
 
 def test_after_a_postgres_restart_no_request_fails_for_a_connection_that_broke_while_idle(
-    environment: Environment, fake: FakeRuntime, private_postgres: tuple[str, Callable[[], None]]
+    fake: FakeRuntime, restartable_stack: tuple[Stack, Callable[[], None]]
 ) -> None:
-    database_url, restart = private_postgres
-    own = Environment(database_url, environment.redis_url, environment.queue_name, environment.models_path)
-    migrate(own.settings())
-    stack = Stack(own)
+    stack, restart = restartable_stack
     client = stack.client
 
     def every_kind_of_request(turn: int) -> None:
@@ -363,11 +367,8 @@ def test_after_a_postgres_restart_no_request_fails_for_a_connection_that_broke_w
         wait_until(lambda: client.responses.retrieve(background.id).status == "completed")
         assert [i.id for i in client.responses.input_items.list(first.id).data]
 
-    try:
-        stack.start_worker()
-        every_kind_of_request(0)  # every held and pooled connection in use before the restart
-        restart()
-        for turn in range(1, 4):
-            every_kind_of_request(turn)
-    finally:
-        stack.close()
+    stack.start_worker()
+    every_kind_of_request(0)  # every held and pooled connection in use before the restart
+    restart()
+    for turn in range(1, 4):
+        every_kind_of_request(turn)
