@@ -28,7 +28,7 @@ from app.catalog import Catalog
 from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.tables import responses
-from app.protocol.accumulate import output_when_stopped
+from app.protocol.accumulate import stopped
 from app.protocol.lifecycle import terminal_event
 from app.queue import enqueue_generate
 from app.streaming import wire
@@ -62,8 +62,7 @@ async def reap_expired_leases(
             )
         ).all()
         for row in rows:
-            logged = await events_db.events_after(conn, row.id, -1, None)
-            output = output_when_stopped(e.data() for e in logged)
+            output = stopped(await events_db.output_so_far(conn, row.id))
             outcome = responses_db.Outcome("failed", output, time.time(), error=WORKER_LOST)
             final = outcome.applied_to(responses_db.record_from_row(row, []))
             events = await events_db.end(conn, row.id, [terminal_event(final)], outcome)

@@ -21,7 +21,6 @@ from app.db import responses as responses_db
 from app.ids import new_id
 from app.image_fetch import check_images
 from app.metrics import HOSTED_TOOLS_NOT_OFFERED
-from app.protocol.accumulate import output_so_far
 from app.protocol.create_request import ValidatedCreate, echoed_settings, parse_create_request
 from app.protocol.input_items import TOOL_OUTPUT_TYPES, Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
@@ -173,8 +172,7 @@ async def retrieve(state: AppState, account_id: str, response_id: str) -> Respon
     async with state.engine.connect() as conn:
         record = await responses_db.get_record(conn, response_id, account_id)
         if record is not None and record.status == "in_progress":  # its output so far, from its log
-            events = await events_db.events_after(conn, response_id, -1, None)
-            record = record.evolve(output=output_so_far(e.data() for e in events))
+            record = record.evolve(output=await events_db.output_so_far(conn, response_id))
     if record is None:
         raise errors.response_not_found(response_id)
     return record

@@ -31,6 +31,19 @@ class SideTasks:
             raise ValueError(f"side task {name!r} is already running")
         self._tasks[name] = asyncio.create_task(self._watch(name, run), name=name)
 
+    def start_every(self, name: str, seconds: float, run_once: SideTask) -> None:
+        """Runs `run_once` every `seconds`; a run that fails is logged and the next comes on time."""
+
+        async def periodic() -> None:
+            while True:
+                await asyncio.sleep(seconds)
+                try:
+                    await run_once()
+                except Exception:
+                    log.warning("%s failed; it runs again in %.1fs", name, seconds, exc_info=True)
+
+        self.start(name, periodic)
+
     async def _watch(self, name: str, run: SideTask) -> None:
         while True:
             try:

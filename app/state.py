@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -27,8 +25,6 @@ from app.settings import Settings
 from app.side_tasks import SideTasks
 from app.streaming.follow import LogSource
 from app.streaming.hub import EventHub
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -61,15 +57,10 @@ class AppState:
 
     def start(self) -> None:
         # Every API process reaps lost generations: a model with no worker alive still ends them.
-        self.side_tasks.start("reaper", self._reap)
+        self.side_tasks.start_every("reaper", self.settings.housekeeping_seconds, self._reap)
 
     async def _reap(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.housekeeping_seconds)
-            try:
-                await reaper.reap_expired_leases(self.engine, self.redis, events_channel(self.settings.queue_name))
-            except Exception:
-                log.warning("reaping failed; will retry", exc_info=True)
+        await reaper.reap_expired_leases(self.engine, self.redis, events_channel(self.settings.queue_name))
 
     async def _accounts_for_hashes(self, key_hashes: list[str]) -> dict[str, str]:
         # One statement in autocommit: no BEGIN/COMMIT round trips.

@@ -81,8 +81,8 @@ class WorkerDeps:
         self.writer.start()
         self.lease_keeper.start()
         self.side_tasks.start("stop-listener", self._listen_for_stops)
-        self.side_tasks.start("housekeeping", self._housekeeping)
-        self.side_tasks.start("retention", self._retention)
+        self.side_tasks.start_every("housekeeping", self.settings.housekeeping_seconds, self._housekeeping)
+        self.side_tasks.start_every("retention", self.settings.retention_interval_seconds, self._retention)
 
     async def close(self) -> None:
         await self.side_tasks.close()
@@ -119,22 +119,11 @@ class WorkerDeps:
         return frozenset(self.running) - ephemeral, ephemeral
 
     async def _retention(self) -> None:
-        policy = retention.RetentionPolicy.from_settings(self.settings)
-        while True:
-            await asyncio.sleep(self.settings.retention_interval_seconds)
-            try:
-                await retention.apply(self.engine, policy)
-            except Exception:
-                log.warning("retention failed; will retry", exc_info=True)
+        await retention.apply(self.engine, retention.RetentionPolicy.from_settings(self.settings))
 
     async def _housekeeping(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.housekeeping_seconds)
-            try:
-                channel = events_channel(self.settings.queue_name)
-                await reaper.reap_expired_leases(self.engine, self.redis, channel, spare=frozenset(self.running))
-                await reaper.requeue_lost_jobs(
-                    self.engine, self.redis, self.catalog, self.settings.queue_name, self.settings.requeue_after_seconds
-                )
-            except Exception:
-                log.warning("housekeeping failed; will retry", exc_info=True)
+        channel = events_channel(self.settings.queue_name)
+        await reaper.reap_expired_leases(self.engine, self.redis, channel, spare=frozenset(self.running))
+        await reaper.requeue_lost_jobs(
+            self.engine, self.redis, self.catalog, self.settings.queue_name, self.settings.requeue_after_seconds
+        )

@@ -53,7 +53,6 @@ class LeaseKeeper:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_answered = time.monotonic()
-        self.renewals = 0  # rounds that renewed something (for tests and operators)
         self.lapsed = 0  # rounds that renewed nothing because the worker's loop seemed hung
 
     def start(self) -> None:
@@ -97,7 +96,6 @@ class LeaseKeeper:
         if stored:
             async with engine.begin() as conn:
                 stops = await responses_db.renew_leases(conn, stored, self._worker_id, self._settings.lease_seconds)
-        self.renewals += 1
         for response_id in stops:
             self._loop.call_soon_threadsafe(self._stop, response_id)
 

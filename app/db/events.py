@@ -19,6 +19,7 @@ from app.db import items as items_db
 from app.db.driver import DriverStatement
 from app.db.responses import Outcome
 from app.db.tables import response_events
+from app.protocol import accumulate
 from app.streaming import wire
 from app.streaming.wire import WireEvent
 
@@ -135,6 +136,12 @@ async def end(conn: AsyncConnection, response_id: str, events: Sequence[Event], 
     """Appends a response's closing events (the terminal one last) and ends it, atomically; []
     when it had already ended (nothing is written then)."""
     return (await append_many(conn, {response_id: events}, {response_id: outcome})).get(response_id, [])
+
+
+async def output_so_far(conn: AsyncConnection, response_id: str) -> list[dict[str, Any]]:
+    """The output items of a response that has not ended, folded from its whole event log."""
+    events = await events_after(conn, response_id, -1, None)
+    return accumulate.output_so_far(event.data() for event in events)
 
 
 async def events_after(conn: AsyncConnection, response_id: str, after: int, limit: int | None) -> list[WireEvent]:

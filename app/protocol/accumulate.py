@@ -35,10 +35,7 @@ def output_so_far(events: Iterable[Event]) -> list[Item]:
     return [items[index] for index in sorted(items)]
 
 
-def output_when_stopped(events: Iterable[Event]) -> list[Item]:
-    """The output of a response that stopped before its end: what it produced so far, the item
-    it was still writing marked incomplete."""
-    return [
-        {**item, "status": "incomplete"} if item.get("status") == "in_progress" else item
-        for item in output_so_far(events)
-    ]
+def stopped(output: list[Item]) -> list[Item]:
+    """The output so far of a response that stopped before its end: the item it was still
+    writing marked incomplete."""
+    return [{**item, "status": "incomplete"} if item.get("status") == "in_progress" else item for item in output]
