@@ -36,13 +36,20 @@ async def running_response(state: AppState, account_id: str, worker_id: str) -> 
 
 
 async def lease_left(state: AppState, response_id: str) -> float:
+    """Seconds left on the response's lease; -inf once a reaper ended it (any process of the test
+    session may run one, and it ends only responses whose lease ran out)."""
     async with state.engine.connect() as conn:
         row = (
             await conn.execute(
-                select(responses.c.lease_expires_at - responses_db.db_now()).where(responses.c.id == response_id)
+                select(responses.c.status, responses.c.lease_expires_at - responses_db.db_now()).where(
+                    responses.c.id == response_id
+                )
             )
-        ).scalar_one()
-    return float(row.total_seconds())
+        ).one()
+    status, left = row
+    if status == "failed" and left is None:
+        return float("-inf")
+    return float(left.total_seconds())
 
 
 def keeper_for(environment: Environment, worker_id: str, running: set[str], stopped: list[str]) -> LeaseKeeper:
@@ -147,7 +154,7 @@ async def test_when_the_flusher_dies_no_generation_waits_for_ever(state: AppStat
     writer = EventWriter(state.engine, state.redis, f"responses:events:test-{secrets.token_hex(3)}")
     writer.start()
     try:
-        writer.open_ephemeral("resp_broken")
+        writer.open_transient("resp_broken")
         writer.append("resp_broken", [{"type": "response.in_progress", "unencodable": {1, 2}}])
         outcome = responses_db.Outcome("completed", [], time.time())
         async with asyncio.timeout(10):
