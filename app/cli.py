@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(local_stack.run(args.data, args.host, args.port))
     settings = Settings()
     if args.command == "migrate":
+        from app.db.migrate import migrate
+
         migrate(settings)
     elif args.command == "api":
         _serve_api(args.host, args.port, args.workers)
@@ -54,18 +56,6 @@ def main(argv: list[str] | None = None) -> None:
         _run_worker(settings, args.model)
     else:
         sys.exit(asyncio.run(_keys(settings, args)))
-
-
-def migrate(settings: Settings) -> None:
-    from alembic import command
-    from alembic.config import Config
-
-    import migrations
-
-    config = Config()
-    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
-    config.set_main_option("sqlalchemy.url", settings.database_url)
-    command.upgrade(config, "head")
 
 
 def _serve_api(host: str, port: int, workers: int) -> None:
@@ -82,7 +72,7 @@ def _run_worker(settings: Settings, hosted_model: str | None) -> None:
     from app.catalog import CatalogError
     from workers.launch import LaunchError
     from workers.runtime_errors import RuntimeFailure
-    from workers.settings import build_worker
+    from workers.worker_process import build_worker
 
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     try:

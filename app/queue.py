@@ -12,7 +12,7 @@ from arq.connections import ArqRedis
 from redis.exceptions import RedisError
 
 from app import arq_seam, errors
-from app.redis_keys import EPHEMERAL_CLAIM_PREFIX, GENERATE_JOB, STOP_CHANNEL
+from app.redis_keys import GENERATE_JOB, STOP_CHANNEL, TRANSIENT_CLAIM_PREFIX
 
 
 def job_serializer(job: dict[str, Any]) -> bytes:
@@ -31,23 +31,23 @@ class GenerateJob:
 
     response_id: str
     queue_name: str
-    ephemeral: str | None = None  # a store=false response's request, as JSON: the job carries it
+    transient: str | None = None  # a store=false response's request, as JSON: the job carries it
 
     @classmethod
-    def of(cls, response_id: str, queue_name: str, ephemeral: dict[str, Any] | None = None) -> GenerateJob:
-        return cls(response_id, queue_name, None if ephemeral is None else json.dumps(ephemeral))
+    def of(cls, response_id: str, queue_name: str, transient: dict[str, Any] | None = None) -> GenerateJob:
+        return cls(response_id, queue_name, None if transient is None else json.dumps(transient))
 
     def serialized(self, now: int) -> bytes:
-        args = (self.response_id,) if self.ephemeral is None else (self.response_id, json.loads(self.ephemeral))
+        args = (self.response_id,) if self.transient is None else (self.response_id, json.loads(self.transient))
         return arq_seam.serialized_job(GENERATE_JOB, args, now, job_serializer)
 
 
 async def enqueue_generate(
-    queue: ArqRedis, response_id: str, queue_name: str, ephemeral: dict[str, Any] | None = None
+    queue: ArqRedis, response_id: str, queue_name: str, transient: dict[str, Any] | None = None
 ) -> bool:
     """Enqueues with the response id as job id, so enqueueing the same response twice is one job;
     returns whether it was new."""
-    job = GenerateJob.of(response_id, queue_name, ephemeral)
+    job = GenerateJob.of(response_id, queue_name, transient)
     return (await enqueue_many(queue, [job]))[job]
 
 
@@ -68,12 +68,12 @@ async def enqueue_many(queue: ArqRedis, jobs: Sequence[GenerateJob]) -> dict[Gen
     return added
 
 
-async def signal_stop(queue: ArqRedis, response_id: str, persisted: bool) -> None:
+async def signal_stop(queue: ArqRedis, response_id: str, durable: bool) -> None:
     """Tells whichever worker runs the response to stop. A store=false response not yet taken
     is pre-empted by taking its claim first; a stored one is also flagged in Postgres, which
     the worker's lease keeper reads should this message be lost."""
     try:
-        if not persisted and await queue.set(EPHEMERAL_CLAIM_PREFIX + response_id, "stopped", nx=True, ex=3600):
+        if not durable and await queue.set(TRANSIENT_CLAIM_PREFIX + response_id, "stopped", nx=True, ex=3600):
             return
         await queue.publish(STOP_CHANNEL, response_id)
     except (RedisError, OSError):

@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import wire
 from app.catalog import Catalog
 from app.db import events as events_db
 from app.db import responses as responses_db
@@ -31,8 +32,7 @@ from app.db.tables import responses
 from app.protocol.accumulate import stopped
 from app.protocol.lifecycle import terminal_event
 from app.queue import enqueue_generate
-from app.streaming import wire
-from app.streaming.wire import WireEvent
+from app.wire import WireEvent
 
 log = logging.getLogger(__name__)
 

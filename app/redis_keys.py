@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # Committed events, published after their commit: one message per commit, carrying every
-# response's events (app/streaming/wire.py), on one channel per deployment (its queue name).
+# response's events (app/wire.py), on one channel per deployment (its queue name).
 EVENTS_CHANNEL_PREFIX = "responses:events:"
 # Ask the worker running a response to stop it (cancel, client disconnect, delete); payload: the id.
 STOP_CHANNEL = "responses:stop"
@@ -21,7 +21,7 @@ def events_channel(queue_name: str) -> str:
 
 
 # Set (NX) by the worker that takes a store=false response: its "claim", since Postgres has no row.
-EPHEMERAL_CLAIM_PREFIX = "responses:claim:"
+TRANSIENT_CLAIM_PREFIX = "responses:claim:"
 # Refreshed by the worker while it generates a store=false response (no Postgres lease for those).
 ALIVE_PREFIX = "responses:alive:"
 # Published after each enqueue, so workers start the job at once instead of at their next poll.

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import anyio
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app import errors
+from app import errors, wire
 from app.catalog import ModelEntry
 from app.db import events as events_db
 from app.db import items as items_db
@@ -31,24 +31,24 @@ from app.queue import GenerateJob, signal_stop
 from app.reasoning_seal import open_sealed_reasoning
 from app.redis_keys import events_channel
 from app.state import AppState
-from app.streaming import wire
 from app.streaming.follow import follow
-from app.streaming.wire import WireEvent
+from app.wire import WireEvent
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """A response that passed validation and was persisted (unless ephemeral), not yet enqueued."""
+    """A response that passed validation and was written to Postgres (unless transient), not yet enqueued."""
 
     record: ResponseRecord
     input_items: list[dict[str, Any]]
 
     @property
-    def persisted(self) -> bool:
+    def durable(self) -> bool:
         """In Postgres: stored responses, and background ones for their polling window even
-        with store=false. Only a foreground store=false response lives in transit alone."""
+        with store=false. Only a foreground store=false response is transient: it lives in its
+        job and on Redis alone."""
         return self.record.store or self.record.background
 
 
@@ -82,22 +82,22 @@ async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Acce
         async with state.engine.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")  # one read: no BEGIN/ROLLBACK
             link = await chain_link(conn, account_id, previous_id, create.input_items)
-    if accepted.persisted:  # with the others being stored at the same moment: one statement
+    if accepted.durable:  # with the others being stored at the same moment: one statement
         await state.stored(responses_db.NewResponse(record, account_id, link, input_items))
     return accepted
 
 
 async def enqueue(state: AppState, accepted: Accepted) -> None:
     """Hands the response to the workers (503 when the queue is down)."""
-    ephemeral = None if accepted.persisted else {"record": asdict(accepted.record), "input": accepted.input_items}
+    transient = None if accepted.durable else {"record": asdict(accepted.record), "input": accepted.input_items}
     queue_name = state.catalog.queue_for(accepted.record.model, state.settings.queue_name)
-    await state.jobs(GenerateJob.of(accepted.record.id, queue_name, ephemeral))
+    await state.jobs(GenerateJob.of(accepted.record.id, queue_name, transient))
 
 
 async def withdraw(state: AppState, accepted: Accepted) -> None:
     """Undoes an accept whose hand-over failed, so the client's error leaves nothing behind that
     could still run later."""
-    if accepted.persisted:
+    if accepted.durable:
         async with state.engine.begin() as conn:
             await responses_db.delete_response(conn, accepted.record.id, None)
 
@@ -178,15 +178,15 @@ async def retrieve(state: AppState, account_id: str, response_id: str) -> Respon
     return record
 
 
-async def stop(state: AppState, response_id: str, persisted: bool) -> None:
+async def stop(state: AppState, response_id: str, durable: bool) -> None:
     """Stops an active response (cancel, client gone, delete): a queued one is cancelled here
     with its terminal event; a running one is flagged and its worker told."""
-    if persisted:
+    if durable:
         async with state.engine.begin() as conn:
             published = await _stop_in(conn, response_id)
         if published:
             await wire.publish(state.redis, events_channel(state.settings.queue_name), {response_id: published})
-    await signal_stop(state.redis, response_id, persisted)
+    await signal_stop(state.redis, response_id, durable)
 
 
 async def _stop_in(conn: AsyncConnection, response_id: str) -> list[WireEvent]:
@@ -208,7 +208,7 @@ async def delete(state: AppState, account_id: str, response_id: str) -> None:
     if status is None:
         raise errors.response_not_found(response_id)
     if status == "in_progress":
-        await signal_stop(state.redis, response_id, persisted=True)
+        await signal_stop(state.redis, response_id, durable=True)
 
 
 async def input_items(
@@ -256,7 +256,7 @@ async def cancel_and_wait(state: AppState, response_id: str, timeout: float) -> 
         row.next_sequence_number - 1,
     )
     try:
-        await stop(state, response_id, persisted=True)
+        await stop(state, response_id, durable=True)
         with anyio.move_on_after(timeout):
             async for _ in events:
                 pass

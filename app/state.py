@@ -108,5 +108,5 @@ class AppState:
         await self.redis.aclose()
         await self.engine.dispose()
 
-    def log_source(self, persisted: bool) -> LogSource:
-        return LogSource(self.engine, self.redis, persisted)
+    def log_source(self, durable: bool) -> LogSource:
+        return LogSource(self.engine, self.redis, durable)

@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 Event = dict[str, Any]
 
+TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed", "response.cancelled"})
+
 
 @dataclass(frozen=True, slots=True)
 class WireEvent:

@@ -24,7 +24,7 @@ import httpx
 import openai
 import pytest
 
-from app.cli import migrate
+from app.db.migrate import migrate
 from app.settings import Settings
 
 PG_ADMIN_URL = os.environ.get("TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")

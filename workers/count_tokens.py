@@ -11,28 +11,28 @@ from typing import Any
 from app.protocol.response_object import ResponseRecord
 from app.redis_keys import TOKEN_COUNT_PREFIX, TOKEN_COUNT_TTL_SECONDS
 from workers.chat_request import chat_request
-from workers.deps import WorkerDeps
 from workers.runtime_errors import RuntimeFailure
+from workers.state import WorkerState
 
 log = logging.getLogger(__name__)
 
 
 async def count_input_tokens(ctx: dict[str, Any], count_id: str, job: dict[str, Any]) -> None:
-    deps: WorkerDeps = ctx["deps"]
+    state: WorkerState = ctx["state"]
     record = ResponseRecord(**job["record"])
     answer: dict[str, Any]
     try:
-        model = deps.catalog.by_name.get(record.model)
+        model = state.catalog.by_name.get(record.model)
         if model is None:
             raise RuntimeFailure(f"model '{record.model}' is not in this worker's catalog")
-        if deps.supervisor is not None:  # its model server may be restarting
-            await deps.supervisor.wait_healthy(deps.supervisor.startup_timeout)
-        tokens = await deps.runtime.count_prompt(model, chat_request(record, job["context"], model))
+        if state.supervisor is not None:  # its model server may be restarting
+            await state.supervisor.wait_healthy(state.supervisor.startup_timeout)
+        tokens = await state.runtime.count_prompt(model, chat_request(record, job["context"], model))
         answer = {"input_tokens": tokens} if tokens is not None else {"error": "this model server cannot count"}
     except RuntimeFailure as exc:
         answer = {"error": str(exc)}
     key = TOKEN_COUNT_PREFIX + count_id
-    async with deps.redis.pipeline(transaction=True) as pipe:
+    async with state.redis.pipeline(transaction=True) as pipe:
         pipe.lpush(key, json.dumps(answer))
         pipe.expire(key, TOKEN_COUNT_TTL_SECONDS)
         await pipe.execute()

@@ -30,14 +30,14 @@ from redis.asyncio import Redis
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app import wire
 from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.driver import refused_data
 from app.db.events import Event
 from app.db.held import HeldConnection
 from app.side_tasks import SideTasks
-from app.streaming import wire
-from app.streaming.wire import WireEvent
+from app.wire import WireEvent
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class EventWriter:
         self._channel = channel
         self._pause = pause
         self._pending: dict[str, _Pending] = {}
-        self._ephemeral_next: dict[str, int] = {}
+        self._transient_next: dict[str, int] = {}
         self._wake = asyncio.Event()
         # Responses whose pending events hold their first output or their end: they skip the pause.
         self._urgent: set[str] = set()
@@ -127,9 +127,9 @@ class EventWriter:
             await self._side_tasks.close()
         await self._connection.close()
 
-    def open_ephemeral(self, response_id: str) -> None:
+    def open_transient(self, response_id: str) -> None:
         """Numbers this response's events here, from 0, and never writes them to Postgres."""
-        self._ephemeral_next[response_id] = 0
+        self._transient_next[response_id] = 0
 
     def append(self, response_id: str, events: list[Event]) -> None:
         if response_id in self._refused:
@@ -222,25 +222,25 @@ class EventWriter:
 
     async def _commit_and_publish(self, batch: dict[str, _Pending], committed: dict[str, list[WireEvent]]) -> None:
         """Fills `committed` with each response's events as they were numbered, as it goes."""
-        stored = {rid: p for rid, p in batch.items() if rid not in self._ephemeral_next}
+        durable = {rid: p for rid, p in batch.items() if rid not in self._transient_next}
         try:
-            committed |= await self._commit_with_retry(stored) if stored else {}
+            committed |= await self._commit_with_retry(durable) if durable else {}
         except Exception as exc:
-            log.exception("giving up on %d responses' events", len(stored))
-            for pending in stored.values():
+            log.exception("giving up on %d responses' events", len(durable))
+            for pending in durable.values():
                 if pending.finished and not pending.finished.done():
                     pending.finished.set_exception(exc)
         else:
-            for rid in stored.keys() - committed.keys() - self._refused:
-                if stored[rid].outcome is None:  # ended elsewhere while it was still generating
+            for rid in durable.keys() - committed.keys() - self._refused:
+                if durable[rid].outcome is None:  # ended elsewhere while it was still generating
                     self.on_dropped(rid)
         for rid, pending in batch.items():
-            if rid in self._ephemeral_next:
+            if rid in self._transient_next:
                 encoded = [wire.encode(event) for event in pending.events]
-                committed[rid] = wire.numbered(pending.events, encoded, self._ephemeral_next[rid])
-                self._ephemeral_next[rid] += len(pending.events)
+                committed[rid] = wire.numbered(pending.events, encoded, self._transient_next[rid])
+                self._transient_next[rid] += len(pending.events)
                 if pending.outcome is not None:
-                    del self._ephemeral_next[rid]
+                    del self._transient_next[rid]
         await wire.publish(self._redis, self._channel, committed)
 
     async def _commit_with_retry(self, batch: dict[str, _Pending]) -> dict[str, list[WireEvent]]:

@@ -19,11 +19,11 @@ from app.db import responses as responses_db
 from app.protocol.input_items import Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.response_object import ResponseRecord
-from app.redis_keys import ALIVE_PREFIX, EPHEMERAL_CLAIM_PREFIX
+from app.redis_keys import ALIVE_PREFIX, TRANSIENT_CLAIM_PREFIX
 from workers.chat_request import chat_request
-from workers.deps import WorkerDeps
 from workers.output_items import Event
 from workers.runtime_errors import RuntimeFailure
+from workers.state import WorkerState
 from workers.translate import StreamTranslator
 
 log = logging.getLogger(__name__)
@@ -36,50 +36,50 @@ class Generation:
     context: list[Item]
 
 
-async def generate(ctx: dict[str, Any], response_id: str, ephemeral: dict[str, Any] | None = None) -> None:
-    deps: WorkerDeps = ctx["deps"]
-    if ephemeral is None:
-        generation = await _claim_stored(deps, response_id)
+async def generate(ctx: dict[str, Any], response_id: str, transient: dict[str, Any] | None = None) -> None:
+    state: WorkerState = ctx["state"]
+    if transient is None:
+        generation = await _claim_stored(state, response_id)
     else:
-        generation = await _claim_ephemeral(deps, response_id, ephemeral)
+        generation = await _claim_transient(state, response_id, transient)
     if generation is not None:
-        await _run(deps, generation)
+        await _run(state, generation)
 
 
-async def _claim_stored(deps: WorkerDeps, response_id: str) -> Generation | None:
-    claim = await deps.claims(response_id)
+async def _claim_stored(state: WorkerState, response_id: str) -> Generation | None:
+    claim = await state.claims(response_id)
     if claim is None:
         log.info("response %s: already claimed or ended; nothing to do", response_id)
         return None
     record = claim.record
-    return Generation(record, deps.catalog.by_name.get(record.model), claim.context)
+    return Generation(record, state.catalog.by_name.get(record.model), claim.context)
 
 
-async def _claim_ephemeral(deps: WorkerDeps, response_id: str, job: dict[str, Any]) -> Generation | None:
-    claimed = await deps.redis.set(
-        EPHEMERAL_CLAIM_PREFIX + response_id, deps.worker_id, nx=True, ex=deps.settings.job_timeout_seconds
+async def _claim_transient(state: WorkerState, response_id: str, job: dict[str, Any]) -> Generation | None:
+    claimed = await state.redis.set(
+        TRANSIENT_CLAIM_PREFIX + response_id, state.worker_id, nx=True, ex=state.settings.job_timeout_seconds
     )
     if not claimed:
         return None
-    await deps.redis.set(ALIVE_PREFIX + response_id, deps.worker_id, ex=int(deps.settings.lease_seconds) + 1)
-    deps.ephemeral.add(response_id)
+    await state.redis.set(ALIVE_PREFIX + response_id, state.worker_id, ex=int(state.settings.lease_seconds) + 1)
+    state.transient.add(response_id)
     record = ResponseRecord(**{**job["record"], "status": "in_progress"})
     context: list[Item] = []
     if record.previous_response_id:
-        async with deps.engine.connect() as conn:
+        async with state.engine.connect() as conn:
             context = await items_db.context_items(conn, record.previous_response_id, own_output=True)
-    deps.writer.open_ephemeral(response_id)
-    return Generation(record, deps.catalog.by_name.get(record.model), context + job["input"])
+    state.writer.open_transient(response_id)
+    return Generation(record, state.catalog.by_name.get(record.model), context + job["input"])
 
 
-async def _run(deps: WorkerDeps, generation: Generation) -> None:
+async def _run(state: WorkerState, generation: Generation) -> None:
     record = generation.record
-    translator = StreamTranslator.for_settings(record.settings, deps.seal)
+    translator = StreamTranslator.for_settings(record.settings, state.seal)
     # The runtime request goes out first: it, not these events' commit, is what the first token waits on.
-    task = asyncio.create_task(_stream(deps, generation, translator))
+    task = asyncio.create_task(_stream(state, generation, translator))
     opening = [] if record.background else [lifecycle_event("response.created", record)]
-    deps.writer.append(record.id, [*opening, lifecycle_event("response.in_progress", record)])
-    deps.running[record.id] = task
+    state.writer.append(record.id, [*opening, lifecycle_event("response.in_progress", record)])
+    state.running[record.id] = task
     try:
         await asyncio.wait({task})
     except asyncio.CancelledError:
@@ -87,22 +87,22 @@ async def _run(deps: WorkerDeps, generation: Generation) -> None:
         # arq timed the job out. End the response cleanly now rather than leave it to the reaper.
         task.cancel()
         interrupted = _failed("The worker shut down before this response finished.", translator.partial_output())
-        await asyncio.shield(_finish(deps, record, [], interrupted))
+        await asyncio.shield(_finish(state, record, [], interrupted))
         raise
     finally:
-        deps.running.pop(record.id, None)
+        state.running.pop(record.id, None)
     try:
         closing, outcome = _ending(task, translator)
     except Exception:  # whatever the runtime sent, the response must end: never leave it running
         log.exception("response %s: its outcome could not be made", record.id)
         closing, outcome = [], _failed(INTERNAL_ERROR)
-    await _finish(deps, record, closing, outcome)
+    await _finish(state, record, closing, outcome)
 
 
 async def _finish(
-    deps: WorkerDeps, record: ResponseRecord, closing: list[Event], outcome: responses_db.Outcome
+    state: WorkerState, record: ResponseRecord, closing: list[Event], outcome: responses_db.Outcome
 ) -> None:
-    writer = deps.writer
+    writer = state.writer
     ended = not writer.refused(record.id) and await writer.finish(
         record.id, [*closing, terminal_event(outcome.applied_to(record))], outcome
     )
@@ -111,9 +111,9 @@ async def _finish(
         ended = await writer.finish(record.id, [terminal_event(outcome.applied_to(record))], outcome)
     if not ended:
         log.info("response %s ended elsewhere first; its %s is discarded", record.id, outcome.status)
-    if record.id in deps.ephemeral:
-        deps.ephemeral.discard(record.id)
-        await deps.redis.delete(ALIVE_PREFIX + record.id)
+    if record.id in state.transient:
+        state.transient.discard(record.id)
+        await state.redis.delete(ALIVE_PREFIX + record.id)
 
 
 INTERNAL_ERROR = "internal error during generation"
@@ -125,19 +125,19 @@ def _failed(message: str, output: list[Item] | None = None) -> responses_db.Outc
     return responses_db.Outcome("failed", output or [], time.time(), error=error)
 
 
-async def _stream(deps: WorkerDeps, generation: Generation, translator: StreamTranslator) -> None:
+async def _stream(state: WorkerState, generation: Generation, translator: StreamTranslator) -> None:
     if generation.model is None:
         raise RuntimeFailure(f"model '{generation.record.model}' is not in this worker's catalog")
     body = chat_request(generation.record, generation.context, generation.model, translator.tools)
-    if deps.supervisor is not None:  # its model server may be restarting
-        await deps.supervisor.wait_healthy(deps.supervisor.startup_timeout)
+    if state.supervisor is not None:  # its model server may be restarting
+        await state.supervisor.wait_healthy(state.supervisor.startup_timeout)
     response_id = generation.record.id
 
-    def take(chunk: dict[str, Any]) -> None:
+    def translate(chunk: dict[str, Any]) -> None:
         if events := translator.on_chunk(chunk):
-            deps.writer.append(response_id, events)
+            state.writer.append(response_id, events)
 
-    await deps.runtime.stream(generation.model, body, take)
+    await state.runtime.stream(generation.model, body, translate)
 
 
 def _ending(

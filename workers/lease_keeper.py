@@ -43,7 +43,7 @@ class LeaseKeeper:
         running: Callable[[], tuple[frozenset[str], frozenset[str]]],
         stop: Callable[[str], None],
     ) -> None:
-        """`running`: the stored and the store=false generations running now (read from this
+        """`running`: the durable and the transient generations running now (read from this
         thread: it must only copy). `stop`: called on the worker's loop for each to stop."""
         self._settings = settings
         self._worker_id = worker_id
@@ -87,15 +87,15 @@ class LeaseKeeper:
             self.lapsed += 1
             return
         self._loop.call_soon_threadsafe(self._answered)
-        stored, ephemeral = self._running()
-        if not stored and not ephemeral:
+        durable, transient = self._running()
+        if not durable and not transient:
             return
-        for response_id in ephemeral:
+        for response_id in transient:
             await redis.expire(ALIVE_PREFIX + response_id, int(self._settings.lease_seconds) + 1)
         stops: list[str] = []
-        if stored:
+        if durable:
             async with engine.begin() as conn:
-                stops = await responses_db.renew_leases(conn, stored, self._worker_id, self._settings.lease_seconds)
+                stops = await responses_db.renew_leases(conn, durable, self._worker_id, self._settings.lease_seconds)
         for response_id in stops:
             self._loop.call_soon_threadsafe(self._stop, response_id)
 

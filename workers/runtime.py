@@ -62,13 +62,13 @@ class ChatRuntimeClient:
         for attempt in range(model.max_retries + 1):
             produced = False
 
-            def take(chunk: dict[str, Any]) -> None:
+            def note(chunk: dict[str, Any]) -> None:
                 nonlocal produced
                 produced = produced or chunk_carries_output(chunk)
                 on_chunk(chunk)
 
             try:
-                await self._attempt(model, url, body, headers, timeout, take)
+                await self._attempt(model, url, body, headers, timeout, note)
                 return
             except RuntimeFailure as failure:
                 if produced or not failure.retryable or attempt == model.max_retries:
@@ -122,14 +122,14 @@ class EventStreamReader:
         if self.done:
             return True
         *lines, self._rest = (self._rest + data).split(b"\n")
-        return any(self._take(line) for line in lines)
+        return any(self._read_line(line) for line in lines)
 
     def close(self) -> None:
         """The stream ended: its last line may lack a newline."""
         if self._rest and not self.done:
-            self._take(self._rest)
+            self._read_line(self._rest)
 
-    def _take(self, line: bytes) -> bool:
+    def _read_line(self, line: bytes) -> bool:
         chunk = _parse_line(line)
         if chunk == "done":
             self.done = True

@@ -1,4 +1,5 @@
-"""What a worker process holds: one typed object in arq's ctx instead of loose keys."""
+"""What a worker process holds (`WorkerState`, in arq's ctx as "state"): its connections, the
+event writer, the runtime client, the generations running, and the side tasks that keep them."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class WorkerDeps:
+class WorkerState:
     settings: Settings
     catalog: Catalog
     engine: AsyncEngine
@@ -44,7 +45,7 @@ class WorkerDeps:
     # Generations running in this process, by response id: what a stop signal cancels.
     running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     # The store=false ones among them: kept alive by a Redis key instead of a Postgres lease.
-    ephemeral: set[str] = field(default_factory=set)
+    transient: set[str] = field(default_factory=set)
     # Claims of the jobs starting together, made by one statement.
     claims: Batched[str, responses_db.Claim] = field(init=False)
     side_tasks: SideTasks = field(default_factory=SideTasks)
@@ -65,7 +66,7 @@ class WorkerDeps:
     @classmethod
     def open(
         cls, settings: Settings, redis: ArqRedis, catalog: Catalog, supervisor: RuntimeSupervisor | None = None
-    ) -> WorkerDeps:
+    ) -> WorkerState:
         engine = create_engine(settings)
         return cls(
             settings=settings,
@@ -92,7 +93,7 @@ class WorkerDeps:
         await self.runtime.aclose()
         await self.engine.dispose()
         if self.supervisor is not None:  # last: generations have ended by now
-            await self.supervisor.stop()
+            await self.supervisor.shut_down()
 
     def stop_generation(self, response_id: str) -> None:
         task = self.running.get(response_id)
@@ -113,10 +114,10 @@ class WorkerDeps:
                 await asyncio.sleep(1.0)
 
     def _running_now(self) -> tuple[frozenset[str], frozenset[str]]:
-        """The stored and the store=false generations running now; called from the lease keeper's
+        """The durable and the transient generations running now; called from the lease keeper's
         thread, so it only copies."""
-        ephemeral = frozenset(self.ephemeral)
-        return frozenset(self.running) - ephemeral, ephemeral
+        transient = frozenset(self.transient)
+        return frozenset(self.running) - transient, transient
 
     async def _retention(self) -> None:
         await retention.apply(self.engine, retention.RetentionPolicy.from_settings(self.settings))

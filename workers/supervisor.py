@@ -67,7 +67,7 @@ class RuntimeSupervisor:
         except TimeoutError:
             raise RuntimeFailure(f"model server for {self.name!r} is not running (restarting)") from None
 
-    async def stop(self) -> None:
+    async def shut_down(self) -> None:
         if self._watcher is not None:
             self._watcher.cancel()
             await asyncio.gather(self._watcher, return_exceptions=True)

@@ -1,4 +1,5 @@
-"""The arq worker: `responses-server worker` runs `arq` with these settings."""
+"""The worker process (`responses-server worker`): arq's worker with our jobs, its `WorkerState`
+opened at startup and closed at shutdown."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from app.queue import job_deserializer, job_serializer
 from app.redis_keys import COUNT_TOKENS_JOB, GENERATE_JOB
 from app.settings import Settings
 from workers.count_tokens import count_input_tokens
-from workers.deps import WorkerDeps
 from workers.generate import generate
 from workers.hosting import hosted_queue, start_model_server
+from workers.state import WorkerState
 
 
 async def _startup(ctx: dict[str, Any]) -> None:
@@ -25,15 +26,15 @@ async def _startup(ctx: dict[str, Any]) -> None:
     supervisor = None
     if ctx["hosted_model"] is not None:  # jobs wait in the queue until the model's server answers
         catalog, supervisor = await start_model_server(catalog, ctx["hosted_model"])
-    deps = WorkerDeps.open(settings, ctx["redis"], catalog, supervisor)
-    deps.start()
-    ctx["deps"] = deps
+    state = WorkerState.open(settings, ctx["redis"], catalog, supervisor)
+    state.start()
+    ctx["state"] = state
     gc_tuning.tune_after_startup()
 
 
 async def _shutdown(ctx: dict[str, Any]) -> None:
-    if "deps" in ctx:
-        await ctx["deps"].close()
+    if "state" in ctx:
+        await ctx["state"].close()
 
 
 def build_worker(settings: Settings, hosted_model: str | None = None, **overrides: Any) -> QueueWorker:

@@ -15,16 +15,15 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app import wire
 from app.db import items as items_db
 from app.db.driver import DriverStatement
 from app.db.responses import Outcome
 from app.db.tables import response_events
 from app.protocol import accumulate
-from app.streaming import wire
-from app.streaming.wire import WireEvent
+from app.wire import WireEvent
 
 Event = dict[str, Any]
-TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed", "response.cancelled"})
 
 
 # One statement numbers and inserts the events of many responses and ends those that end in

@@ -18,7 +18,7 @@ from app.state import AppState
 from app.streaming.final_response import FinalResponse
 from app.streaming.follow import follow
 from app.streaming.sse import EventStreamResponse
-from app.streaming.wire import WireEvent
+from app.wire import WireEvent
 
 CANCEL_WAIT_SECONDS = 10.0
 
@@ -37,7 +37,7 @@ async def create(request: Request) -> Response | ASGIApp:
     followed = record.stream or not record.background
     subscription = None
     try:
-        if followed:  # before enqueueing: a store=false response's events exist only in transit
+        if followed:  # before enqueueing: a transient response's events exist only live
             subscription = await state.hub.subscribe(record.id)
         await service.enqueue(state, accepted)
     except BaseException:
@@ -49,14 +49,14 @@ async def create(request: Request) -> Response | ASGIApp:
         return JSONResponse(render(record))
     # A foreground response has no event before its job runs; a background one has two already.
     events = follow(
-        state.log_source(accepted.persisted),
+        state.log_source(accepted.durable),
         subscription,
         record.id,
         -1,
         log_is_empty=not record.background,
     )
     # A background response outlives its connection; a foreground one stops when its client leaves.
-    on_disconnect = partial(service.stop, state, record.id, accepted.persisted)
+    on_disconnect = partial(service.stop, state, record.id, accepted.durable)
     if record.stream:
         options = body.get("stream_options") or {}
         return EventStreamResponse(

@@ -11,10 +11,9 @@ import anyio
 from starlette.types import Receive, Scope, Send
 
 from app import errors
-from app.db.events import TERMINAL_EVENT_TYPES
 from app.error_reporting import task_group
 from app.streaming.sse import wait_for_disconnect
-from app.streaming.wire import WireEvent
+from app.wire import TERMINAL_EVENT_TYPES, WireEvent
 
 Event = dict[str, Any]
 CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"

@@ -15,11 +15,10 @@ from app import errors
 from app.arq_seam import IN_PROGRESS_PREFIX, JOB_PREFIX
 from app.db import events as events_db
 from app.db import responses as responses_db
-from app.db.events import TERMINAL_EVENT_TYPES
 from app.protocol.response_object import TERMINAL_STATUSES
 from app.redis_keys import ALIVE_PREFIX
 from app.streaming.hub import Subscription
-from app.streaming.wire import WireEvent
+from app.wire import TERMINAL_EVENT_TYPES, WireEvent
 
 LOG_PAGE = 1000
 
@@ -30,12 +29,12 @@ class FollowLost(errors.GenerationFailed):
 
 @dataclass(frozen=True)
 class LogSource:
-    """Where a response's events can be re-read: Postgres for persisted responses; nowhere (live
+    """Where a response's events can be re-read: Postgres for durable responses; nowhere (live
     only) for foreground store=false ones, whose liveness Redis tells."""
 
     engine: AsyncEngine
     redis: Redis
-    persisted: bool
+    durable: bool
 
 
 async def follow(
@@ -54,14 +53,14 @@ async def follow(
     it and has not enqueued it yet), so the first read of the log can be skipped."""
     cursor = _Cursor(after)
     try:
-        if source.persisted and not log_is_empty:
+        if source.durable and not log_is_empty:
             async for page in _log_pages(source, response_id, cursor.last):
-                if ready := cursor.take(page):
+                if ready := cursor.next_of(page):
                     yield ready
                 if cursor.done:
                     return
             rest, ended = await _catch_up(source, response_id, cursor.last)
-            if ready := cursor.take(rest):
+            if ready := cursor.next_of(rest):
                 yield ready
             if cursor.done or ended:  # ended without a terminal event after `after`: nothing to follow
                 return
@@ -74,7 +73,7 @@ async def follow(
                 yield None
             elif batch[0].sequence_number > cursor.last + 1:  # we missed a message: the log has it
                 batch, _ = await _catch_up(source, response_id, cursor.last)
-            if ready := cursor.take(batch):
+            if ready := cursor.next_of(batch):
                 yield ready
     finally:
         await subscription.close()
@@ -87,7 +86,7 @@ class _Cursor:
         self.last = after
         self.done = False
 
-    def take(self, events: list[WireEvent]) -> list[WireEvent]:
+    def next_of(self, events: list[WireEvent]) -> list[WireEvent]:
         ready = []
         for event in events:
             if self.done or event.sequence_number != self.last + 1:
@@ -100,8 +99,8 @@ class _Cursor:
 
 async def _log_pages(source: LogSource, response_id: str, after: int) -> AsyncIterator[list[WireEvent]]:
     """The stored events after `after`, a page at a time (the first byte need not wait for the last)."""
-    if not source.persisted:
-        raise FollowLost("events of a store=false response were lost in transit")
+    if not source.durable:
+        raise FollowLost("events of a transient (store=false) response were lost: they are kept nowhere")
     while True:
         async with source.engine.connect() as conn:
             page = await events_db.events_after(conn, response_id, after, LOG_PAGE)
@@ -116,7 +115,7 @@ async def _catch_up(source: LogSource, response_id: str, last: int) -> tuple[lis
     first: it commits with the terminal event, so an ended response's log read after it holds
     everything. Used when nothing arrived for a while, it also heals a lost Redis message. For a
     store=false response: whether a worker still has it or it is still queued."""
-    if source.persisted:
+    if source.durable:
         async with source.engine.connect() as conn:
             row = await responses_db.get_row(conn, response_id)
         if row is None:

@@ -1,6 +1,6 @@
 """One Redis pub/sub connection per API process, fanned out to every follower in it.
 
-The process stays subscribed to the deployment's events channel (app/streaming/wire.py) and
+The process stays subscribed to the deployment's events channel (app/wire.py) and
 hands each follower the events of its response. Following starts once the channel is
 subscribed, so a follower that registers and then reads Postgres misses nothing in between.
 This is a cache of live signals, not state: any replica can follow any response (design
@@ -19,7 +19,7 @@ from redis.asyncio.client import PubSub
 
 from app import errors
 from app.side_tasks import SideTasks
-from app.streaming.wire import WireEvent, decode_message
+from app.wire import WireEvent, decode_message
 
 log = logging.getLogger(__name__)
 

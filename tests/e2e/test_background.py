@@ -155,10 +155,10 @@ def test_deleting_a_running_background_response_stops_it_first(client: openai.Op
 
 
 def test_background_with_store_false_can_be_polled_but_not_continued(client: openai.OpenAI, fake: FakeRuntime) -> None:
-    response = client.responses.create(model="fake", input="ephemeral job", background=True, store=False)
+    response = client.responses.create(model="fake", input="transient job", background=True, store=False)
     assert response.model_dump()["store"] is False
     assert wait_for_status(client, response.id, {"completed"}) == "completed"
-    assert client.responses.retrieve(response.id).output_text == "Echo: ephemeral job"
+    assert client.responses.retrieve(response.id).output_text == "Echo: transient job"
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model="fake", input="next", previous_response_id=response.id)
     assert caught.value.code == "previous_response_not_found"

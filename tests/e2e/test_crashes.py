@@ -18,7 +18,7 @@ import openai
 import pytest
 import redis
 
-from app.cli import migrate
+from app.db.migrate import migrate
 from tests.conftest import Environment, FakeRuntime, create_key, free_port, start_api, start_worker
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(200)), "delay": 0.05})

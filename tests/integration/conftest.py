@@ -1,4 +1,4 @@
-"""In-process fixtures: the API's state and workers' deps against the test database and Redis,
+"""In-process fixtures: the API's state and workers' state against the test database and Redis,
 so a test can drive the job function and the repository directly."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from app.db import accounts as accounts_db
 from app.queue import job_deserializer, job_serializer
 from app.state import AppState
 from tests.conftest import Environment
-from workers.deps import WorkerDeps
 from workers.generate import generate
+from workers.state import WorkerState
 
 
 @pytest.fixture(scope="session")
@@ -33,34 +33,34 @@ async def account_id(state: AppState) -> str:
         return await accounts_db.ensure_account(conn, f"integration-{secrets.token_hex(3)}")
 
 
-OpenWorker = Callable[[], Awaitable[WorkerDeps]]
+OpenWorker = Callable[[], Awaitable[WorkerState]]
 
 
 @pytest.fixture
 async def open_worker(environment: Environment) -> AsyncIterator[OpenWorker]:
     """Opens as many independent workers (as if separate processes) as a test asks for."""
-    opened: list[tuple[WorkerDeps, ArqRedis]] = []
+    opened: list[tuple[WorkerState, ArqRedis]] = []
 
-    async def open_one() -> WorkerDeps:
+    async def open_one() -> WorkerState:
         redis = await create_pool(
             RedisSettings.from_dsn(environment.redis_url),
             job_serializer=job_serializer,
             job_deserializer=job_deserializer,
         )
         settings = environment.settings()
-        deps = WorkerDeps.open(settings, redis, Catalog.load(settings.models_path))
-        deps.start()
-        opened.append((deps, redis))
-        return deps
+        state = WorkerState.open(settings, redis, Catalog.load(settings.models_path))
+        state.start()
+        opened.append((state, redis))
+        return state
 
     yield open_one
-    for deps, redis in opened:
-        await deps.close()
+    for state, redis in opened:
+        await state.close()
         await redis.aclose()
 
 
-async def run_job(deps: WorkerDeps, response_id: str) -> None:
-    await generate({"deps": deps}, response_id)
+async def run_job(state: WorkerState, response_id: str) -> None:
+    await generate({"state": state}, response_id)
 
 
 async def accept(state: AppState, account_id: str, **body: object) -> str:

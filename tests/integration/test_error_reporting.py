@@ -21,7 +21,7 @@ from app.main import RequestIdMiddleware, _api_error
 from app.routes.responses import _error_event
 from app.streaming.final_response import FinalResponse
 from app.streaming.sse import EventStreamResponse
-from app.streaming.wire import WireEvent
+from app.wire import WireEvent
 
 SECRET_SQL = "SELECT payload FROM response_events WHERE response_id = 'resp_secret'"
 

@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
+from app import wire
 from app.errors import ServiceUnavailable
 from app.state import AppState
-from app.streaming import wire
 from app.streaming.hub import EventHub
-from app.streaming.wire import WireEvent
+from app.wire import WireEvent
 
 IDLE = 0.4
 

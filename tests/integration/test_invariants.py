@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from app import reaper
+from app import reaper, wire
 from app.db import accounts as accounts_db
 from app.db import events as events_db
 from app.db import responses as responses_db
@@ -49,7 +49,7 @@ async def test_same_job_delivered_twice_generates_once(
     events = await events_of(state, response_id)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert [e["type"] for e in events].count("response.created") == 1
-    assert sum(e["type"] in events_db.TERMINAL_EVENT_TYPES for e in events) == 1
+    assert sum(e["type"] in wire.TERMINAL_EVENT_TYPES for e in events) == 1
     assert await status_of(state, response_id) == "completed"
 
 
@@ -154,7 +154,7 @@ async def test_stopping_a_running_generation_cancels_it_with_its_partial_output(
         await asyncio.sleep(0.02)
     from app import service
 
-    await service.stop(state, response_id, persisted=True)
+    await service.stop(state, response_id, durable=True)
     await asyncio.wait_for(job, 10)
     events = await events_of(state, response_id)
     assert events[-1]["type"] == "response.cancelled"
@@ -187,7 +187,7 @@ async def test_a_queued_response_stopped_before_it_runs_never_runs(
     from app import service
 
     response_id = await accept(state, account_id, input="never")
-    await service.stop(state, response_id, persisted=True)
+    await service.stop(state, response_id, durable=True)
     await run_job(await open_worker(), response_id)
     assert fake.requests() == []
     events = await events_of(state, response_id)
@@ -216,7 +216,7 @@ async def test_a_dead_workers_response_is_failed_by_the_reaper(state: AppState, 
 async def test_queued_responses_redis_lost_are_requeued_from_postgres(
     state: AppState, account_id: str, environment: Environment, open_worker: OpenWorker, fake: FakeRuntime
 ) -> None:
-    response_id = await accept(state, account_id, input="lost job")  # persisted, never enqueued
+    response_id = await accept(state, account_id, input="lost job")  # durable, never enqueued
     async with state.engine.begin() as conn:
         await conn.execute(
             update(responses).where(responses.c.id == response_id).values(created_at=responses_db.db_now(-60))
@@ -224,7 +224,7 @@ async def test_queued_responses_redis_lost_are_requeued_from_postgres(
     queue = environment.queue_name + ":requeue-test"  # a queue no other worker of the session reads
     requeued = await reaper.requeue_lost_jobs(state.engine, state.redis, state.catalog, queue, 10)
     assert response_id in requeued
-    from workers.settings import build_worker
+    from workers.worker_process import build_worker
 
     worker = build_worker(environment.settings(), queue_name=queue, burst=True, poll_delay=0, handle_signals=False)
     await worker.main()

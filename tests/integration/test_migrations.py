@@ -13,7 +13,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.cli import migrate
+from app.db.migrate import migrate
 from app.db.tables import metadata
 from app.settings import Settings
 from tests.conftest import admin_sql

@@ -32,7 +32,7 @@ class Recorder:
         self.release.set()
         self.fail = False
 
-    async def run(self, ctx: dict[str, Any], response_id: str, ephemeral: object = None) -> None:
+    async def run(self, ctx: dict[str, Any], response_id: str, transient: object = None) -> None:
         self.runs.append(response_id)
         await self.release.wait()
         if self.fail:
@@ -266,25 +266,25 @@ async def test_jobs_enqueued_together_are_stored_as_arq_stores_them_and_started_
     worker = await start_listening_only(start_worker, recorder)
     other_queue = f"{queue}:other"
     jobs = [GenerateJob.of(f"resp_together_{RUN}_{n}", queue) for n in range(3)]
-    ephemeral = GenerateJob.of(f"resp_together_{RUN}_e", other_queue, {"record": {"id": "x"}, "input": []})
-    added = await enqueue_many(state.redis, [*jobs, ephemeral])
-    assert added == dict.fromkeys([*jobs, ephemeral], True)
+    transient = GenerateJob.of(f"resp_together_{RUN}_e", other_queue, {"record": {"id": "x"}, "input": []})
+    added = await enqueue_many(state.redis, [*jobs, transient])
+    assert added == dict.fromkeys([*jobs, transient], True)
     again = await enqueue_many(state.redis, [jobs[0], GenerateJob.of(f"resp_together_{RUN}_new", other_queue)])
     assert list(again.values()) == [False, True]  # the same response twice is one job
 
     # Stored exactly as arq stores an enqueued job: arq reads it back as the call it describes.
-    stored = await state.redis.get(job_key_prefix + ephemeral.response_id)
+    stored = await state.redis.get(job_key_prefix + transient.response_id)
     name, args, kwargs, _, _ = deserialize_job_raw(stored, deserializer=job_deserializer)
     assert (name, list(args), kwargs) == (
         GENERATE_JOB,
-        [ephemeral.response_id, {"record": {"id": "x"}, "input": []}],
+        [transient.response_id, {"record": {"id": "x"}, "input": []}],
         {},
     )
-    assert await state.redis.zscore(other_queue, ephemeral.response_id) is not None
+    assert await state.redis.zscore(other_queue, transient.response_id) is not None
 
     await eventually(lambda: sorted(recorder.runs) == sorted(job.response_id for job in jobs), timeout=2.0)
     for job in jobs:
         await job_ended(worker, job.response_id)
         assert await job_keys(state.redis, queue, job.response_id) == NOTHING_LEFT
-    await state.redis.delete(*(job_key_prefix + j for j in (ephemeral.response_id, f"resp_together_{RUN}_new")))
+    await state.redis.delete(*(job_key_prefix + j for j in (transient.response_id, f"resp_together_{RUN}_new")))
     await state.redis.delete(other_queue)

@@ -57,7 +57,7 @@ async def test_start_returns_once_the_server_answers_and_stop_ends_its_whole_pro
         helper = int(forked.read_text())
         assert alive(helper)
     finally:
-        await supervisor.stop()
+        await supervisor.shut_down()
     assert supervisor.pid is not None and not alive(supervisor.pid)
     assert not alive(helper)
     with pytest.raises(httpx.ConnectError):
@@ -98,7 +98,7 @@ async def test_a_server_that_dies_is_restarted_and_callers_wait_for_it(tmp_path:
         assert supervisor.pid not in (None, first)
         assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 200
     finally:
-        await supervisor.stop()
+        await supervisor.shut_down()
 
 
 async def test_the_real_llama_cpp_server_is_started_restarted_and_stopped() -> None:
@@ -116,7 +116,7 @@ async def test_the_real_llama_cpp_server_is_started_restarted_and_stopped() -> N
         await supervisor.wait_healthy(60)
         assert supervisor.pid != first
     finally:
-        await supervisor.stop()
+        await supervisor.shut_down()
     assert supervisor.pid is not None and not alive(supervisor.pid)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 from app.streaming.sse import encode
-from app.streaming.wire import WireEvent, decode_message, encode_message
+from app.wire import WireEvent, decode_message, encode_message
 
 
 def test_a_commit_of_many_responses_survives_the_trip_and_each_reader_takes_its_own() -> None:
