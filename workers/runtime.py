@@ -29,7 +29,7 @@ ChunkConsumer = Callable[[dict[str, Any]], None]
 
 
 class ChatRuntimeClient:
-    """One connection pool per worker (see workers/http_client.py for why it is our own)."""
+    """One connection pool per worker (workers/http_client.py)."""
 
     def __init__(self, connect_timeout: float, read_timeout: float) -> None:
         self._connect_timeout = connect_timeout
@@ -50,12 +50,11 @@ class ChatRuntimeClient:
         return await prompt_length.measure(self._http, model, body, _headers(model), self._timeout(model))
 
     async def stream(self, model: ModelEntry, body: dict[str, Any], on_chunk: ChunkConsumer) -> None:
-        """Hands the runtime's chunks, as dicts, to `on_chunk` as they arrive (from the
-        connection's callback: no task wakes up per token, and `on_chunk` must not block); raises
-        RuntimeFailure on any failure. A failure before the first token is retried
-        (model.max_retries); after it, it ends the generation. Cancelling the call closes the
-        connection, which aborts the generation upstream. For a server that streams no usage, a
-        usage chunk with the prompt's tokens comes last."""
+        """Hands the runtime's chunks, as dicts, to `on_chunk` as they arrive (`on_chunk` must not
+        block: the stream is read in between); raises RuntimeFailure on any failure. A failure
+        before the first token is retried (model.max_retries); after it, it ends the generation.
+        Cancelling the call closes the connection, which aborts the generation upstream. For a
+        server that streams no usage, a usage chunk with the prompt's tokens comes last."""
         url = f"{(model.base_url or '').rstrip('/')}/chat/completions"
         headers = _headers(model)
         timeout = self._timeout(model)

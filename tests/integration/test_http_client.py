@@ -1,6 +1,6 @@
 """The worker's HTTP client against real sockets: scripted servers that answer as model servers
-do (chunked streams, lengths, bodies until close) and as broken ones do (silence, early close,
-invalid HTTP, a kept connection closed under it)."""
+do (chunked streams, lengths, bodies until close), as broken ones do (silence, early close,
+invalid HTTP, a kept connection closed under it), and as proxies do."""
 
 from __future__ import annotations
 
@@ -9,19 +9,21 @@ import contextlib
 import os
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import trustme
 import uvloop
 
-from app.catalog import VllmModel
+from app.catalog import OpenAIModel, VllmModel
 from tests.conftest import eventually
 from workers import prompt_length
-from workers.http_client import HttpClient, HttpError, RequestTimeouts
+from workers.http_client import HttpClient, HttpError, RequestTimeouts, proxy_for
+from workers.runtime import ChatRuntimeClient
 from workers.runtime_errors import RuntimeFailure
 
 TIMEOUTS = RequestTimeouts(connect=2.0, read=2.0)
@@ -192,21 +194,42 @@ async def test_connections_are_kept_and_reused() -> None:
     await http.aclose()
 
 
-@on_both_loops
-async def test_a_kept_connection_the_server_closed_is_replaced_without_failing_the_request() -> None:
-    async def answer_once_then_drop(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # No "Connection: close": the client keeps it, and the server closes it on the next
-        # request without answering, as when its keep-alive runs out just as the client reuses it.
-        await server.answer_ok(reader, writer)
-        await reader.readuntil(b"\r\n\r\n")
+async def answer_once_then_drop(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answers a stream, keeps the connection (no "Connection: close"), and closes it on the next
+    request without answering, as when its keep-alive runs out just as the client reuses it."""
+    await server.read_request(reader)
+    writer.write(STREAM_HEAD)
+    writer.write(chunked(b'data: {"choices": [{"delta": {"content": "ok"}, "finish_reason": "stop"}]}\n\n'))
+    writer.write(chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+    await writer.drain()
+    await reader.readuntil(b"\r\n\r\n")
 
+
+@on_both_loops
+async def test_a_post_the_server_dropped_unanswered_is_not_resent_by_the_client() -> None:
+    """Re-sending a POST is the caller's decision (RFC 9112, 9.3.1): the client reports it."""
     http = HttpClient()
     async with serving(answer_once_then_drop) as (server, url):
-        for _ in range(3):
-            async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
-                assert await reply.read() == b"ok"
-        assert server.connections == 3
+        async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+            await reply.read()
+        with pytest.raises(HttpError, match="closed the connection before it answered"):
+            async with http.post_json(url, {}, {}, TIMEOUTS):
+                pass
+        assert (server.connections, len(server.requests)) == (1, 1)
     await http.aclose()
+
+
+@on_both_loops
+async def test_a_generation_whose_kept_connection_was_dropped_is_sent_again_on_a_new_one() -> None:
+    runtime = ChatRuntimeClient(connect_timeout=2.0, read_timeout=2.0)
+    async with serving(answer_once_then_drop) as (server, url):
+        model = OpenAIModel(id="m", runtime="openai", base_url=url.removesuffix("/chat/completions"), max_retries=1)
+        for _ in range(2):
+            chunks: list[dict[str, Any]] = []
+            await runtime.stream(model, {"model": "m", "messages": []}, chunks.append)
+            assert chunks[0]["choices"][0]["delta"] == {"content": "ok"}
+        assert server.connections == 2
+    await runtime.aclose()
 
 
 @on_both_loops
@@ -291,7 +314,7 @@ async def test_an_unreachable_server_or_a_bad_url_fails_at_once() -> None:
     listening.close()
     await listening.wait_closed()
     http = HttpClient()
-    with pytest.raises(ConnectionRefusedError):
+    with pytest.raises(HttpError, match=r"cannot connect to 127\.0\.0\.1"):
         async with http.post_json(f"http://127.0.0.1:{port}/v1", {}, {}, TIMEOUTS):
             pass
     with pytest.raises(ValueError, match="not an http"):
@@ -467,7 +490,7 @@ async def test_an_https_model_server_is_reached_and_its_certificate_checked() ->
         trusted = Path(directory) / "ca.pem"
         authority.cert_pem.write_to_path(str(trusted))
         untrusting = HttpClient()
-        with pytest.raises(ssl.SSLCertVerificationError):
+        with pytest.raises(HttpError, match="certificate verify failed"):
             async with untrusting.request("GET", url, TIMEOUTS):
                 pass
         previous = os.environ.get("SSL_CERT_FILE")
@@ -484,3 +507,62 @@ async def test_an_https_model_server_is_reached_and_its_certificate_checked() ->
     for http in (untrusting, trusting):
         await http.aclose()
     listening.close()
+
+
+@contextlib.contextmanager
+def environment(**values: str) -> Iterator[None]:
+    previous = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+
+
+async def proxy_answering(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A forward proxy that answers itself (the origin it names does not exist)."""
+    request = await server.read_request(reader)
+    if request.startswith(b"CONNECT "):
+        writer.write(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n")
+    else:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nvia proxy!")
+    await writer.drain()
+
+
+@on_both_loops
+async def test_a_model_server_is_reached_through_the_proxy_the_environment_names() -> None:
+    http = HttpClient()
+    async with serving(proxy_answering) as (proxy, proxy_url):
+        proxy_base = proxy_url.removesuffix("/v1/chat/completions")
+        with environment(HTTP_PROXY=proxy_base, HTTPS_PROXY=proxy_base, NO_PROXY=""):
+            async with http.post_json("http://models.internal:8000/v1/chat/completions", {}, {}, TIMEOUTS) as reply:
+                assert (reply.status, await reply.read()) == (200, b"via proxy!")
+            with pytest.raises(HttpError):  # the proxy refuses the tunnel
+                async with http.request("GET", "https://models.example:8443/v1/models", TIMEOUTS):
+                    pass
+            # A worker's own model server on loopback is never reached through a proxy.
+            async with serving(keep_answering(b"direct")) as (direct, direct_url):
+                async with http.post_json(direct_url, {}, {}, TIMEOUTS) as reply:
+                    assert await reply.read() == b"direct"
+                assert len(direct.requests) == 1
+    await http.aclose()
+    absolute_form, tunnel = proxy.requests
+    assert absolute_form.startswith(b"POST http://models.internal:8000/v1/chat/completions HTTP/1.1\r\n")
+    assert tunnel.startswith(b"CONNECT models.example:8443 HTTP/1.1\r\n")
+
+
+def test_no_proxy_and_loopback_addresses_go_directly() -> None:
+    proxies = {"HTTP_PROXY": "http://proxy:3128", "HTTPS_PROXY": "http://tls-proxy:3128"}
+    with environment(**proxies, NO_PROXY=".svc.local,10.0.0.5"):
+        assert proxy_for(urlsplit("http://vllm.internal:8000/v1")) == "http://proxy:3128"
+        assert proxy_for(urlsplit("https://api.example/v1")) == "http://tls-proxy:3128"
+        assert proxy_for(urlsplit("http://vllm.svc.local:8000/v1")) is None
+        assert proxy_for(urlsplit("http://10.0.0.5:8000/v1")) is None
+        for loopback in ("127.0.0.1", "127.1.2.3", "[::1]", "localhost"):
+            assert proxy_for(urlsplit(f"http://{loopback}:8000/v1")) is None
+    with environment(HTTP_PROXY="", HTTPS_PROXY="", NO_PROXY=""):
+        assert proxy_for(urlsplit("http://vllm.internal:8000/v1")) is None

@@ -1,5 +1,7 @@
 """The design's dependency rules, read from the source.
 
+- No import cycle among the service's modules: a cycle makes import order matter and hides which
+  concept depends on which.
 - workers import app; app never imports workers. The one exception is the command line
   (`app/cli.py`), the composition root that starts either an API or a worker process; it
   imports the worker lazily, inside the `worker` command.
@@ -14,6 +16,7 @@ import re
 import sys
 import tomllib
 from collections.abc import Iterator
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +29,35 @@ def imported_modules(path: Path) -> Iterator[str]:
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             yield node.module
+
+
+def own_modules() -> dict[str, Path]:
+    modules = {}
+    for package in ("app", "workers"):
+        for path in (ROOT / package).rglob("*.py"):
+            modules[".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")] = path
+    return modules
+
+
+def test_no_import_cycle_among_the_services_modules() -> None:
+    modules = own_modules()
+    graph = {}
+    for name, path in modules.items():
+        imported = set(imported_modules(path))
+        # `from app.db import events` imports the module app.db.events.
+        imported |= {f"{module}.{alias.name}" for module, alias in _from_imports(path)}
+        graph[name] = (imported & modules.keys()) - {name}
+    assert len(graph) > 50 and any(graph.values())  # the walk found the modules and their imports
+    try:
+        tuple(TopologicalSorter(graph).static_order())
+    except CycleError as cycle:
+        raise AssertionError(f"import cycle: {' -> '.join(cycle.args[1])}") from None
+
+
+def _from_imports(path: Path) -> Iterator[tuple[str, ast.alias]]:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield from ((node.module, alias) for alias in node.names)
 
 
 def test_app_never_imports_workers() -> None:
