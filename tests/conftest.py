@@ -58,6 +58,15 @@ async def eventually(condition: Callable[[], object], timeout: float = 5.0) -> N
             await asyncio.sleep(0.01)
 
 
+def wait_until(condition: Callable[[], object], timeout: float = 20.0) -> None:
+    """Until the condition holds (checked every 50 ms, from a test's own thread); fails the test
+    after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
 def wait_for_http(url: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

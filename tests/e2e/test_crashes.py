@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from app.db.migrate import migrate
-from tests.conftest import Environment, FakeRuntime, create_key, free_port, start_api, start_worker
+from tests.conftest import Environment, FakeRuntime, create_key, free_port, start_api, start_worker, wait_until
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(200)), "delay": 0.05})
 FAST_HOUSEKEEPING = {
@@ -67,13 +67,6 @@ def stack(environment: Environment) -> Iterator[Stack]:
     stack = Stack(environment)
     yield stack
     stack.close()
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def test_worker_killed_mid_generation_fails_the_response_for_every_follower(stack: Stack, fake: FakeRuntime) -> None:

@@ -9,12 +9,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import openai
 
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, free_port, wait_until
 
 README_EXAMPLE_URL = "http://127.0.0.1:8000/v1"
 README_EXAMPLE_KEY = "sk-rs-…"
@@ -107,10 +106,7 @@ def test_dev_runs_everything_from_an_empty_folder_and_keeps_the_data(tmp_path: P
     assert not (data / "postgres" / "postmaster.pid").exists()
     # The API and the workers stopped before Valkey and Postgres did: no connection lost on the way.
     assert "Traceback" not in log.read_text() and "lost Redis" not in log.read_text()
-    deadline = time.monotonic() + 10
-    while any(running(pid) for pid in processes):
-        assert time.monotonic() < deadline, [pid for pid in processes if running(pid)]
-        time.sleep(0.1)
+    wait_until(lambda: not any(running(pid) for pid in processes), timeout=10)
 
     again = Dev(data, port, log)
     try:

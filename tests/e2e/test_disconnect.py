@@ -5,22 +5,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Callable
 
 import httpx
 import openai
 
-from tests.conftest import Environment, FakeRuntime, Server
+from tests.conftest import Environment, FakeRuntime, Server, wait_until
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(60)), "delay": 0.1})
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def leave_after_first_delta(server: Server, api_key: str, **body: object) -> str:

@@ -14,13 +14,12 @@ import dataclasses
 import os
 import secrets
 import shutil
-import time
 from collections.abc import Iterator
 
 import openai
 import pytest
 
-from tests.conftest import Environment, create_key, free_port, start_api, start_worker, stop
+from tests.conftest import Environment, create_key, free_port, start_api, start_worker, stop, wait_until
 
 VLLM = os.environ.get("RESPONSES_GPU_VLLM") or shutil.which("vllm")
 MODEL = os.environ.get("RESPONSES_GPU_MODEL", "Qwen/Qwen3-0.6B")
@@ -89,9 +88,6 @@ def test_a_background_response_can_be_cancelled_mid_generation(gpu_client: opena
         background=True,
         max_output_tokens=2048,
     )
-    deadline = time.monotonic() + 120
-    while gpu_client.responses.retrieve(response.id).status != "in_progress":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: gpu_client.responses.retrieve(response.id).status == "in_progress", timeout=120)
     cancelled = gpu_client.responses.cancel(response.id)
     assert cancelled.status == "cancelled"

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from app.catalog import LlamaCppModel
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, eventually, free_port
 from workers.launch import llamacpp_command
 from workers.runtime_errors import RuntimeFailure
 from workers.supervisor import RuntimeSupervisor
@@ -33,14 +33,6 @@ def alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as stat:  # a zombie has exited; only its parent has yet to reap it
         return stat.read().split(") ", 1)[1][0] != "Z"
-
-
-async def wait_until(condition: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
 
 
 async def test_start_returns_once_the_server_answers_and_stop_ends_its_whole_process_group(tmp_path: Path) -> None:
@@ -91,7 +83,7 @@ async def test_a_server_that_dies_is_restarted_and_callers_wait_for_it(tmp_path:
         first = supervisor.pid
         assert first is not None
         os.kill(first, signal.SIGKILL)
-        await wait_until(lambda: supervisor.restarts == 1)  # it saw the death
+        await eventually(lambda: supervisor.restarts == 1)  # it saw the death
         with pytest.raises(RuntimeFailure, match="restarting"):
             await supervisor.wait_healthy(0.1)
         await supervisor.wait_healthy(30)  # a generation waiting here starts once it is back
@@ -112,7 +104,7 @@ async def test_the_real_llama_cpp_server_is_started_restarted_and_stopped() -> N
         first = supervisor.pid
         assert first is not None
         os.kill(first, signal.SIGKILL)
-        await wait_until(lambda: supervisor.restarts == 1)
+        await eventually(lambda: supervisor.restarts == 1)
         await supervisor.wait_healthy(60)
         assert supervisor.pid != first
     finally:
@@ -147,6 +139,6 @@ async def test_a_killed_worker_takes_its_model_server_with_it() -> None:
         assert alive(child)
         worker.kill()  # SIGKILL: no cleanup code runs in the worker
         worker.wait(10)
-        await wait_until(lambda: not alive(child))  # no orphan keeps holding the GPU
+        await eventually(lambda: not alive(child))  # no orphan keeps holding the GPU
     finally:
         worker.kill()
