@@ -3,9 +3,10 @@ model server counts them (chat template, tools and the chain's history included)
 
 Only a worker can ask a model server: a hosted model's server is started by its worker, and the
 translation to a chat request is the worker's. So the API validates the body as a create would
-(the same 400s), rebuilds the chain's context, and hands a `count_input_tokens` job to the model's
-queue; the worker that takes it counts (vLLM's /tokenize, llama.cpp's one-token request) and
-pushes the answer to a Redis key only this request waits on. Nothing is stored.
+(the same 400s, except that `input` may be left out), rebuilds the chain's context, and hands a
+`count_input_tokens` job to the model's queue; the worker that takes it counts (vLLM's
+/tokenize, llama.cpp's one-token request) and pushes the answer to a Redis key only this request
+waits on. Nothing is stored.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from app.state import AppState
 
 
 async def count(state: AppState, account_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    create, model = await validated(state, body)
+    create, model = await validated(state, body, input_optional=True)  # as OpenAI's: a chain alone counts
     if model.prompt_measure == "none":
         raise errors.InvalidRequest(
             f"Invalid 'model': the server of '{model.id}' cannot count tokens (only vllm and llamacpp models can).",

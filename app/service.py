@@ -52,10 +52,12 @@ class Accepted:
         return self.record.store or self.record.background
 
 
-async def validated(state: AppState, body: dict[str, Any]) -> tuple[ValidatedCreate, ModelEntry]:
+async def validated(
+    state: AppState, body: dict[str, Any], *, input_optional: bool = False
+) -> tuple[ValidatedCreate, ModelEntry]:
     """A create request's body checked in full (a 400 naming what is wrong), with its model;
     sealed reasoning opened and image URLs fetched."""
-    create = parse_create_request(body, state.settings.hosted_tools)
+    create = parse_create_request(body, state.settings.hosted_tools, input_optional=input_optional)
     open_sealed_reasoning(create.input_items, state.seal)
     model = state.catalog.resolve(create.request.model)
     check_fit(create, model)

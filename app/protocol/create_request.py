@@ -182,7 +182,14 @@ class ValidatedCreate(BaseModel):
         return LOGPROBS in (self.request.include or []) or bool(self.request.top_logprobs)
 
 
-def parse_create_request(body: dict[str, Any], hosted_tools: HostedToolsPolicy = "refuse") -> ValidatedCreate:
+def parse_create_request(
+    body: dict[str, Any], hosted_tools: HostedToolsPolicy = "refuse", *, input_optional: bool = False
+) -> ValidatedCreate:
+    """`input_optional`: a request without `input` (counting a chain's or the instructions'
+    tokens) has no new input items; a create needs at least one."""
+    without_input = input_optional and body.get("input") is None
+    if without_input:
+        body = {**body, "input": []}
     for name in UNSUPPORTED:
         if body.get(name) is not None:
             raise errors.UnsupportedParameter(name, f"'{name}'")
@@ -193,7 +200,7 @@ def parse_create_request(body: dict[str, Any], hosted_tools: HostedToolsPolicy =
     tools = parse_tools(request.tools, hosted_tools)
     return ValidatedCreate(
         request=request,
-        input_items=parse_input(request.input),
+        input_items=[] if without_input else parse_input(request.input),
         text_format=text_format,
         tools=tools,
         tool_choice=parse_tool_choice(request.tool_choice, tools),

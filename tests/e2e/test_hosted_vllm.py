@@ -18,7 +18,7 @@ import openai
 import pytest
 from redis.asyncio import Redis
 
-from tests.conftest import ROOT, Environment, FakeRuntime, api_client, start_worker
+from tests.conftest import ROOT, Environment, FakeRuntime, api_client, start_worker, wait_until
 from tests.integration.test_supervisor import alive
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(100)), "delay": 0.05})
@@ -64,11 +64,8 @@ def hosting(environment: Environment, tmp_path: Path) -> Iterator[HostingWorker]
             os.kill(int(str(launch["pid"])), signal.SIGKILL)
 
 
-def wait_for(client: openai.OpenAI, response_id: str, status: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while client.responses.retrieve(response_id).status != status:
-        assert time.monotonic() < deadline, client.responses.retrieve(response_id).status
-        time.sleep(0.1)
+def wait_for(client: openai.OpenAI, response_id: str, status: str) -> None:
+    wait_until(lambda: client.responses.retrieve(response_id).status == status, timeout=30)
 
 
 def test_a_hosted_model_waits_for_its_worker_which_starts_vllm_with_the_catalogs_settings(
@@ -167,6 +164,9 @@ def test_input_tokens_are_counted_by_the_models_server_with_nothing_stored(
     assert (counted.object, counted.input_tokens) == ("response.input_tokens", 5)
     chained = client.responses.input_tokens.count(model="hosted-vllm", previous_response_id=first.id, input="six")
     assert chained.input_tokens == 2 + 3 + 1
+    # `input` is optional, as in OpenAI's API: the chain or the instructions alone are counted.
+    assert client.responses.input_tokens.count(model="hosted-vllm", previous_response_id=first.id).input_tokens == 5
+    assert client.responses.input_tokens.count(model="hosted-vllm", instructions="be brief").input_tokens == 2
     assert environment.query("SELECT count(*) FROM responses") == before
 
 
