@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import anyio
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app import errors, wire
@@ -18,6 +21,7 @@ from app.catalog import ModelEntry
 from app.db import events as events_db
 from app.db import items as items_db
 from app.db import responses as responses_db
+from app.db.driver import foreign_key_violated
 from app.ids import new_id
 from app.image_fetch import check_images
 from app.metrics import HOSTED_TOOLS_NOT_OFFERED
@@ -72,21 +76,43 @@ async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Acce
     input_items = [items_db.with_new_id(item) for item in create.input_items]
     accepted = Accepted(record, input_items)
     previous_id = create.request.previous_response_id
-    if record.background:  # visible (and followable) at once: its first events come with it
-        async with state.engine.begin() as conn:
-            link = await chain_link(conn, account_id, previous_id, create.input_items)
-            await responses_db.insert_responses(conn, [responses_db.NewResponse(record, account_id, link, input_items)])
-            opening = [lifecycle_event("response.created", record), lifecycle_event("response.queued", record)]
-            await events_db.append(conn, record.id, opening)
-        return accepted
-    link = responses_db.ChainLink(None, 0)
-    if previous_id is not None:
-        async with state.engine.connect() as conn:
-            await conn.execution_options(isolation_level="AUTOCOMMIT")  # one read: no BEGIN/ROLLBACK
-            link = await chain_link(conn, account_id, previous_id, create.input_items)
-    if accepted.durable:  # with the others being stored at the same moment: one statement
-        await state.stored(responses_db.NewResponse(record, account_id, link, input_items))
+    # The previous response may be deleted between its read and this insert: the insert's
+    # reference to it is then refused, and the request gets what it would have got a moment later.
+    with _previous_deleted_meanwhile(previous_id):
+        if record.background:  # visible (and followable) at once: its first events come with it
+            async with state.engine.begin() as conn:
+                link = await chain_link(conn, account_id, previous_id, create.input_items)
+                new = responses_db.NewResponse(record, account_id, link, input_items)
+                await responses_db.insert_responses(conn, [new])
+                opening = [lifecycle_event("response.created", record), lifecycle_event("response.queued", record)]
+                await events_db.append(conn, record.id, opening)
+            return accepted
+        link = responses_db.ChainLink(None, 0)
+        if previous_id is not None:
+            async with state.engine.connect() as conn:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")  # one read: no BEGIN/ROLLBACK
+                link = await chain_link(conn, account_id, previous_id, create.input_items)
+        if accepted.durable:  # with the others being stored at the same moment: one statement
+            await state.stored(responses_db.NewResponse(record, account_id, link, input_items))
     return accepted
+
+
+@contextmanager
+def _previous_deleted_meanwhile(previous_id: str | None) -> Iterator[None]:
+    try:
+        yield
+    except DBAPIError as exc:
+        if previous_id is not None and foreign_key_violated(exc):
+            raise _previous_not_found(previous_id) from exc
+        raise
+
+
+def _previous_not_found(previous_id: str) -> errors.InvalidRequest:
+    return errors.InvalidRequest(
+        f"Previous response with id '{previous_id}' not found.",
+        param="previous_response_id",
+        code="previous_response_not_found",
+    )
 
 
 async def enqueue(state: AppState, accepted: Accepted) -> None:
@@ -151,11 +177,7 @@ async def chain_link(
         return responses_db.ChainLink(None, 0)
     previous = await responses_db.chain_link(conn, account_id, previous_id)
     if previous is None:
-        raise errors.InvalidRequest(
-            f"Previous response with id '{previous_id}' not found.",
-            param="previous_response_id",
-            code="previous_response_not_found",
-        )
+        raise _previous_not_found(previous_id)
     if previous.status in ("queued", "in_progress"):
         raise errors.InvalidRequest(
             f"Previous response with id '{previous_id}' is still {previous.status}; "

@@ -75,6 +75,11 @@ def refused_data(exc: BaseException) -> bool:
     return str(getattr(exc.orig, "sqlstate", "")).startswith(("22", "23"))
 
 
+def foreign_key_violated(exc: BaseException) -> bool:
+    """Postgres refused a row whose reference names a row that is gone (SQLSTATE 23503)."""
+    return isinstance(exc, DBAPIError) and str(getattr(exc.orig, "sqlstate", "")) == "23503"
+
+
 def _in_autocommit(conn: AsyncConnection) -> bool:
     sync = conn.sync_connection
     return sync is not None and sync.get_execution_options().get("isolation_level") == "AUTOCOMMIT"

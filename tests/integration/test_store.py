@@ -4,12 +4,14 @@ response Postgres refuses fails alone."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app import errors, service
 from app.db import responses as responses_db
 from app.db.tables import items, responses
 from app.state import AppState
@@ -49,3 +51,32 @@ async def test_a_response_postgres_refuses_fails_alone(state: AppState, account_
     assert len(await stored_inputs(state, [str(rid) for rid in fine])) == 5
     async with state.engine.connect() as conn:
         assert await conn.scalar(select(func.count()).where(responses.c.account_id == "acct_gone")) == 0
+
+
+@pytest.mark.parametrize("background", [False, True])
+async def test_a_previous_response_deleted_between_its_read_and_the_insert_is_not_found(
+    state: AppState, account_id: str, monkeypatch: pytest.MonkeyPatch, background: bool
+) -> None:
+    """The answer is the one the request would have got a moment later, not an outage."""
+    previous = await accept(state, account_id, input="first turn", store=True)
+    async with state.engine.begin() as conn:
+        await conn.execute(update(responses).where(responses.c.id == previous).values(status="completed"))
+    read_link = service.chain_link
+
+    async def deleted_after_the_read(*args: Any) -> responses_db.ChainLink:
+        link = await read_link(*args)
+        async with state.engine.begin() as conn:  # another request deletes it, and commits
+            assert await responses_db.delete_response(conn, previous, account_id) == "completed"
+        return link
+
+    monkeypatch.setattr(service, "chain_link", deleted_after_the_read)
+    before = await responses_of(state, account_id)
+    with pytest.raises(errors.InvalidRequest) as refused:
+        await accept(state, account_id, input="second turn", previous_response_id=previous, background=background)
+    assert (refused.value.param, refused.value.code) == ("previous_response_id", "previous_response_not_found")
+    assert await responses_of(state, account_id) == before - {previous}  # nothing of the refused request
+
+
+async def responses_of(state: AppState, account_id: str) -> set[str]:
+    async with state.engine.connect() as conn:
+        return set((await conn.execute(select(responses.c.id).where(responses.c.account_id == account_id))).scalars())
