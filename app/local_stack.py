@@ -173,7 +173,7 @@ def _supervise_children(host: str, port: int, workers: list[list[str]], welcome:
     signal.signal(signal.SIGINT, shut_down)
     signal.signal(signal.SIGTERM, shut_down)
     try:
-        _wait_for_api(f"http://127.0.0.1:{port}/health", children)
+        _wait_for_api(f"http://127.0.0.1:{port}/ready", children)
         print(welcome, flush=True)
         while not shutting_down and all(child.poll() is None for child in children):
             time.sleep(0.2)
@@ -189,11 +189,11 @@ def _child(command: list[str], **options: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, start_new_session=True, preexec_fn=die_with_parent, **options)
 
 
-def _wait_for_api(health_url: str, children: list[subprocess.Popen[bytes]]) -> None:
+def _wait_for_api(ready_url: str, children: list[subprocess.Popen[bytes]]) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and all(child.poll() is None for child in children):
         try:
-            with urllib.request.urlopen(health_url, timeout=1) as answer:
+            with urllib.request.urlopen(ready_url, timeout=1) as answer:
                 if answer.status == 200:
                     return
         except OSError:  # refused while it starts, or 503 until Postgres and Redis answer

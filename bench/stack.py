@@ -95,7 +95,7 @@ async def running_stack(
             for _ in range(worker_processes)
         ]
         processes += [api, *workers]
-        wait_for_http(f"http://127.0.0.1:{api_port}/health")
+        wait_for_http(f"http://127.0.0.1:{api_port}/ready")
         yield Stack(
             runtime_url="" if models_toml else f"http://127.0.0.1:{runtime_port}",
             api_url=f"http://127.0.0.1:{api_port}/v1",

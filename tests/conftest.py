@@ -244,7 +244,7 @@ def start_api(environment: Environment, port: int, **env: str) -> subprocess.Pop
         cwd=ROOT,
         env=environment.env(**{"RESPONSES_FOLLOW_IDLE_SECONDS": "1", **env}),
     )
-    wait_for_http(f"http://127.0.0.1:{port}/health", process)
+    wait_for_http(f"http://127.0.0.1:{port}/ready", process)
     return process
 
 

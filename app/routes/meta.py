@@ -1,4 +1,4 @@
-"""Health and the model list."""
+"""Liveness, readiness and the model list."""
 
 from __future__ import annotations
 
@@ -12,7 +12,13 @@ from app.state import AppState
 
 
 async def health(request: Request) -> JSONResponse:
-    """Ready when Postgres and Redis both answer (load balancers route on this)."""
+    """Liveness: the process answers. A process manager restarts it when this fails; an outage of
+    Postgres or Redis is not a reason to (see /ready)."""
+    return JSONResponse({"status": "ok"})
+
+
+async def ready(request: Request) -> JSONResponse:
+    """Readiness: Postgres and Redis both answer (load balancers route on this)."""
     state: AppState = request.app.state.responses
     checks = {}
     try:
@@ -46,5 +52,6 @@ async def list_models(request: Request) -> JSONResponse:
 
 routes = [
     Route("/health", health, methods=["GET"]),
+    Route("/ready", ready, methods=["GET"]),
     Route("/v1/models", list_models, methods=["GET"]),
 ]

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import redis
@@ -253,8 +254,14 @@ def test_redis_down_means_fast_503s_and_nothing_accepted_is_lost(
     stack = Stack(environment, REDIS_URL=f"redis://127.0.0.1:{port}/0")
     try:
         accepted = stack.client.responses.create(model="fake", input="before the outage", background=True)
+        root = f"http://127.0.0.1:{stack.port}"
+        assert httpx.get(f"{root}/ready").json() == {"status": "ok", "postgres": "ok", "redis": "ok"}
         server.kill()
         server.wait(10)
+        # Out of the load balancer's rotation, but alive: a process manager must not restart it.
+        unready = httpx.get(f"{root}/ready")
+        assert unready.status_code == 503 and unready.json()["redis"].startswith("unavailable")
+        assert httpx.get(f"{root}/health").status_code == 200
         for kwargs in ({"background": True}, {"stream": True}, {}):
             started = time.monotonic()
             with pytest.raises(openai.InternalServerError) as caught:
@@ -264,6 +271,7 @@ def test_redis_down_means_fast_503s_and_nothing_accepted_is_lost(
         refused = environment.query("SELECT 1 FROM items WHERE payload::text LIKE '%during the outage%'")
         assert refused == []  # a refused create leaves nothing behind
         private_redis()  # Redis comes back, empty
+        wait_until(lambda: httpx.get(f"{root}/ready").status_code == 200)
         stack.start_worker()
         wait_until(lambda: stack.client.responses.retrieve(accepted.id).status == "completed")
         after = stack.client.responses.create(model="fake", input="after the outage")
