@@ -87,8 +87,8 @@ def _coalesce(pending: list[Event], event: Event) -> bool:
     ):
         return False
     last["delta"] += event["delta"]
-    if event.get("logprobs"):  # a text delta's tokens
-        last["logprobs"] = last["logprobs"] + event["logprobs"]
+    if event.get("logprobs"):  # a text delta's tokens (each delta event has a list of its own)
+        last["logprobs"].extend(event["logprobs"])
     return True
 
 

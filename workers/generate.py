@@ -39,14 +39,14 @@ class Generation:
 async def generate(ctx: dict[str, Any], response_id: str, transient: dict[str, Any] | None = None) -> None:
     state: WorkerState = ctx["state"]
     if transient is None:
-        generation = await _claim_stored(state, response_id)
+        generation = await _claim_durable(state, response_id)
     else:
         generation = await _claim_transient(state, response_id, transient)
     if generation is not None:
         await _run(state, generation)
 
 
-async def _claim_stored(state: WorkerState, response_id: str) -> Generation | None:
+async def _claim_durable(state: WorkerState, response_id: str) -> Generation | None:
     claim = await state.claims(response_id)
     if claim is None:
         log.info("response %s: already claimed or ended; nothing to do", response_id)

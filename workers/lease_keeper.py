@@ -90,8 +90,11 @@ class LeaseKeeper:
         durable, transient = self._running()
         if not durable and not transient:
             return
-        for response_id in transient:
-            await redis.expire(ALIVE_PREFIX + response_id, int(self._settings.lease_seconds) + 1)
+        if transient:  # one round trip for all of them
+            async with redis.pipeline(transaction=False) as pipe:
+                for response_id in transient:
+                    pipe.expire(ALIVE_PREFIX + response_id, int(self._settings.lease_seconds) + 1)
+                await pipe.execute()
         stops: list[str] = []
         if durable:
             async with engine.begin() as conn:

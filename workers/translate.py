@@ -69,12 +69,12 @@ class StreamTranslator:
         """For a response with these (echoed) settings: its tools, how many calls it may make, and
         how its reasoning is shown."""
         limits = [settings.get("max_tool_calls"), None if settings.get("parallel_tool_calls", True) else 1]
-        sealed = seal is not None and ENCRYPTED_REASONING in settings.get("requested", {}).get("include", [])
+        sealed = ENCRYPTED_REASONING in settings.get("requested", {}).get("include", [])
         return cls(
             tools=RuntimeTools.of(settings.get("tools") or []),
             max_calls=min((n for n in limits if n is not None), default=None),
             summarise_reasoning=settings["reasoning"].get("summary") is not None,
-            seal_reasoning=seal.seal if sealed and seal is not None else None,
+            seal_reasoning=seal.seal if seal is not None and sealed else None,
         )
 
     def on_chunk(self, chunk: dict[str, Any]) -> list[Event]:

@@ -18,12 +18,15 @@ def output_so_far(events: Iterable[Event]) -> list[Item]:
         if kind in ("response.output_item.added", "response.output_item.done"):
             items[event["output_index"]] = copy.deepcopy(event["item"])
         elif kind == "response.content_part.added":
-            items[event["output_index"]].setdefault("content", []).append(dict(event["part"]))
+            part = dict(event["part"])
+            if "logprobs" in part:  # its own list: deltas extend it
+                part["logprobs"] = list(part["logprobs"])
+            items[event["output_index"]].setdefault("content", []).append(part)
         elif kind in ("response.output_text.delta", "response.reasoning_text.delta"):
             part = items[event["output_index"]]["content"][event["content_index"]]
             part["text"] += event["delta"]
             if event.get("logprobs"):
-                part["logprobs"] = part.get("logprobs", []) + event["logprobs"]
+                part.setdefault("logprobs", []).extend(event["logprobs"])
         elif kind == "response.reasoning_summary_part.added":
             items[event["output_index"]]["summary"].append(dict(event["part"]))
         elif kind == "response.reasoning_summary_text.delta":
