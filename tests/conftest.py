@@ -137,6 +137,14 @@ def fake_runtime_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def environment(tmp_path_factory: pytest.TempPathFactory, fake_runtime_url: str) -> Iterator[Environment]:
+    with new_environment(tmp_path_factory, fake_runtime_url) as environment:
+        yield environment
+
+
+@contextmanager
+def new_environment(tmp_path_factory: pytest.TempPathFactory, fake_runtime_url: str) -> Iterator[Environment]:
+    """A database of its own (migrated, dropped afterwards), a queue named after it, and the test
+    catalog."""
     name = f"rs_test_{secrets.token_hex(4)}"
     admin_sql(f'CREATE DATABASE "{name}"')
     models = tmp_path_factory.mktemp("catalog") / "models.toml"

@@ -1,10 +1,13 @@
-"""In-process fixtures: the API's state and workers' state against the test database and Redis,
-so a test can drive the job function and the repository directly."""
+"""In-process fixtures: the API's state and workers' state against a test database and Redis,
+so a test can drive the job function and the repository directly.
+
+These tests get a database and queue of their own: responses they leave queued on purpose would
+otherwise be requeued by the end-to-end stacks' workers and run in the middle of another test."""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 from arq.connections import ArqRedis, RedisSettings, create_pool
@@ -14,9 +17,15 @@ from app.catalog import Catalog
 from app.db import accounts as accounts_db
 from app.queue import job_deserializer, job_serializer
 from app.state import AppState
-from tests.conftest import Environment
+from tests.conftest import Environment, new_environment
 from workers.generate import generate
 from workers.state import WorkerState
+
+
+@pytest.fixture(scope="session")
+def environment(tmp_path_factory: pytest.TempPathFactory, fake_runtime_url: str) -> Iterator[Environment]:
+    with new_environment(tmp_path_factory, fake_runtime_url) as environment:
+        yield environment
 
 
 @pytest.fixture(scope="session")
