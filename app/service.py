@@ -246,17 +246,22 @@ async def input_items(
     before: str | None,
 ) -> dict[str, Any]:
     async with state.engine.connect() as conn:
-        if await responses_db.get_row(conn, response_id, account_id) is None:
+        response = await responses_db.get_row(conn, response_id, account_id)
+        if response is None:
             raise errors.response_not_found(response_id)
-        for name, cursor in (("after", after), ("before", before)):
-            # (An id with a NUL character is in no context: Postgres text cannot hold one.)
-            if cursor is not None and ("\x00" in cursor or not await items_db.in_context(conn, response_id, cursor)):
+        cursors: dict[str, items_db.Cursor | None] = {}
+        for name, item_id in (("after", after), ("before", before)):
+            found = None if item_id is None else await items_db.find_input_item(conn, response, item_id)
+            if item_id is not None and found is None:
                 raise errors.InvalidRequest(
-                    f"Invalid '{name}': no input item with id '{cursor}' in response '{response_id}'.",
+                    f"Invalid '{name}': no input item with id '{item_id}' in response '{response_id}'.",
                     param=name,
                     code="invalid_value",
                 )
-        page = await items_db.input_items_page(conn, response_id, order=order, limit=limit, after=after, before=before)
+            cursors[name] = found
+        page = await items_db.input_items_page(
+            conn, response, order=order, limit=limit, after=cursors["after"], before=cursors["before"]
+        )
     return {
         "object": "list",
         "data": page.data,

@@ -12,6 +12,7 @@ first line is `#fake {json}` scripts it instead:
     status             answer this HTTP status with an error body instead of streaming
     fail_times         ... only for the first this many requests with the same script
     error_after        send an in-stream error after this many chunks
+    error_message      its message (default "scripted mid-stream failure")
     break_after        drop the connection after this many chunks
     no_usage           send no usage chunk
     usage              send this as the usage chunk's `usage`, instead of the counts
@@ -169,7 +170,8 @@ async def _stream(
         delay, clock = script.get("delay", 0), time.perf_counter()
         for index, text in enumerate(chunks):
             if index == script.get("error_after"):
-                yield f"data: {json.dumps({'error': {'message': 'scripted mid-stream failure'}})}\n\n"
+                message = script.get("error_message", "scripted mid-stream failure")
+                yield f"data: {json.dumps({'error': {'message': message}})}\n\n"
                 return
             if index == script.get("break_after"):
                 raise ConnectionResetError("scripted break")

@@ -60,7 +60,7 @@ class WorkerState:
         self.lease_keeper = LeaseKeeper(self.settings, self.worker_id, self._running_now, self.stop_generation)
 
     async def _claim_many(self, response_ids: list[str]) -> dict[str, responses_db.Claim]:
-        async with self.claim_connection.use() as conn:  # one atomic statement
+        async with self.claim_connection.use() as conn:  # one atomic claim, then the contexts
             return await responses_db.claim_many(conn, response_ids, self.worker_id, self.settings.lease_seconds)
 
     @classmethod

@@ -56,7 +56,8 @@ _APPEND = DriverStatement(
             lease_expires_at = CASE WHEN f.response_id IS NULL THEN r.lease_expires_at END
         FROM counts c LEFT JOIN endings f ON f.response_id = c.response_id
         WHERE r.id = c.response_id AND r.status IN ('queued', 'in_progress')
-        RETURNING r.id, r.next_sequence_number - c.n AS first, f.response_id IS NOT NULL AS ended
+        RETURNING r.id, r.next_sequence_number - c.n AS first, f.response_id IS NOT NULL AS ended,
+                  r.context_branches[cardinality(r.context_branches)] AS branch_id, r.chain_depth
     ), inserted AS (
         -- Each event's JSON text with its number spliced in, as wire.numbered does for the
         -- followers: a replay sends the very text they got live.
@@ -65,10 +66,10 @@ _APPEND = DriverStatement(
                left(b.payload, -1) || ',"sequence_number":' || (a.first + b.position) || '}'
         FROM batch b JOIN allocated a ON a.id = b.response_id
     ), outputs AS (
-        INSERT INTO items (id, response_id, side, position, type, payload)
-        SELECT o.id, o.response_id, 'output', o.position, o.type, o.payload
+        INSERT INTO items (id, response_id, side, position, type, payload, branch_id, depth)
+        SELECT o.id, o.response_id, 'output', o.position, o.type, o.payload, a.branch_id, a.chain_depth
         FROM unnest(CAST(:out_ids AS text[]), CAST(:out_responses AS text[]), CAST(:out_positions AS int[]),
-                    CAST(:out_types AS text[]), CAST(:out_payloads AS jsonb[]))
+                    CAST(:out_types AS text[]), CAST(:out_payloads AS json[]))
             AS o(id, response_id, position, type, payload)
         JOIN allocated a ON a.id = o.response_id AND a.ended
     )

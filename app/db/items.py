@@ -1,18 +1,23 @@
 """Items: every input and output item stored once, under the response that introduced it.
 
-A chain's context is rebuilt by one recursive query over `context_parent_id`, ordered by
-(chain_depth, side, position); 'input' sorts before 'output', so each turn's input comes before
-its output. Nothing is ever copied from one response to the next.
+A chain is stored as branches (docs/architecture.md, "Chains"): a response's context is, for
+each branch it runs through, that branch's items up to a depth: one range of the items index per
+branch, in the order (depth, side, position) the model reads them ('input' sorts before
+'output'). Nothing is ever copied from one response to the next, and nothing walks the chain.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.db import DbRow
+from app.db.driver import DriverStatement
 from app.db.tables import items
 from app.ids import new_id
 
@@ -47,45 +52,75 @@ async def output_items(conn: AsyncConnection, response_id: str) -> list[Item]:
     return [{"id": r.id, **r.payload} for r in rows]
 
 
-# The context of each response in :response_ids (its `root`): its chain's items, walked from it
-# to the chain's start in one recursive query, however long the chain.
-CONTEXT_CTE = """
-WITH RECURSIVE chain AS (
-    SELECT id AS root, id, context_parent_id, chain_depth FROM responses WHERE id = ANY(CAST(:response_ids AS text[]))
-    UNION ALL
-    SELECT c.root, r.id, r.context_parent_id, r.chain_depth
-    FROM responses r JOIN chain c ON r.id = c.context_parent_id
-),
-context AS (
-    SELECT c.root, i.id, i.payload, c.chain_depth AS depth, i.side, i.position
-    FROM chain c JOIN items i ON i.response_id = c.id
-    WHERE NOT (i.response_id = c.root AND i.side = 'output' AND :exclude_own_output)
+# The contexts of responses: for each, its segments in order (few rows, sorted), and each
+# segment's items in the index's order. The nested loop keeps both orders (a subquery with ORDER
+# BY is never flattened), so no sort ever touches the items: sorting 20,000 of them costs more
+# than reading them. Payloads come as text, decoded here (a driver statement).
+CONTEXTS = DriverStatement(
+    text("""
+    SELECT segment.root, i.id, i.payload::text
+    FROM (
+        SELECT r.id AS root, s.branch_id, s.depth,
+               CASE WHEN s.n = cardinality(r.context_branches) AND :exclude_own_output THEN 'input'
+                    ELSE 'output' END AS last_side
+        FROM responses r, unnest(r.context_branches, r.context_depths) WITH ORDINALITY AS s(branch_id, depth, n)
+        WHERE r.id = ANY(CAST(:response_ids AS text[]))
+        ORDER BY r.id, s.n
+    ) segment
+    CROSS JOIN LATERAL (
+        SELECT i.id, i.payload FROM items i
+        WHERE i.branch_id = segment.branch_id AND (i.depth, i.side) <= (segment.depth, segment.last_side)
+        ORDER BY i.depth, i.side, i.position
+    ) i
+""")
 )
-"""
 
 
-def context_as_json(root: str) -> str:
-    """The context of the response `root` (an SQL expression) as one JSON array of items, in the
-    order the model sees them."""
-    return f"""
-    SELECT coalesce(json_agg(jsonb_build_object('id', id) || payload ORDER BY depth, side, position), '[]')
-    FROM context WHERE context.root = {root}
-"""
-
-
-async def context_items(
-    conn: AsyncConnection,
-    response_id: str,
-    *,
-    own_output: bool = False,
-) -> list[Item]:
-    """What the model sees for this response: the chain's inputs and outputs, then its own input
+async def contexts(conn: AsyncConnection, response_ids: Sequence[str], *, own_output: bool) -> dict[str, list[Item]]:
+    """What the model sees for each response: the chain's inputs and outputs, then its own input
     (and its own output too with `own_output`, as the context a new turn continues from)."""
-    context: list[Item] = await conn.scalar(
-        text(CONTEXT_CTE + context_as_json(":response_id")),
-        {"response_ids": [response_id], "response_id": response_id, "exclude_own_output": not own_output},
-    )
-    return context
+    found: dict[str, list[Item]] = {response_id: [] for response_id in response_ids}
+    parameters = {"response_ids": list(response_ids), "exclude_own_output": not own_output}
+    for root, item_id, payload in await CONTEXTS.rows(conn, parameters):
+        found[root].append({"id": item_id, **orjson.loads(payload)})
+    return found
+
+
+async def context_items(conn: AsyncConnection, response_id: str, *, own_output: bool = False) -> list[Item]:
+    return (await contexts(conn, [response_id], own_output=own_output))[response_id]
+
+
+# An item's place in every context that holds it.
+Key = tuple[int, str, int]  # (depth, side, position)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One branch's part of a context: its items deeper than `after_depth`, up to `depth`, and
+    at `depth` only its input where that is the response's own turn."""
+
+    branch_id: int
+    after_depth: int
+    depth: int
+    last_side: str
+
+    def holds(self, key: Key) -> bool:
+        return self.after_depth < key[0] and key[:2] <= (self.depth, self.last_side)
+
+    def outside(self, low: Cursor | None, high: Cursor | None) -> bool:
+        """Whether none of its items can lie between the bounds."""
+        return (low is not None and self.depth < low.key[0]) or (high is not None and self.after_depth >= high.key[0])
+
+
+def input_segments(response: DbRow) -> list[Segment]:
+    """Where the input items of a response (its whole context but its own output) lie."""
+    branches: Sequence[int] = response.context_branches
+    depths: Sequence[int] = response.context_depths
+    last = len(branches) - 1
+    return [
+        Segment(branch, depths[n - 1] if n else -1, depth, "input" if n == last else "output")
+        for n, (branch, depth) in enumerate(zip(branches, depths, strict=True))
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,49 +129,69 @@ class Page:
     has_more: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """An item of the context, by its key and the branch it lies on."""
+
+    branch_id: int
+    key: Key
+
+
+async def find_input_item(conn: AsyncConnection, response: DbRow, item_id: str) -> Cursor | None:
+    """The item with this id, if it is one of the response's input items."""
+    if "\x00" in item_id:  # in no context: Postgres text cannot hold one
+        return None
+    row = (
+        await conn.execute(
+            select(items.c.branch_id, items.c.depth, items.c.side, items.c.position).where(items.c.id == item_id)
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    cursor = Cursor(row.branch_id, (row.depth, row.side, row.position))
+    held = any(s.branch_id == cursor.branch_id and s.holds(cursor.key) for s in input_segments(response))
+    return cursor if held else None
+
+
 async def input_items_page(
     conn: AsyncConnection,
-    response_id: str,
+    response: DbRow,
     *,
     order: Literal["asc", "desc"],
     limit: int,
-    after: str | None,
-    before: str | None,
+    after: Cursor | None,
+    before: Cursor | None,
 ) -> Page:
-    """One keyset page of a response's input items (its whole chain context)."""
-    forward, backward = (">", "<") if order == "asc" else ("<", ">")
-    direction = "ASC" if order == "asc" else "DESC"
-    conditions = ["TRUE"]
-    if after is not None:
-        conditions.append(
-            f"(depth, side, position) {forward} (SELECT depth, side, position FROM context WHERE id = :after)"
-        )
-    if before is not None:
-        conditions.append(
-            f"(depth, side, position) {backward} (SELECT depth, side, position FROM context WHERE id = :before)"
-        )
-    query = (
-        CONTEXT_CTE + f"SELECT id, payload FROM context WHERE {' AND '.join(conditions)} "
-        f"ORDER BY depth {direction}, side {direction}, position {direction} LIMIT :limit"
-    )
-    rows = (
-        await conn.execute(
-            text(query),
-            {
-                "response_ids": [response_id],
-                "after": after,
-                "before": before,
-                "limit": limit + 1,
-                "exclude_own_output": True,
-            },
-        )
-    ).all()
+    """One keyset page of a response's input items: a range read of each branch the page spans,
+    from the cursor on (usually one), whatever the chain's length."""
+    segments = input_segments(response)
+    ascending = order == "asc"
+    # The bounds in the context's own order, whichever way the page reads it.
+    low, high = (after, before) if ascending else (before, after)
+    if not ascending:
+        segments.reverse()
+    rows: list[DbRow] = []
+    for segment in segments:
+        if len(rows) > limit:
+            break
+        if not segment.outside(low, high):
+            rows += await _segment_page(conn, segment, ascending, low, high, limit + 1 - len(rows))
     return Page([{"id": r.id, **r.payload} for r in rows[:limit]], has_more=len(rows) > limit)
 
 
-async def in_context(conn: AsyncConnection, response_id: str, item_id: str) -> bool:
-    row = await conn.execute(
-        text(CONTEXT_CTE + "SELECT 1 FROM context WHERE id = :item_id"),
-        {"response_ids": [response_id], "item_id": item_id, "exclude_own_output": True},
+async def _segment_page(
+    conn: AsyncConnection, segment: Segment, ascending: bool, low: Cursor | None, high: Cursor | None, limit: int
+) -> Sequence[DbRow]:
+    conditions = ["branch_id = :branch_id", "(depth, side) <= (:depth, :last_side)"]
+    parameters: dict[str, Any] = {"branch_id": segment.branch_id, "depth": segment.depth}
+    parameters["last_side"] = segment.last_side
+    for name, bound, comparison in (("low", low, ">"), ("high", high, "<")):
+        if bound is not None:
+            conditions.append(f"(depth, side, position) {comparison} (:{name}_depth, :{name}_side, :{name}_position)")
+            parameters.update(zip((f"{name}_depth", f"{name}_side", f"{name}_position"), bound.key, strict=True))
+    direction = "ASC" if ascending else "DESC"
+    query = (
+        f"SELECT id, payload FROM items WHERE {' AND '.join(conditions)} "
+        f"ORDER BY depth {direction}, side {direction}, position {direction} LIMIT :limit"
     )
-    return row.first() is not None
+    return (await conn.execute(text(query), {**parameters, "limit": limit})).all()

@@ -107,50 +107,56 @@ def record_from_row(row: DbRow | Mapping[str, Any], output: list[dict[str, Any]]
 
 # Built once: statements built per call spend more CPU on SQLAlchemy's cache keys than on Postgres.
 # Responses and their input items go in with one statement, for any number of responses: atomic
-# without a transaction around it.
+# without a transaction around it. Each takes its place in its chain (docs/architecture.md,
+# "Chains"): the first continuation of a response goes on its branch, any other (and a chain's
+# first turn) starts a branch. The compare-and-set on branch_continued makes that first one one.
 _INSERT_WITH_INPUT = DriverStatement(
     text("""
-    WITH response AS (
-        INSERT INTO responses (id, account_id, model, status, background, stream, store, instructions, metadata,
-                               settings, previous_response_id, context_parent_id, chain_depth, created_at)
-        SELECT r.id, r.account_id, r.model, r.status, r.background, r.stream, r.store, r.instructions, r.metadata,
-               r.settings, r.previous_response_id, r.context_parent_id, r.chain_depth, to_timestamp(r.created_epoch)
-        FROM unnest(CAST(:ids AS text[]), CAST(:account_ids AS text[]), CAST(:models AS text[]),
-                    CAST(:statuses AS text[]), CAST(:backgrounds AS boolean[]), CAST(:streams AS boolean[]),
-                    CAST(:stores AS boolean[]), CAST(:instructions AS text[]), CAST(:metadata AS jsonb[]),
-                    CAST(:settings AS json[]), CAST(:previous_response_ids AS text[]),
-                    CAST(:context_parent_ids AS text[]), CAST(:chain_depths AS int[]),
-                    CAST(:created_epochs AS float8[]))
+    WITH new AS (
+        SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:account_ids AS text[]), CAST(:models AS text[]),
+                             CAST(:statuses AS text[]), CAST(:backgrounds AS boolean[]), CAST(:streams AS boolean[]),
+                             CAST(:stores AS boolean[]), CAST(:instructions AS text[]), CAST(:metadata AS jsonb[]),
+                             CAST(:settings AS json[]), CAST(:previous_response_ids AS text[]),
+                             CAST(:context_parent_ids AS text[]), CAST(:chain_depths AS int[]),
+                             CAST(:created_epochs AS float8[]))
             AS r(id, account_id, model, status, background, stream, store, instructions, metadata, settings,
                  previous_response_id, context_parent_id, chain_depth, created_epoch)
-        RETURNING id
+    ), continuing AS (
+        UPDATE responses p SET branch_continued = true
+        FROM (SELECT DISTINCT ON (context_parent_id) id, context_parent_id FROM new
+              WHERE context_parent_id IS NOT NULL ORDER BY context_parent_id, id) c
+        WHERE p.id = c.context_parent_id AND NOT p.branch_continued
+        RETURNING c.id
+    ), response AS (
+        INSERT INTO responses (id, account_id, model, status, background, stream, store, instructions, metadata,
+                               settings, previous_response_id, context_parent_id, chain_depth, created_at,
+                               context_branches, context_depths)
+        SELECT r.id, r.account_id, r.model, r.status, r.background, r.stream, r.store, r.instructions, r.metadata,
+               r.settings, r.previous_response_id, r.context_parent_id, r.chain_depth, to_timestamp(r.created_epoch),
+               CASE WHEN c.id IS NULL THEN coalesce(p.context_branches, '{}') || nextval('branch_ids')
+                    ELSE p.context_branches END,
+               coalesce(CASE WHEN c.id IS NULL THEN p.context_depths
+                             ELSE p.context_depths[1:cardinality(p.context_depths) - 1] END, '{}') || r.chain_depth
+        FROM new r LEFT JOIN continuing c ON c.id = r.id LEFT JOIN responses p ON p.id = r.context_parent_id
+        RETURNING id, context_branches[cardinality(context_branches)] AS branch_id, chain_depth
     )
-    INSERT INTO items (id, response_id, side, position, type, payload)
-    SELECT i.id, response.id, 'input', i.position, i.type, i.payload
+    INSERT INTO items (id, response_id, side, position, type, payload, branch_id, depth)
+    SELECT i.id, response.id, 'input', i.position, i.type, i.payload, response.branch_id, response.chain_depth
     FROM unnest(CAST(:item_ids AS text[]), CAST(:item_responses AS text[]), CAST(:positions AS int[]),
-                CAST(:types AS text[]), CAST(:payloads AS jsonb[])) AS i(id, response_id, position, type, payload)
+                CAST(:types AS text[]), CAST(:payloads AS json[])) AS i(id, response_id, position, type, payload)
     JOIN response ON response.id = i.response_id
 """)
 )
-# The claims and the contexts the model will see, in one statement for any number of responses
-# (the context of a queued response never changes, so reading it beside the UPDATE is safe).
-# JSON comes back as text, decoded here: the statement goes through the driver (app/db/driver.py).
+# The claims, in one statement for any number of responses; JSON comes back as text, decoded here
+# (the statement goes through the driver: app/db/driver.py).
 _CLAIM = DriverStatement(
     text(
-        items_db.CONTEXT_CTE
-        + """, claimed AS (
-        UPDATE responses SET status = 'in_progress', started_at = now(), worker_id = :worker_id,
-                             lease_expires_at = now() + make_interval(secs => :lease_seconds)
-        WHERE id = ANY(CAST(:response_ids AS text[])) AND status = 'queued'
-        RETURNING *
-    )
-    SELECT """
-        + ", ".join(f"claimed.{c}::text AS {c}" if c in _JSON_COLUMNS else f"claimed.{c}" for c in _RECORD_COLUMNS)
-        + ", ("
-        + items_db.context_as_json("claimed.id")
-        + """)::text AS context
-    FROM claimed
-"""
+        """
+    UPDATE responses SET status = 'in_progress', started_at = now(), worker_id = :worker_id,
+                         lease_expires_at = now() + make_interval(secs => :lease_seconds)
+    WHERE id = ANY(CAST(:response_ids AS text[])) AND status = 'queued'
+    RETURNING """
+        + ", ".join(f"{c}::text AS {c}" if c in _JSON_COLUMNS else c for c in _RECORD_COLUMNS)
     )
 )
 
@@ -254,17 +260,14 @@ async def claim_many(
     conn: AsyncConnection, response_ids: Sequence[str], worker_id: str, lease_seconds: float
 ) -> dict[str, Claim]:
     """`claim` for many responses in one statement: those claimed, by id."""
-    parameters = {
-        "response_ids": list(response_ids),
-        "worker_id": worker_id,
-        "lease_seconds": lease_seconds,
-        "exclude_own_output": True,
-    }
-    claims: dict[str, Claim] = {}
+    parameters = {"response_ids": list(response_ids), "worker_id": worker_id, "lease_seconds": lease_seconds}
+    records = []
     for row in await _CLAIM.mappings(conn, parameters):
         row.update((c, orjson.loads(row[c])) for c in _JSON_COLUMNS if row[c] is not None)
-        claims[row["id"]] = Claim(record_from_row(row, []), orjson.loads(row["context"]))
-    return claims
+        records.append(record_from_row(row, []))
+    # The context of a queued response never changes: read after the claim, it is the same.
+    contexts = await items_db.contexts(conn, [r.id for r in records], own_output=False)
+    return {r.id: Claim(r, contexts[r.id]) for r in records}
 
 
 async def request_stop(conn: AsyncConnection, response_id: str) -> None:
@@ -310,17 +313,11 @@ async def renew_leases(
 
 async def delete_response(conn: AsyncConnection, response_id: str, account_id: str | None) -> Status | None:
     """Deletes the response, its items and events, and returns the status it had (None: no such
-    response). Responses chained from it are relinked to its parent, so their context loses only
-    the deleted turn. A queued response deleted never runs; a running one's late writes find no
-    row and are dropped, but its worker must still be told to stop."""
-    row = await get_row(conn, response_id, account_id, for_update=True)
-    if row is None:
-        return None
-    await conn.execute(
-        update(responses)
-        .where(responses.c.context_parent_id == response_id)
-        .values(context_parent_id=row.context_parent_id)
-    )
-    await conn.execute(delete(responses).where(responses.c.id == response_id))
-    status: Status = row.status
+    response). Responses chained from it keep their context less the deleted turn's items. A
+    queued response deleted never runs; a running one's late writes find no row and are dropped,
+    but its worker must still be told to stop."""
+    query = delete(responses).where(responses.c.id == response_id)
+    if account_id is not None:
+        query = query.where(responses.c.account_id == account_id)
+    status: Status | None = (await conn.execute(query.returning(responses.c.status))).scalar_one_or_none()
     return status

@@ -7,6 +7,7 @@ values are a CHECK, and a view, `response_overview`, summarises responses.
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
@@ -16,13 +17,14 @@ from sqlalchemy import (
     Integer,
     MetaData,
     PrimaryKeyConstraint,
+    Sequence,
     Table,
     Text,
     UniqueConstraint,
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSON, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB
 
 metadata = MetaData(
     naming_convention={
@@ -100,9 +102,28 @@ responses = Table(
         "context_parent_id",
         Text,
         ForeignKey("responses.id", ondelete="SET NULL"),
-        comment="the nearest live ancestor: the link walked to rebuild context (skips deleted turns)",
+        comment="the response this one continues, while it exists: its key refuses a continuation of a deleted one",
     ),
     Column("chain_depth", Integer, nullable=False, server_default="0", comment="turns before this one in its chain"),
+    Column(
+        "context_branches",
+        ARRAY(BigInteger),
+        nullable=False,
+        comment="the branches this response's context runs through, oldest first; the last is its own",
+    ),
+    Column(
+        "context_depths",
+        ARRAY(Integer),
+        nullable=False,
+        comment="for each of context_branches, the deepest turn of it in this context",
+    ),
+    Column(
+        "branch_continued",
+        Boolean,
+        nullable=False,
+        server_default=text("false"),
+        comment="a response continued this one on its branch; any other continuation starts a new branch",
+    ),
     Column("usage", JSONB, comment="token usage, set when the response ends"),
     Column("error", JSONB, comment="{code, message} of a failed response"),
     Column("incomplete_details", JSONB, comment="{reason} of an incomplete response"),
@@ -147,9 +168,18 @@ items = Table(
     Column("side", Text, nullable=False, comment="input: sent by the client; output: generated"),
     Column("position", Integer, nullable=False, comment="order within the response's side"),
     Column("type", Text, nullable=False, comment="message, function_call, …"),
-    Column("payload", JSONB, nullable=False, comment="the item as the API shows it, without its id"),
+    Column(
+        "payload",
+        JSON,
+        nullable=False,
+        comment="the item as the API shows it, without its id: json, read back as the text it was written",
+    ),
+    Column("branch_id", BigInteger, nullable=False, comment="its response's branch (the last of context_branches)"),
+    Column("depth", Integer, nullable=False, comment="its response's chain_depth"),
     CheckConstraint("side IN ('input', 'output')", name="side"),
     UniqueConstraint("response_id", "side", "position"),
+    # A context is one range of this index per branch it runs through, in the order the model reads it.
+    Index(None, "branch_id", "depth", "side", "position"),
     comment="Every input and output item, stored once under the response that introduced it.",
 )
 
@@ -169,5 +199,8 @@ response_events = Table(
     PrimaryKeyConstraint("response_id", "sequence_number"),
     comment="The durable, replayable stream of each response: what SSE followers read.",
 )
+
+# Numbers the branches of chains (docs/architecture.md, "Chains").
+branch_ids = Sequence("branch_ids", metadata=metadata)
 
 # The view `response_overview` is created by migration 0001 (views are not metadata objects).

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import secrets
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from app.db import items as items_db
 from app.db import responses as responses_db
 from app.db.tables import response_events, responses
 from app.state import AppState
 from tests.conftest import FakeRuntime
 from tests.integration.conftest import OpenWorker, accept, run_job
-from workers import runtime
 from workers.event_log import EventWriter
 
 PACE_SECONDS = 30.0  # far longer than the test: what is not urgent must not go out at all
@@ -125,14 +127,15 @@ async def in_progress(state: AppState, account_id: str, count: int) -> list[str]
 async def test_events_postgres_refuses_stop_their_own_response_at_once_and_no_other(
     state: AppState, account_id: str
 ) -> None:
-    """An ending Postgres cannot store (a NUL in an output item's JSON) shares a batch with another
-    response's events. It used to hold up every commit of the writer for a minute, then fail the
-    whole batch."""
+    """An ending Postgres cannot store (a NUL in its error, a jsonb column) shares a batch with
+    another response's events. It used to hold up every commit of the writer for a minute, then
+    fail the whole batch."""
     good, bad = await in_progress(state, account_id, 2)
     writer = EventWriter(state.engine, state.redis, f"responses:events:test-writer-{secrets.token_hex(3)}")
     stopped: list[str] = []
     writer.on_dropped = stopped.append
-    unstorable = responses_db.Outcome("completed", [message_with("a\x00")], 0.0)
+    error = {"code": "server_error", "message": "a\x00"}
+    unstorable = responses_db.Outcome("failed", [message_with("a")], 0.0, error=error)
     writer.append(good, [delta("a")])
     finishing = asyncio.create_task(writer.finish(bad, [{"type": "response.completed"}], unstorable))
     await asyncio.sleep(0)  # both wait for the first flush: one batch
@@ -159,10 +162,16 @@ async def test_events_postgres_refuses_stop_their_own_response_at_once_and_no_ot
 async def test_a_generation_whose_output_postgres_refuses_ends_failed_beside_one_that_completes(
     state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(runtime, "_without_nul", lambda chunk: chunk)  # a poison the reader does not know
     worker = await open_worker()
-    bad = await accept(state, account_id, input="#fake " + json.dumps({"chunks": ["a", "\u0000"]}))
+    bad = await accept(state, account_id, input="#fake " + json.dumps({"chunks": ["poi", "son"]}))
     good = await accept(state, account_id, input="hello")
+    # A poison nothing before Postgres knows: NaN, which JSON (and so Postgres) has no word for.
+    stored_payload = items_db.stored_payload
+
+    def poisoned(item: dict[str, Any]) -> dict[str, Any]:
+        return {**stored_payload(item), "score": math.nan} if "poison" in json.dumps(item) else stored_payload(item)
+
+    monkeypatch.setattr(items_db, "stored_payload", poisoned)
     await asyncio.wait_for(asyncio.gather(run_job(worker, bad), run_job(worker, good)), 20)
     async with state.engine.connect() as conn:
         bad_row, good_row = [await responses_db.get_row(conn, rid) for rid in (bad, good)]

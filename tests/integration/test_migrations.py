@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -13,8 +14,10 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from app.db import responses as responses_db
 from app.db.migrate import migrate
 from app.db.tables import metadata
+from app.protocol.response_object import ResponseRecord
 from app.settings import Settings
 from tests.conftest import admin_sql
 
@@ -100,3 +103,66 @@ async def test_settings_stored_before_0005_survive_the_change_to_json(empty_data
         stored = await conn.execute(text("SELECT settings::jsonb = CAST(:s AS jsonb) FROM responses"), {"s": settings})
         assert kind == "json" and stored.scalar() is True
     await engine.dispose()
+
+
+async def test_chains_stored_before_0006_keep_their_contexts_as_branches(empty_database_url: str) -> None:
+    """Before 0006, a context was walked through context_parent_id (relinked past deleted turns).
+    After it, every response's context is the same, and new turns go on from any of them."""
+    from alembic import command
+    from alembic.config import Config
+
+    import migrations
+    from app.db import items as items_db
+
+    config = Config()
+    config.set_main_option("script_location", migrations.__path__[0])
+    config.set_main_option("sqlalchemy.url", empty_database_url)
+    await _in_thread(command.upgrade, config, "0005")
+    engine = create_async_engine(empty_database_url)
+    # a → b → c with b deleted (c relinked to a); a → x → y created later; a lone response z
+    turns = [("a", None, 0), ("c", "a", 2), ("x", "a", 1), ("y", "x", 2), ("z", None, 0)]
+    async with engine.begin() as conn:
+        await conn.execute(text("INSERT INTO accounts (id, name) VALUES ('acct_1', 'one')"))
+        for n, (name, parent, depth) in enumerate(turns):
+            await conn.execute(
+                text(
+                    "INSERT INTO responses (id, account_id, model, status, background, stream, settings, "
+                    "context_parent_id, chain_depth, created_at) VALUES (:id, 'acct_1', 'm', 'completed', false, "
+                    "false, '{}', :parent, :depth, now() + make_interval(secs => :n))"
+                ),
+                {"id": name, "parent": parent, "depth": depth, "n": n},
+            )
+            for side in ("input", "output"):
+                await conn.execute(
+                    text(
+                        "INSERT INTO items (id, response_id, side, position, type, payload) "
+                        "VALUES (:id, :response, :side, 0, 'message', CAST(:payload AS jsonb))"
+                    ),
+                    {"id": f"{name}_{side}", "response": name, "side": side, "payload": '{"role": "user"}'},
+                )
+    await _in_thread(command.upgrade, config, "head")
+
+    async def context_of(response_id: str) -> list[str]:
+        async with engine.connect() as conn:
+            return [item["id"] for item in await items_db.context_items(conn, response_id)]
+
+    assert await context_of("c") == ["a_input", "a_output", "c_input"]
+    assert await context_of("y") == ["a_input", "a_output", "x_input", "x_output", "y_input"]
+    assert await context_of("z") == ["z_input"]
+    async with engine.connect() as conn:
+        rows = await conn.execute(text("SELECT id, context_branches, branch_continued FROM responses ORDER BY id"))
+        placed = {row.id: (row.context_branches, row.branch_continued) for row in rows}
+    assert placed["c"][0] == placed["a"][0] and placed["a"][1] is True  # c continued a's branch
+    assert placed["y"][0] == placed["x"][0] == placed["a"][0] + [placed["x"][0][-1]] != placed["c"][0]
+    assert placed["c"][1] is False and placed["z"][1] is False
+    async with engine.begin() as conn:  # new turns go on from the migrated ones
+        await responses_db.insert_responses(conn, [_new_turn("d", "c", 3), _new_turn("w", "a", 1)])
+    assert await context_of("d") == ["a_input", "a_output", "c_input", "c_output", "d_input"]
+    assert await context_of("w") == ["a_input", "a_output", "w_input"]
+    await engine.dispose()
+
+
+def _new_turn(name: str, parent: str, depth: int) -> responses_db.NewResponse:
+    record = ResponseRecord(name, "m", "queued", time.time(), None, parent, {}, {}, True, True, False)
+    item = {"id": f"{name}_input", "type": "message", "role": "user", "content": name}
+    return responses_db.NewResponse(record, "acct_1", responses_db.ChainLink(parent, depth), [item])
