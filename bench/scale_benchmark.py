@@ -13,6 +13,8 @@ bench/scale_data.py, then measures, each beside its baseline in the same run:
    last turn, in both orders, against the page of a one-turn response.
 4. Retrieve: a finished response among all of them, against the same on an empty database's
    size (the chain's first turn, retrieved the same way, is the baseline).
+5. Retention: each of its steps over 20,000 due responses, batch after batch: rows per second
+   and the longest statement (each is a transaction: the longest any of its locks is held).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import random
 import statistics
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,7 @@ from app import gc_tuning
 from app.db import items as items_db
 from bench.scale_data import Size, chain_turn, fill
 from bench.stack import Stack, running_stack
+from workers import retention
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -158,6 +162,34 @@ async def retrieves(http: aiohttp.ClientSession, stack: Stack, size: Size, repea
     return {"responses": size.responses + size.chain, "one": baseline, "random": beside(among_all, baseline)}
 
 
+async def retention_pass(stack: Stack, size: Size, due: int) -> dict[str, Any]:
+    """Each retention step run batch after batch over the `due` oldest generated responses (one a
+    second: each window set to reach just those): rows removed per second, and the longest
+    statement (every statement is its own transaction, so that is the longest any lock is held)."""
+    window = timedelta(seconds=size.responses - due)
+    policy = retention.RetentionPolicy(window, window, window, window)
+    engine = create_async_engine(stack.database_url)
+    results: dict[str, Any] = {}
+    try:
+        for step in sorted(retention.STEPS, key=lambda s: not s.purge_log):  # logs first: deletes take them too
+            durations, removed = [], 0
+            while True:
+                started = time.perf_counter()
+                batch = await retention.run_step(engine, policy, step)
+                durations.append(time.perf_counter() - started)
+                removed += batch
+                if batch < retention.BATCH:
+                    break
+            results[step.name] = {
+                "removed": removed,
+                "per_second": round(removed / sum(durations)),
+                "longest_statement_ms": round(1000 * max(durations), 1),
+            }
+    finally:
+        await engine.dispose()
+    return results
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--responses", type=int, default=Size.responses)
@@ -177,6 +209,7 @@ async def main() -> None:
             ("create_ttft", create_at_depths(http, stack, depths, max(5, args.repeats // 5))),
             ("input_items", input_item_pages(http, stack, template, size.chain, args.repeats)),
             ("retrieve", retrieves(http, stack, size, args.repeats)),
+            ("retention", retention_pass(stack, size, min(20_000, size.responses // 2))),
         ):
             results[name] = await measure
             print(json.dumps({name: results[name]}), flush=True)

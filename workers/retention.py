@@ -1,24 +1,27 @@
 """Retention: expired data is deleted from Postgres, not hidden (README, "Configuration").
 
-Every worker runs it periodically; SKIP LOCKED keeps concurrent runs from waiting on each other.
+Every worker runs it periodically. Each step is one statement over a small batch, found through
+an index of its own in the order it came due and locked with SKIP LOCKED: it commits in
+milliseconds, never waits for a row someone holds, and concurrent runs share the work. A pass
+repeats its steps while they find full batches (a backlog), and says how far behind retention
+is: the time since the oldest row still due came due.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from datetime import timedelta
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db import responses as responses_db
-from app.db.tables import response_events, responses
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
-BATCH = 500
+BATCH = 200  # rows per statement: long enough to be efficient, short enough that no lock lingers
 FOREGROUND_LOG_SECONDS = 60.0  # nothing replays a foreground stream; its followers are long done
 
 
@@ -38,70 +41,117 @@ class RetentionPolicy:
         )
 
 
-async def expire_responses(engine: AsyncEngine, policy: RetentionPolicy) -> int:
-    """Deletes responses past their retention (each like a DELETE: chains stay consistent)."""
-    async with engine.begin() as conn:
-        ids = (
-            (
-                await conn.execute(
-                    select(responses.c.id)
-                    .where(
-                        or_(
-                            and_(responses.c.store, responses.c.created_at < func.now() - policy.stored),
-                            and_(
-                                ~responses.c.store, responses.c.completed_at < func.now() - policy.unstored_background
-                            ),
-                        )
-                    )
-                    .order_by(responses.c.created_at)
-                    .limit(BATCH)
-                    .with_for_update(skip_locked=True)
-                )
-            )
-            .scalars()
-            .all()
+@dataclass(frozen=True, slots=True)
+class Step:
+    """Removes one kind of expired data, a batch at a time. `due` is the condition and `since` the
+    column whose order it came due in: the predicate and the column of `index`."""
+
+    name: str
+    due: str
+    since: str
+    index: str
+    purge_log: bool  # remove only the event log, keeping the response
+
+    def batch_statement(self) -> str:
+        due = f"SELECT id FROM responses WHERE {self.due} AND {self.since} < now() - CAST(:age AS interval) " + (
+            f"ORDER BY {self.since} LIMIT :batch FOR UPDATE SKIP LOCKED"
         )
-        for response_id in ids:
-            await responses_db.delete_response(conn, response_id, None)
-    return len(ids)
+        if not self.purge_log:  # items and events go with it (ON DELETE CASCADE)
+            return f"WITH gone AS (DELETE FROM responses WHERE id IN ({due}) RETURNING 1) SELECT count(*) FROM gone"
+        return f"""
+            WITH due AS ({due}),
+            marked AS (UPDATE responses r SET events_purged_at = now() FROM due WHERE r.id = due.id RETURNING r.id),
+            gone AS (DELETE FROM response_events e USING marked WHERE e.response_id = marked.id)
+            SELECT count(*) FROM marked"""
+
+    def behind_statement(self) -> str:
+        """Seconds past its due time of the oldest row still due (null: none)."""
+        return (
+            f"SELECT extract(epoch FROM now() - CAST(:age AS interval) - min({self.since})) FROM responses "
+            f"WHERE {self.due} AND {self.since} < now() - CAST(:age AS interval)"
+        )
+
+
+STEPS = (
+    Step("stored", "store", "created_at", "ix_responses_stored_expiry", purge_log=False),
+    Step("unstored_background", "NOT store", "completed_at", "ix_responses_unstored_expiry", purge_log=False),
+    Step(
+        "stream_log",
+        "events_purged_at IS NULL AND background",
+        "completed_at",
+        "ix_responses_stream_log_expiry",
+        purge_log=True,
+    ),
+    Step(
+        "foreground_log",
+        "events_purged_at IS NULL AND NOT background",
+        "completed_at",
+        "ix_responses_foreground_log_expiry",
+        purge_log=True,
+    ),
+)
+
+
+def _age(policy: RetentionPolicy, step: Step) -> timedelta:
+    age: timedelta = getattr(policy, step.name)
+    return age
+
+
+@dataclass(slots=True)
+class Report:
+    removed: dict[str, int] = field(default_factory=lambda: dict.fromkeys([s.name for s in STEPS], 0))
+    behind_seconds: dict[str, float] = field(default_factory=dict)  # only the steps still behind
+    seconds: float = 0.0
+
+
+async def run_step(engine: AsyncEngine, policy: RetentionPolicy, step: Step, batch: int = BATCH) -> int:
+    """One batch of one step, in a transaction of its own; how many responses it removed (or
+    whose event logs it removed)."""
+    async with engine.begin() as conn:
+        removed = await conn.scalar(text(step.batch_statement()), {"age": _age(policy, step), "batch": batch})
+    return int(removed or 0)
+
+
+async def expire_responses(engine: AsyncEngine, policy: RetentionPolicy) -> int:
+    """One batch of each step that deletes responses."""
+    return sum([await run_step(engine, policy, s) for s in STEPS if not s.purge_log])
 
 
 async def purge_event_logs(engine: AsyncEngine, policy: RetentionPolicy) -> int:
-    """Removes the event logs of responses that ended long enough ago; returns how many."""
-    async with engine.begin() as conn:
-        due = (
-            select(responses.c.id)
-            .where(
-                responses.c.events_purged_at.is_(None),
-                responses.c.completed_at.is_not(None),
-                or_(
-                    and_(responses.c.background, responses.c.completed_at < func.now() - policy.stream_log),
-                    and_(~responses.c.background, responses.c.completed_at < func.now() - policy.foreground_log),
-                ),
-            )
-            .limit(BATCH)
-            .with_for_update(skip_locked=True)
-            .scalar_subquery()
-        )
-        ids = (
-            (
-                await conn.execute(
-                    update(responses)
-                    .where(responses.c.id.in_(due))
-                    .values(events_purged_at=func.now())
-                    .returning(responses.c.id)
-                )
-            )
-            .scalars()
-            .all()
-        )
-        if ids:
-            await conn.execute(delete(response_events).where(response_events.c.response_id.in_(ids)))
-    return len(ids)
+    """One batch of each step that removes event logs."""
+    return sum([await run_step(engine, policy, s) for s in STEPS if s.purge_log])
 
 
-async def apply(engine: AsyncEngine, policy: RetentionPolicy) -> None:
-    expired = await expire_responses(engine, policy)
-    purged = await purge_event_logs(engine, policy)
-    if expired or purged:
-        log.info("retention: %d responses expired, %d event logs purged", expired, purged)
+async def behind(engine: AsyncEngine, policy: RetentionPolicy) -> dict[str, float]:
+    """How far behind each step is: the seconds since its oldest due row came due."""
+    lag: dict[str, float] = {}
+    async with engine.connect() as conn:
+        for step in STEPS:
+            seconds = await conn.scalar(text(step.behind_statement()), {"age": _age(policy, step)})
+            if seconds is not None:
+                lag[step.name] = round(float(seconds), 1)
+    return lag
+
+
+async def apply(engine: AsyncEngine, policy: RetentionPolicy, report_every: float) -> Report:
+    """Runs the steps in turn while any finds a full batch (a backlog is worked off without a
+    pause), saying every `report_every` seconds how far it got, and at the end how far behind it is."""
+    report = Report()
+    started = reported = time.monotonic()
+    backlog = list(STEPS)
+    while backlog:
+        full = []
+        for step in backlog:
+            removed = await run_step(engine, policy, step)
+            report.removed[step.name] += removed
+            if removed == BATCH:
+                full.append(step)
+        backlog = full
+        if backlog and time.monotonic() - reported >= report_every:
+            reported = time.monotonic()
+            log.info("retention: removed %s so far; behind by %s", report.removed, await behind(engine, policy))
+    report.seconds = round(time.monotonic() - started, 2)
+    report.behind_seconds = await behind(engine, policy)
+    if any(report.removed.values()):
+        log.info("retention: removed %s in %.2f s; behind by %s", report.removed, report.seconds, report.behind_seconds)
+    return report

@@ -120,7 +120,8 @@ class WorkerState:
         return frozenset(self.running) - transient, transient
 
     async def _retention(self) -> None:
-        await retention.apply(self.engine, retention.RetentionPolicy.from_settings(self.settings))
+        policy = retention.RetentionPolicy.from_settings(self.settings)
+        await retention.apply(self.engine, policy, report_every=self.settings.retention_interval_seconds)
 
     async def _housekeeping(self) -> None:
         channel = events_channel(self.settings.queue_name)

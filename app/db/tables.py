@@ -144,10 +144,18 @@ responses = Table(
     CheckConstraint(f"status IN ({', '.join(repr(s) for s in STATUSES)})", name="status"),
     Index(None, "account_id", "created_at"),
     Index(None, "context_parent_id"),
+    # Retention's, one per kind of expiry (workers/retention.py), each in the order things come due.
+    Index("ix_responses_stored_expiry", "created_at", postgresql_where=text("store")),
+    Index("ix_responses_unstored_expiry", "completed_at", postgresql_where=text("NOT store")),
     Index(
-        "ix_responses_log_retention",
+        "ix_responses_stream_log_expiry",
         "completed_at",
-        postgresql_where=text("events_purged_at IS NULL AND completed_at IS NOT NULL"),
+        postgresql_where=text("events_purged_at IS NULL AND background"),
+    ),
+    Index(
+        "ix_responses_foreground_log_expiry",
+        "completed_at",
+        postgresql_where=text("events_purged_at IS NULL AND NOT background"),
     ),
     Index(
         "ix_responses_active",

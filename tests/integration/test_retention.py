@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import secrets
 from datetime import timedelta
 
-from sqlalchemy import func, select, update
+import pytest
+from sqlalchemy import func, select, text, update
 
 from app.db import responses as responses_db
 from app.db.tables import response_events, responses
@@ -82,3 +85,55 @@ async def test_event_logs_go_after_their_window(
         record = await responses_db.get_record(conn, old_stream)
     assert record is not None and record.events_purged and record.status == "completed"
     assert record.output  # the response itself stays, output and all
+
+
+async def stored_responses(state: AppState, account_id: str, count: int, days_old: float) -> list[str]:
+    """`count` finished stored responses, as old as asked, inserted at once."""
+    ids = [f"resp_retention_{secrets.token_hex(8)}" for _ in range(count)]
+    async with state.engine.begin() as conn:
+        await conn.execute(
+            text("""
+            INSERT INTO responses (id, account_id, model, status, background, stream, settings, context_branches,
+                                   context_depths, created_at, completed_at)
+            SELECT id, :account, 'fake', 'completed', false, false, '{}', ARRAY[nextval('branch_ids')], ARRAY[0],
+                   now() - make_interval(days => :days), now() - make_interval(days => :days)
+            FROM unnest(CAST(:ids AS text[])) AS id
+            """),
+            {"ids": ids, "account": account_id, "days": days_old},
+        )
+    return ids
+
+
+async def test_a_backlog_larger_than_a_batch_goes_in_one_pass_and_how_far_behind_is_reported(
+    state: AppState, account_id: str
+) -> None:
+    expired = await stored_responses(state, account_id, 2 * retention.BATCH + 50, days_old=32)
+    kept = await stored_responses(state, account_id, 3, days_old=29)
+    lag = await retention.behind(state.engine, POLICY)
+    assert 2 * 86400 - 60 < lag["stored"] < 2 * 86400 + 60  # due two days ago
+    report = await retention.apply(state.engine, POLICY, report_every=0.0)
+    assert report.removed["stored"] >= len(expired)
+    assert "stored" not in report.behind_seconds and "stored" not in await retention.behind(state.engine, POLICY)
+    assert not any([await exists(state, r) for r in expired]) and all([await exists(state, r) for r in kept])
+
+
+async def test_retention_never_waits_for_a_row_a_request_holds(state: AppState, account_id: str) -> None:
+    held, free = await stored_responses(state, account_id, 2, days_old=31)
+    async with state.engine.connect() as request:  # say, a continuation of it being inserted
+        await request.execute(select(responses.c.id).where(responses.c.id == held).with_for_update())
+        while await asyncio.wait_for(retention.expire_responses(state.engine, POLICY), 5):
+            pass
+        assert await exists(state, held) and not await exists(state, free)
+        await request.rollback()
+    while await retention.expire_responses(state.engine, POLICY):  # the next pass takes it
+        pass
+    assert not await exists(state, held)
+
+
+@pytest.mark.parametrize("step", retention.STEPS, ids=lambda s: s.name)
+async def test_each_step_finds_its_rows_through_its_own_index(state: AppState, step: retention.Step) -> None:
+    async with state.engine.begin() as conn:
+        await conn.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = await conn.execute(text("EXPLAIN " + step.batch_statement()), {"age": timedelta(days=1), "batch": 1})
+        assert step.index in "\n".join(row[0] for row in plan)
+        await conn.rollback()
