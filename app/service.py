@@ -277,7 +277,7 @@ async def cancel_and_wait(state: AppState, response_id: str, timeout: float) -> 
         row = await responses_db.get_row(conn, response_id)
     if row is None:
         return
-    subscription = await state.hub.subscribe(response_id)
+    subscription = await state.hub.subscribe(response_id, durable=True)
     events = follow(
         state.log_source(True),
         subscription,

@@ -92,9 +92,10 @@ class AppState:
             job_deserializer=job_deserializer,
             default_queue_name=settings.queue_name,
         )
-        hub = EventHub(redis, events_channel(settings.queue_name), settings.follow_idle_seconds)
+        engine = create_engine(settings)
+        hub = EventHub(redis, events_channel(settings.queue_name), settings.follow_idle_seconds, engine)
         await hub.start()
-        state = cls(settings, Catalog.load(settings.models_path), create_engine(settings), redis, hub)
+        state = cls(settings, Catalog.load(settings.models_path), engine, redis, hub)
         state.start()
         return state
 

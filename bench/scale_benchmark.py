@@ -200,7 +200,8 @@ async def main() -> None:
     size = Size(responses=args.responses, chain=args.chain)
     depths = [d for d in (1, 100, 1000, 10_000) if d < size.chain] + [size.chain]
     results: dict[str, Any] = {"size": {"responses": size.responses, "chain": size.chain}}
-    async with running_stack() as stack, aiohttp.ClientSession() as http:
+    # The stack's worker applies no retention of its own: it would purge the generated logs midway.
+    async with running_stack(RESPONSES_RETENTION_INTERVAL_SECONDS="1e9") as stack, aiohttp.ClientSession() as http:
         template = await finished_response(http, stack)
         results["fill_seconds"] = await fill(stack.database_url, template, size)
         print(json.dumps(results), flush=True)

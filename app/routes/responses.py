@@ -38,7 +38,7 @@ async def create(request: Request) -> Response | ASGIApp:
     subscription = None
     try:
         if followed:  # before enqueueing: a transient response's events exist only live
-            subscription = await state.hub.subscribe(record.id)
+            subscription = await state.hub.subscribe(record.id, accepted.durable)
         await service.enqueue(state, accepted)
     except BaseException:
         if subscription is not None:
@@ -95,7 +95,7 @@ async def retrieve(request: Request) -> Response | ASGIApp:
             code="invalid_request_error",
         )
     after = query_int(request, "starting_after", default=-1, low=-1)
-    subscription = await state.hub.subscribe(record.id)
+    subscription = await state.hub.subscribe(record.id, durable=True)
     events = follow(
         state.log_source(True),
         subscription,

@@ -17,7 +17,7 @@ from app.db import events as events_db
 from app.db import responses as responses_db
 from app.protocol.response_object import TERMINAL_STATUSES
 from app.redis_keys import ALIVE_PREFIX
-from app.streaming.hub import Subscription
+from app.streaming.hub import Idle, Subscription
 from app.wire import TERMINAL_EVENT_TYPES, WireEvent
 
 LOG_PAGE = 1000
@@ -66,8 +66,8 @@ async def follow(
                 return
         while not cursor.done:
             batch = await subscription.next_batch()
-            if batch is None:
-                batch, ended = await _catch_up(source, response_id, cursor.last)
+            if isinstance(batch, Idle):
+                batch, ended = await _after_idle(source, response_id, cursor.last, batch)
                 if ended and not batch:
                     return
                 yield None
@@ -108,6 +108,13 @@ async def _log_pages(source: LogSource, response_id: str, after: int) -> AsyncIt
         if len(page) < LOG_PAGE:
             return
         after = page[-1].sequence_number
+
+
+async def _after_idle(source: LogSource, response_id: str, last: int, idle: Idle) -> tuple[list[WireEvent], bool]:
+    """`_catch_up`, unless the hub's check found nothing to catch up."""
+    if idle.state is not None and idle.state.holds_nothing_after(last):
+        return [], False
+    return await _catch_up(source, response_id, last)  # it may have ended, or we missed a message
 
 
 async def _catch_up(source: LogSource, response_id: str, last: int) -> tuple[list[WireEvent], bool]:

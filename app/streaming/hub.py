@@ -16,8 +16,12 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import errors
+from app.db.tables import responses
+from app.protocol.response_object import TERMINAL_STATUSES
 from app.side_tasks import SideTasks
 from app.wire import WireEvent, decode_message
 
@@ -26,16 +30,38 @@ log = logging.getLogger(__name__)
 SUBSCRIBE_TIMEOUT_SECONDS = 5.0
 
 
+@dataclass(frozen=True, slots=True)
+class LogState:
+    """A durable response as the hub's check of all its idle followers found it."""
+
+    ended: bool
+    last_sequence_number: int  # of its last committed event; -1 before the first
+
+    def holds_nothing_after(self, last_delivered: int) -> bool:
+        """Whether a follower that delivered up to `last_delivered` missed nothing and has more to wait for."""
+        return not self.ended and self.last_sequence_number <= last_delivered
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """Nothing came for an idle period. `state`: what the hub's check found; None where it did not
+    check (a transient response, one no longer in Postgres, or the check failed): the follower
+    checks for itself."""
+
+    state: LogState | None = None
+
+
 @dataclass(eq=False)
 class Subscription:
     hub: EventHub
     response_id: str
-    # Batches as they are published; None when nothing came for the hub's idle period.
-    queue: asyncio.Queue[list[WireEvent] | None] = field(default_factory=asyncio.Queue)
+    durable: bool
+    # Batches as they are published; Idle when nothing came for the hub's idle period.
+    queue: asyncio.Queue[list[WireEvent] | Idle] = field(default_factory=asyncio.Queue)
     quiet_ticks: int = 0
 
-    async def next_batch(self) -> list[WireEvent] | None:
-        """The next batch of live events, or None after an idle period."""
+    async def next_batch(self) -> list[WireEvent] | Idle:
+        """The next batch of live events, or Idle after an idle period."""
         return await self.queue.get()
 
     async def close(self) -> None:
@@ -43,14 +69,17 @@ class Subscription:
 
 
 class EventHub:
-    """`idle_seconds`: a follower that received nothing this long is told so (None), to
-    re-check Postgres and keep its connection alive. One clock for all followers: a timer per
-    wait was, with hundreds of streams, a tenth of an API process's CPU."""
+    """`idle_seconds`: a follower that received nothing this long is told so (Idle), to keep its
+    connection alive and make sure it missed no message. One clock for all followers: a timer
+    per wait was, with hundreds of streams, a tenth of an API process's CPU. And one query per
+    tick for all the durable responses whose followers are idle (`engine`): a query per
+    follower was, with thousands of them, more than Postgres and the pool could answer."""
 
     IDLE_TICKS = 4  # a follower is told after one to one and a quarter idle periods of quiet
 
-    def __init__(self, redis: Redis, channel: str, idle_seconds: float) -> None:
+    def __init__(self, redis: Redis, channel: str, idle_seconds: float, engine: AsyncEngine | None = None) -> None:
         self._redis = redis
+        self._engine = engine
         self._channel = channel
         self._tick_seconds = idle_seconds / self.IDLE_TICKS
         self._pubsub: PubSub | None = None
@@ -74,9 +103,9 @@ class EventHub:
         if self._pubsub:
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]
 
-    async def subscribe(self, response_id: str) -> Subscription:
+    async def subscribe(self, response_id: str, durable: bool) -> Subscription:
         """Events published from now on; 503 while the events channel is not subscribed."""
-        subscription = Subscription(self, response_id)
+        subscription = Subscription(self, response_id, durable)
         self._followers.setdefault(response_id, set()).add(subscription)
         if not self._subscribed.is_set():
             try:
@@ -142,10 +171,34 @@ class EventHub:
     async def _watch_idle(self) -> None:
         while True:
             await asyncio.sleep(self._tick_seconds)
+            due = []
             for followers in self._followers.values():
                 for subscription in followers:
                     subscription.quiet_ticks += 1
                     if subscription.quiet_ticks > self.IDLE_TICKS:
                         subscription.quiet_ticks = 0
-                        if subscription.queue.empty():
-                            subscription.queue.put_nowait(None)
+                        due.append(subscription)
+            if due:
+                await self._tell_idle(due)
+
+    async def _tell_idle(self, due: list[Subscription]) -> None:
+        states = await self._log_states({s.response_id for s in due if s.durable})
+        for subscription in due:
+            if subscription.queue.empty():  # (events came meanwhile: it is not idle)
+                state = states.get(subscription.response_id) if subscription.durable else None
+                subscription.queue.put_nowait(Idle(state))
+
+    async def _log_states(self, response_ids: set[str]) -> dict[str, LogState]:
+        if not response_ids or self._engine is None:
+            return {}
+        try:
+            async with self._engine.connect() as conn:
+                rows = await conn.execute(
+                    select(responses.c.id, responses.c.status, responses.c.next_sequence_number).where(
+                        responses.c.id.in_(response_ids)
+                    )
+                )
+        except Exception:  # each follower checks for itself (and meets the failure itself)
+            log.warning("event hub could not check its idle followers' responses", exc_info=True)
+            return {}
+        return {r.id: LogState(r.status in TERMINAL_STATUSES, r.next_sequence_number - 1) for r in rows}

@@ -12,12 +12,18 @@ from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
+from sqlalchemy import event, update
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from app import wire
+from app.db import events as events_db
+from app.db.tables import responses
 from app.errors import ServiceUnavailable
 from app.state import AppState
-from app.streaming.hub import EventHub
+from app.streaming.follow import follow
+from app.streaming.hub import EventHub, Idle, LogState
 from app.wire import WireEvent
+from tests.integration.conftest import accept
 
 IDLE = 0.4
 
@@ -38,17 +44,17 @@ def delta(number: int) -> WireEvent:
 
 
 async def test_a_quiet_follower_is_told_once_per_idle_period(hub: EventHub) -> None:
-    subscription = await hub.subscribe(f"resp_quiet_{secrets.token_hex(3)}")
+    subscription = await hub.subscribe(f"resp_quiet_{secrets.token_hex(3)}", durable=False)
     started = time.monotonic()
-    assert await asyncio.wait_for(subscription.next_batch(), 2 * IDLE) is None
+    assert await asyncio.wait_for(subscription.next_batch(), 2 * IDLE) == Idle()
     assert IDLE * 0.9 <= time.monotonic() - started < IDLE * 3
-    assert await asyncio.wait_for(subscription.next_batch(), 2 * IDLE) is None
+    assert await asyncio.wait_for(subscription.next_batch(), 2 * IDLE) == Idle()
     await subscription.close()
 
 
 async def test_followers_of_a_busy_response_get_every_batch_and_no_idle_signal(hub: EventHub, state: AppState) -> None:
     response_id = f"resp_busy_{secrets.token_hex(3)}"
-    first, second = await hub.subscribe(response_id), await hub.subscribe(response_id)
+    first, second = await hub.subscribe(response_id, durable=False), await hub.subscribe(response_id, durable=False)
     batches = 8
     for number in range(batches):  # a batch every quarter of the idle period, for twice its length
         await wire.publish(state.redis, CHANNEL, {response_id: [delta(number)]})
@@ -61,7 +67,7 @@ async def test_followers_of_a_busy_response_get_every_batch_and_no_idle_signal(h
 
 async def test_one_commit_reaches_each_follower_with_its_own_events_only(hub: EventHub, state: AppState) -> None:
     followed, other = f"resp_one_{secrets.token_hex(3)}", f"resp_two_{secrets.token_hex(3)}"
-    first, second = await hub.subscribe(followed), await hub.subscribe(other)
+    first, second = await hub.subscribe(followed, durable=False), await hub.subscribe(other, durable=False)
     await wire.publish(
         state.redis, CHANNEL, {followed: [delta(0), delta(1)], other: [delta(7)], "resp_nobody": [delta(3)]}
     )
@@ -81,7 +87,7 @@ async def test_following_waits_for_the_channel_and_fails_fast_without_redis() ->
     hub = EventHub(unreachable, CHANNEL, IDLE)
     await hub.start()
     with pytest.raises(ServiceUnavailable):
-        await hub.subscribe("resp_x")
+        await hub.subscribe("resp_x", durable=False)
     assert not hub._followers
     await hub.close()
 
@@ -90,11 +96,59 @@ async def test_a_malformed_message_on_the_channel_is_skipped_and_following_goes_
     hub: EventHub, state: AppState
 ) -> None:
     response_id = f"resp_after_junk_{secrets.token_hex(3)}"
-    subscription = await hub.subscribe(response_id)
+    subscription = await hub.subscribe(response_id, durable=False)
     for junk in (b"no header line", b"resp_x notanumber\n1 a {}", b"resp_y 99\nshort", b"\xff\xfe 3\nabc"):
         await state.redis.publish(CHANNEL, junk)
     await wire.publish(state.redis, CHANNEL, {response_id: [delta(0)]})
     assert await asyncio.wait_for(subscription.next_batch(), IDLE) == [delta(0)]
-    later = await asyncio.wait_for(hub.subscribe(f"resp_later_{secrets.token_hex(3)}"), 1)  # still live
+    later = await asyncio.wait_for(hub.subscribe(f"resp_later_{secrets.token_hex(3)}", durable=False), 1)  # still live
     for each in (subscription, later):
         await each.close()
+
+
+async def test_idle_followers_of_many_responses_are_checked_by_one_query_per_tick(
+    state: AppState, account_id: str
+) -> None:
+    running = [await accept(state, account_id, input="hi") for _ in range(3)]
+    async with state.engine.begin() as conn:
+        await conn.execute(
+            update(responses).where(responses.c.id.in_(running)).values(status="in_progress", next_sequence_number=4)
+        )
+    engine = create_async_engine(state.settings.database_url)
+    statements: list[str] = []
+    event.listen(engine.sync_engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    hub = EventHub(state.redis, CHANNEL, IDLE, engine)
+    await hub.start()
+    try:
+        followers = [await hub.subscribe(running[n % 3], durable=True) for n in range(300)]
+        gone = await hub.subscribe("resp_gone", durable=True)  # not in Postgres: it checks for itself
+        transient = await hub.subscribe(running[0], durable=False)  # not in Postgres by nature
+        told = [await asyncio.wait_for(f.next_batch(), 3 * IDLE) for f in followers]
+        assert told == [Idle(LogState(ended=False, last_sequence_number=3))] * 300
+        assert await gone.next_batch() == Idle() and await transient.next_batch() == Idle()
+        assert len(statements) == 1  # for all 302 durable followers of 4 responses
+        for subscription in [*followers, gone, transient]:
+            await subscription.close()
+    finally:
+        await hub.close()
+        await engine.dispose()
+
+
+async def test_a_follower_that_missed_a_message_gets_the_events_from_the_log_on_its_idle_tick(
+    state: AppState, account_id: str
+) -> None:
+    response_id = await accept(state, account_id, input="hi")
+    async with state.engine.begin() as conn:
+        await conn.execute(update(responses).where(responses.c.id == response_id).values(status="in_progress"))
+    hub = EventHub(state.redis, CHANNEL, IDLE, state.engine)
+    await hub.start()
+    events = follow(state.log_source(True), await hub.subscribe(response_id, durable=True), response_id, -1)
+    try:
+        async with state.engine.begin() as conn:  # committed, and its message lost
+            await events_db.append_many(conn, {response_id: [{"type": "response.output_text.delta", "delta": "a"}]})
+        received = await asyncio.wait_for(anext(events), 3 * IDLE)
+        assert received is not None and [e.type for e in received] == ["response.output_text.delta"]
+        assert await asyncio.wait_for(anext(events), 3 * IDLE) is None  # then idle: a keep-alive moment
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+        await hub.close()
