@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import json
 import random
-import statistics
 import sys
 import time
 from datetime import timedelta
@@ -37,17 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app import gc_tuning
 from app.db import items as items_db
+from bench.measure import percentiles
 from bench.scale_data import Size, chain_turn, fill
 from bench.stack import Stack, running_stack
 from workers import retention
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "p50_ms": round(1000 * statistics.median(ordered), 2),
-        "p99_ms": round(1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2),
-    }
 
 
 def beside(measured: dict[str, float], baseline: dict[str, float]) -> dict[str, Any]:

@@ -1,0 +1,31 @@
+"""What the benchmark scripts measure a process or a series of samples with (Linux /proc)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    """p50 and p99 of durations in seconds, in milliseconds."""
+    ordered = sorted(values)
+    return {
+        "p50_ms": round(1000 * statistics.median(ordered), 2),
+        "p99_ms": round(1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2),
+    }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
