@@ -249,7 +249,7 @@ async def input_items(
         response = await responses_db.get_row(conn, response_id, account_id)
         if response is None:
             raise errors.response_not_found(response_id)
-        cursors: dict[str, items_db.Cursor | None] = {}
+        cursors: dict[str, items_db.Key | None] = {}
         for name, item_id in (("after", after), ("before", before)):
             found = None if item_id is None else await items_db.find_input_item(conn, response, item_id)
             if item_id is not None and found is None:

@@ -112,16 +112,6 @@ async def run_step(engine: AsyncEngine, policy: RetentionPolicy, step: Step, bat
     return int(removed or 0)
 
 
-async def expire_responses(engine: AsyncEngine, policy: RetentionPolicy) -> int:
-    """One batch of each step that deletes responses."""
-    return sum([await run_step(engine, policy, s) for s in STEPS if not s.purge_log])
-
-
-async def purge_event_logs(engine: AsyncEngine, policy: RetentionPolicy) -> int:
-    """One batch of each step that removes event logs."""
-    return sum([await run_step(engine, policy, s) for s in STEPS if s.purge_log])
-
-
 async def behind(engine: AsyncEngine, policy: RetentionPolicy) -> dict[str, float]:
     """How far behind each step is: the seconds since its oldest due row came due."""
     lag: dict[str, float] = {}

@@ -107,9 +107,9 @@ class Segment:
     def holds(self, key: Key) -> bool:
         return self.after_depth < key[0] and key[:2] <= (self.depth, self.last_side)
 
-    def outside(self, low: Cursor | None, high: Cursor | None) -> bool:
+    def outside(self, low: Key | None, high: Key | None) -> bool:
         """Whether none of its items can lie between the bounds."""
-        return (low is not None and self.depth < low.key[0]) or (high is not None and self.after_depth >= high.key[0])
+        return (low is not None and self.depth < low[0]) or (high is not None and self.after_depth >= high[0])
 
 
 def input_segments(response: DbRow) -> list[Segment]:
@@ -129,16 +129,8 @@ class Page:
     has_more: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Cursor:
-    """An item of the context, by its key and the branch it lies on."""
-
-    branch_id: int
-    key: Key
-
-
-async def find_input_item(conn: AsyncConnection, response: DbRow, item_id: str) -> Cursor | None:
-    """The item with this id, if it is one of the response's input items."""
+async def find_input_item(conn: AsyncConnection, response: DbRow, item_id: str) -> Key | None:
+    """The key of the item with this id, if it is one of the response's input items."""
     if "\x00" in item_id:  # in no context: Postgres text cannot hold one
         return None
     row = (
@@ -148,9 +140,9 @@ async def find_input_item(conn: AsyncConnection, response: DbRow, item_id: str) 
     ).one_or_none()
     if row is None:
         return None
-    cursor = Cursor(row.branch_id, (row.depth, row.side, row.position))
-    held = any(s.branch_id == cursor.branch_id and s.holds(cursor.key) for s in input_segments(response))
-    return cursor if held else None
+    key: Key = (row.depth, row.side, row.position)
+    held = any(s.branch_id == row.branch_id and s.holds(key) for s in input_segments(response))
+    return key if held else None
 
 
 async def input_items_page(
@@ -159,8 +151,8 @@ async def input_items_page(
     *,
     order: Literal["asc", "desc"],
     limit: int,
-    after: Cursor | None,
-    before: Cursor | None,
+    after: Key | None,
+    before: Key | None,
 ) -> Page:
     """One keyset page of a response's input items: a range read of each branch the page spans,
     from the cursor on (usually one), whatever the chain's length."""
@@ -180,15 +172,14 @@ async def input_items_page(
 
 
 async def _segment_page(
-    conn: AsyncConnection, segment: Segment, ascending: bool, low: Cursor | None, high: Cursor | None, limit: int
+    conn: AsyncConnection, segment: Segment, ascending: bool, low: Key | None, high: Key | None, limit: int
 ) -> Sequence[DbRow]:
-    conditions = ["branch_id = :branch_id", "(depth, side) <= (:depth, :last_side)"]
-    parameters: dict[str, Any] = {"branch_id": segment.branch_id, "depth": segment.depth}
-    parameters["last_side"] = segment.last_side
+    conditions = ["branch_id = :branch_id", "(depth, side) <= (:depth, :last)"]
+    parameters: dict[str, Any] = {"branch_id": segment.branch_id, "depth": segment.depth, "last": segment.last_side}
     for name, bound, comparison in (("low", low, ">"), ("high", high, "<")):
         if bound is not None:
             conditions.append(f"(depth, side, position) {comparison} (:{name}_depth, :{name}_side, :{name}_position)")
-            parameters.update(zip((f"{name}_depth", f"{name}_side", f"{name}_position"), bound.key, strict=True))
+            parameters.update(zip((f"{name}_depth", f"{name}_side", f"{name}_position"), bound, strict=True))
     direction = "ASC" if ascending else "DESC"
     query = (
         f"SELECT id, payload FROM items WHERE {' AND '.join(conditions)} "

@@ -11,10 +11,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 from arq.connections import ArqRedis, RedisSettings, create_pool
+from sqlalchemy import update
 
 from app import service
 from app.catalog import Catalog
 from app.db import accounts as accounts_db
+from app.db.tables import responses
 from app.queue import job_deserializer, job_serializer
 from app.state import AppState
 from tests.conftest import Environment, new_environment
@@ -75,3 +77,11 @@ async def run_job(state: WorkerState, response_id: str) -> None:
 async def accept(state: AppState, account_id: str, **body: object) -> str:
     accepted = await service.accept(state, account_id, {"model": "fake", **body})
     return accepted.record.id
+
+
+async def in_progress(state: AppState, account_id: str, count: int, **columns: object) -> list[str]:
+    """`count` responses as a worker running them leaves them (and with `columns` set)."""
+    ids = [await accept(state, account_id, input="hi") for _ in range(count)]
+    async with state.engine.begin() as conn:
+        await conn.execute(update(responses).where(responses.c.id.in_(ids)).values(status="in_progress", **columns))
+    return ids

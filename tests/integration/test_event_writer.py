@@ -11,15 +11,15 @@ import secrets
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, text, update
+from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.db import items as items_db
 from app.db import responses as responses_db
-from app.db.tables import response_events, responses
+from app.db.tables import response_events
 from app.state import AppState
 from tests.conftest import FakeRuntime
-from tests.integration.conftest import OpenWorker, accept, run_job
+from tests.integration.conftest import OpenWorker, accept, in_progress, run_job
 from workers.event_log import EventWriter
 
 PACE_SECONDS = 30.0  # far longer than the test: what is not urgent must not go out at all
@@ -49,9 +49,7 @@ async def until_committed(state: AppState, response_id: str, count: int) -> None
 
 
 async def test_first_output_and_endings_skip_the_pacing_others_wait(state: AppState, account_id: str) -> None:
-    ids = [await accept(state, account_id, input="hi") for _ in range(20)]
-    async with state.engine.begin() as conn:
-        await conn.execute(update(responses).where(responses.c.id.in_(ids)).values(status="in_progress"))
+    ids = await in_progress(state, account_id, 20)
     # Paced as under load: after a batch of 16 or more responses, the next waits PACE_SECONDS.
     writer = EventWriter(
         state.engine,
@@ -87,9 +85,7 @@ async def test_first_output_and_endings_skip_the_pacing_others_wait(state: AppSt
 async def test_the_writer_commits_through_a_fresh_connection_after_postgres_dropped_its_own(
     state: AppState, account_id: str
 ) -> None:
-    response_id = await accept(state, account_id, input="hi")
-    async with state.engine.begin() as conn:
-        await conn.execute(update(responses).where(responses.c.id == response_id).values(status="in_progress"))
+    (response_id,) = await in_progress(state, account_id, 1)
     name = f"writer-{secrets.token_hex(3)}"  # marks the writer's backends, to drop exactly those
     engine = create_async_engine(
         state.settings.database_url, connect_args={"server_settings": {"application_name": name}}
@@ -115,13 +111,6 @@ async def test_the_writer_commits_through_a_fresh_connection_after_postgres_drop
 def message_with(text: str) -> dict[str, object]:
     content = [{"type": "output_text", "text": text, "annotations": []}]
     return {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed", "content": content}
-
-
-async def in_progress(state: AppState, account_id: str, count: int) -> list[str]:
-    ids = [await accept(state, account_id, input="hi") for _ in range(count)]
-    async with state.engine.begin() as conn:
-        await conn.execute(update(responses).where(responses.c.id.in_(ids)).values(status="in_progress"))
-    return ids
 
 
 async def test_events_postgres_refuses_stop_their_own_response_at_once_and_no_other(

@@ -12,18 +12,17 @@ from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
-from sqlalchemy import event, update
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app import wire
 from app.db import events as events_db
-from app.db.tables import responses
 from app.errors import ServiceUnavailable
 from app.state import AppState
 from app.streaming.follow import follow
 from app.streaming.hub import EventHub, Idle, LogState
 from app.wire import WireEvent
-from tests.integration.conftest import accept
+from tests.integration.conftest import in_progress
 
 IDLE = 0.4
 
@@ -109,11 +108,7 @@ async def test_a_malformed_message_on_the_channel_is_skipped_and_following_goes_
 async def test_idle_followers_of_many_responses_are_checked_by_one_query_per_tick(
     state: AppState, account_id: str
 ) -> None:
-    running = [await accept(state, account_id, input="hi") for _ in range(3)]
-    async with state.engine.begin() as conn:
-        await conn.execute(
-            update(responses).where(responses.c.id.in_(running)).values(status="in_progress", next_sequence_number=4)
-        )
+    running = await in_progress(state, account_id, 3, next_sequence_number=4)
     engine = create_async_engine(state.settings.database_url)
     statements: list[str] = []
     event.listen(engine.sync_engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
@@ -137,9 +132,7 @@ async def test_idle_followers_of_many_responses_are_checked_by_one_query_per_tic
 async def test_a_follower_that_missed_a_message_gets_the_events_from_the_log_on_its_idle_tick(
     state: AppState, account_id: str
 ) -> None:
-    response_id = await accept(state, account_id, input="hi")
-    async with state.engine.begin() as conn:
-        await conn.execute(update(responses).where(responses.c.id == response_id).values(status="in_progress"))
+    (response_id,) = await in_progress(state, account_id, 1)
     hub = EventHub(state.redis, CHANNEL, IDLE, state.engine)
     await hub.start()
     events = follow(state.log_source(True), await hub.subscribe(response_id, durable=True), response_id, -1)
