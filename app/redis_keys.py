@@ -20,6 +20,11 @@ def events_channel(queue_name: str) -> str:
     return EVENTS_CHANNEL_PREFIX + queue_name
 
 
+# The events of a transient response too large for the events channel, under
+# `<prefix><response_id>:<first sequence number>`, read once by its follower (app/wire.py).
+OVERFLOW_PREFIX = "responses:overflow:"
+OVERFLOW_TTL_SECONDS = 300
+
 # Set (NX) by the worker that takes a store=false response: its "claim", since Postgres has no row.
 TRANSIENT_CLAIM_PREFIX = "responses:claim:"
 # Refreshed by the worker while it generates a store=false response (no Postgres lease for those).

@@ -7,6 +7,13 @@ its events, one per line: `<sequence_number> <type> <json>`. A reader skips the 
 not follow by their length, without reading their events. One channel rather than one per
 response: hundreds of streams cost an API process one message per commit instead of one per
 stream, and no SUBSCRIBE round trip before each stream starts.
+
+A message stays small whatever the answer: a response's events travel in it only up to
+INLINE_BYTES (and the whole message up to MESSAGE_BYTES). Past that the response gets a notice
+instead, `<first> * <last>`: events first..last were committed, read them from the log in Postgres
+or, for a transient response, from its overflow key. Redis closes a subscriber whose unread
+messages pass its output buffer limit (32 MB by default), so one large answer carried whole would
+cut every API process off the live events.
 """
 
 from __future__ import annotations
@@ -20,11 +27,17 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from app.redis_keys import OVERFLOW_PREFIX, OVERFLOW_TTL_SECONDS
+
 log = logging.getLogger(__name__)
 
 Event = dict[str, Any]
 
 TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed", "response.cancelled"})
+
+INLINE_BYTES = 64 * 1024  # one response's events in one message
+MESSAGE_BYTES = 512 * 1024  # all of them
+_NOTICE = "*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +55,18 @@ class WireEvent:
         return decoded
 
 
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Events `first` to `last` of a response were committed, but are too large to travel here."""
+
+    first: int
+    last: int
+
+
+def overflow_key(response_id: str, first: int) -> str:
+    return f"{OVERFLOW_PREFIX}{response_id}:{first}"
+
+
 def encode(event: Event) -> str:
     return orjson.dumps(event).decode()
 
@@ -55,39 +80,79 @@ def numbered(events: Sequence[Event], encoded: Sequence[str], first: int) -> lis
     ]
 
 
-def encode_message(committed: Mapping[str, Sequence[WireEvent]]) -> bytes:
-    parts = []
+def _body(events: Sequence[WireEvent]) -> bytes:
+    return "\n".join(f"{e.sequence_number} {e.type} {e.json}" for e in events).encode()
+
+
+def encode_message(committed: Mapping[str, Sequence[WireEvent]]) -> tuple[bytes, dict[str, bytes]]:
+    """The message, and the bodies of the responses it carries only a notice of."""
+    parts: list[bytes] = []
+    left_out: dict[str, bytes] = {}
+    room = MESSAGE_BYTES
     for response_id, events in committed.items():
-        body = "\n".join(f"{e.sequence_number} {e.type} {e.json}" for e in events).encode()
+        if not events:
+            continue
+        body = _body(events)
+        if len(body) > min(INLINE_BYTES, room):
+            left_out[response_id] = body
+            body = f"{events[0].sequence_number} {_NOTICE} {events[-1].sequence_number}".encode()
+        room -= len(body)
         parts += [f"{response_id} {len(body)}\n".encode(), body]
-    return b"".join(parts)
+    return b"".join(parts), left_out
 
 
-def decode_message(message: bytes, wanted: Container[str]) -> Iterator[tuple[str, list[WireEvent]]]:
-    """The events of each response in `wanted`, in the order published."""
+def decode_message(message: bytes, wanted: Container[str]) -> Iterator[tuple[str, list[WireEvent] | Notice]]:
+    """The events (or the notice) of each response in `wanted`, in the order published."""
     position = 0
     while position < len(message):
         header_end = message.index(b"\n", position)
         response_id, length = message[position:header_end].decode().split(" ")
         position = header_end + 1 + int(length)
         if response_id in wanted:
-            yield response_id, _events(message[header_end + 1 : position].decode())
+            events = decode_events(message[header_end + 1 : position])
+            if len(events) == 1 and events[0].type == _NOTICE:
+                yield response_id, Notice(events[0].sequence_number, int(events[0].json))
+            else:
+                yield response_id, events
 
 
-def _events(text: str) -> list[WireEvent]:
+def decode_events(body: bytes) -> list[WireEvent]:
     events = []
-    for line in text.split("\n"):
+    for line in body.decode().split("\n"):
         sequence_number, event_type, payload = line.split(" ", 2)
         events.append(WireEvent(int(sequence_number), event_type, payload))
     return events
 
 
-async def publish(redis: Redis, channel: str, committed: Mapping[str, Sequence[WireEvent]]) -> None:
+async def publish(
+    redis: Redis,
+    channel: str,
+    committed: Mapping[str, Sequence[WireEvent]],
+    transient: Container[str] = frozenset(),
+) -> None:
     """Wakes the followers of each response with its newly committed events. A lost message
-    costs latency, never data: followers re-read Postgres when idle."""
+    costs latency, never data: followers re-read Postgres when idle. The events of a `transient`
+    response too large for the message wait in its overflow key (set before the message goes)."""
     if not committed:
         return
+    message, left_out = encode_message(committed)
     try:
-        await redis.publish(channel, encode_message(committed))
+        async with redis.pipeline(transaction=False) as pipe:
+            for response_id, body in left_out.items():
+                if response_id in transient:
+                    first = committed[response_id][0].sequence_number
+                    pipe.set(overflow_key(response_id, first), body, ex=OVERFLOW_TTL_SECONDS)
+            pipe.publish(channel, message)
+            await pipe.execute()
     except Exception:
         log.warning("could not publish the events of %d responses", len(committed), exc_info=True)
+
+
+async def read_overflow(redis: Redis, response_id: str, notice: Notice) -> list[WireEvent] | None:
+    """The events a notice stands for, of a transient response; None if they are gone."""
+    key = overflow_key(response_id, notice.first)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.get(key)
+        pipe.delete(key)  # its one follower has them now
+        body, _ = await pipe.execute()
+    return decode_events(body) if body else None

@@ -4,6 +4,8 @@ By default it answers "Echo: <last user message>", one word per chunk. A user me
 first line is `#fake {json}` scripts it instead:
 
     text / chunks      the answer, as words or as explicit chunks
+    filler             {"bytes": N, "chunk_bytes": M}: an answer of N bytes of letters in chunks of
+                       M (a very large answer without a very large request)
     delay, first_delay seconds between chunks / before the first one; chunk n is due `n · delay`
                        after the first, on a clock of its own, as a GPU's steps come: a loop busy
                        elsewhere sends a chunk late, not every later one
@@ -83,9 +85,17 @@ def _script(body: dict[str, Any]) -> dict[str, Any]:
 def _chunks(script: dict[str, Any]) -> list[str]:
     if "chunks" in script:
         return list(script["chunks"])
+    if "filler" in script:
+        return _filler(script["filler"]["bytes"], script["filler"]["chunk_bytes"])
     if "tool_calls" in script and "text" not in script:
         return []
     return _words(script.get("text", ""))
+
+
+def _filler(size: int, chunk_bytes: int) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    text = (letters * (size // len(letters) + 1))[:size]
+    return [text[start : start + chunk_bytes] for start in range(0, size, chunk_bytes)]
 
 
 def _words(text: str) -> list[str]:

@@ -234,14 +234,15 @@ class EventWriter:
             for rid in durable.keys() - committed.keys() - self._refused:
                 if durable[rid].outcome is None:  # ended elsewhere while it was still generating
                     self.on_dropped(rid)
-        for rid, pending in batch.items():
-            if rid in self._transient_next:
-                encoded = [wire.encode(event) for event in pending.events]
-                committed[rid] = wire.numbered(pending.events, encoded, self._transient_next[rid])
-                self._transient_next[rid] += len(pending.events)
-                if pending.outcome is not None:
-                    del self._transient_next[rid]
-        await wire.publish(self._redis, self._channel, committed)
+        transient = [rid for rid in batch if rid in self._transient_next]
+        for rid in transient:
+            pending = batch[rid]
+            encoded = [wire.encode(event) for event in pending.events]
+            committed[rid] = wire.numbered(pending.events, encoded, self._transient_next[rid])
+            self._transient_next[rid] += len(pending.events)
+            if pending.outcome is not None:
+                del self._transient_next[rid]
+        await wire.publish(self._redis, self._channel, committed, transient=set(transient))
 
     async def _commit_with_retry(self, batch: dict[str, _Pending]) -> dict[str, list[WireEvent]]:
         delay, waited = 0.05, 0.0

@@ -4,38 +4,67 @@ produced so far (OpenAI shows partial output when a background response is polle
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 Event = dict[str, Any]
 Item = dict[str, Any]
 
+# Where each kind of delta goes: (the item's list and the delta's index into it, or None for a
+# field of the item itself; the field).
+_GROWS: dict[str, tuple[tuple[str, str] | None, str]] = {
+    "response.output_text.delta": (("content", "content_index"), "text"),
+    "response.reasoning_text.delta": (("content", "content_index"), "text"),
+    "response.reasoning_summary_text.delta": (("summary", "summary_index"), "text"),
+    "response.function_call_arguments.delta": (None, "arguments"),
+    "response.custom_tool_call_input.delta": (None, "input"),
+}
 
-def output_so_far(events: Iterable[Event]) -> list[Item]:
-    items: dict[int, Item] = {}
+
+def output_so_far(events: Iterable[Event], start: Sequence[Item] = ()) -> list[Item]:
+    """The output after `events`, folded onto `start` (the output after the events before them).
+    Each growing text is kept in pieces and joined once: adding to one string per delta copied
+    it every time (quadratic in a long answer's deltas)."""
+    items: dict[int, Item] = {index: copy.deepcopy(item) for index, item in enumerate(start)}
+    pieces: dict[tuple[int, int], _Growing] = {}  # by output index and holder
     for event in events:
         kind = event["type"]
         if kind in ("response.output_item.added", "response.output_item.done"):
-            items[event["output_index"]] = copy.deepcopy(event["item"])
+            index = event["output_index"]
+            _join(pieces, index)  # (the item is replaced whole)
+            items[index] = copy.deepcopy(event["item"])
         elif kind == "response.content_part.added":
             part = dict(event["part"])
             if "logprobs" in part:  # its own list: deltas extend it
                 part["logprobs"] = list(part["logprobs"])
             items[event["output_index"]].setdefault("content", []).append(part)
-        elif kind in ("response.output_text.delta", "response.reasoning_text.delta"):
-            part = items[event["output_index"]]["content"][event["content_index"]]
-            part["text"] += event["delta"]
-            if event.get("logprobs"):
-                part.setdefault("logprobs", []).extend(event["logprobs"])
         elif kind == "response.reasoning_summary_part.added":
             items[event["output_index"]]["summary"].append(dict(event["part"]))
-        elif kind == "response.reasoning_summary_text.delta":
-            items[event["output_index"]]["summary"][event["summary_index"]]["text"] += event["delta"]
-        elif kind == "response.function_call_arguments.delta":
-            items[event["output_index"]]["arguments"] += event["delta"]
-        elif kind == "response.custom_tool_call_input.delta":
-            items[event["output_index"]]["input"] += event["delta"]
+        elif kind in _GROWS:
+            where, field = _GROWS[kind]
+            index = event["output_index"]
+            holder = items[index] if where is None else items[index][where[0]][event[where[1]]]
+            growing = pieces.setdefault((index, id(holder)), _Growing(holder, field, [holder[field]]))
+            growing.pieces.append(event["delta"])
+            if event.get("logprobs"):
+                holder.setdefault("logprobs", []).extend(event["logprobs"])
+    _join(pieces, None)
     return [items[index] for index in sorted(items)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Growing:
+    holder: dict[str, Any]  # the item or part whose text grows
+    field: str
+    pieces: list[str]
+
+
+def _join(pieces: dict[tuple[int, int], _Growing], index: int | None) -> None:
+    """Writes the grown texts back into their holders: all, or those of one item."""
+    for key in [k for k in pieces if index is None or k[0] == index]:
+        growing = pieces.pop(key)
+        growing.holder[growing.field] = "".join(growing.pieces)
 
 
 def stopped(output: list[Item]) -> list[Item]:

@@ -18,7 +18,7 @@ from app.db import responses as responses_db
 from app.protocol.response_object import TERMINAL_STATUSES
 from app.redis_keys import ALIVE_PREFIX
 from app.streaming.hub import Idle, Subscription
-from app.wire import TERMINAL_EVENT_TYPES, WireEvent
+from app.wire import TERMINAL_EVENT_TYPES, Notice, WireEvent, read_overflow
 
 LOG_PAGE = 1000
 
@@ -65,14 +65,12 @@ async def follow(
             if cursor.done or ended:  # ended without a terminal event after `after`: nothing to follow
                 return
         while not cursor.done:
-            batch = await subscription.next_batch()
-            if isinstance(batch, Idle):
-                batch, ended = await _after_idle(source, response_id, cursor.last, batch)
-                if ended and not batch:
-                    return
+            live = await subscription.next_batch()
+            batch, ended = await _resolved(source, response_id, cursor.last, live)
+            if ended and not batch:
+                return
+            if isinstance(live, Idle):
                 yield None
-            elif batch[0].sequence_number > cursor.last + 1:  # we missed a message: the log has it
-                batch, _ = await _catch_up(source, response_id, cursor.last)
             if ready := cursor.next_of(batch):
                 yield ready
     finally:
@@ -108,6 +106,30 @@ async def _log_pages(source: LogSource, response_id: str, after: int) -> AsyncIt
         if len(page) < LOG_PAGE:
             return
         after = page[-1].sequence_number
+
+
+async def _resolved(
+    source: LogSource, response_id: str, last: int, live: list[WireEvent] | Notice | Idle
+) -> tuple[list[WireEvent], bool]:
+    """What a live batch gives to deliver, and whether the response has ended (said only after
+    an idle period): a notice is read from where its events lie, a gap from the log."""
+    if isinstance(live, Idle):
+        return await _after_idle(source, response_id, last, live)
+    if isinstance(live, Notice):
+        return await _noticed(source, response_id, last, live), False
+    if live[0].sequence_number > last + 1:  # we missed a message: the log has it
+        return (await _catch_up(source, response_id, last))[0], False
+    return live, False
+
+
+async def _noticed(source: LogSource, response_id: str, last: int, notice: Notice) -> list[WireEvent]:
+    """The events a notice stands for (and, from the log, any this follower missed before them)."""
+    if source.durable:
+        return [e async for page in _log_pages(source, response_id, last) for e in page]
+    events = await read_overflow(source.redis, response_id, notice)
+    if events is None:
+        raise FollowLost("events of a transient (store=false) response were lost before they were read")
+    return events
 
 
 async def _after_idle(source: LogSource, response_id: str, last: int, idle: Idle) -> tuple[list[WireEvent], bool]:

@@ -23,7 +23,7 @@ from app import errors
 from app.db.tables import responses
 from app.protocol.response_object import TERMINAL_STATUSES
 from app.side_tasks import SideTasks
-from app.wire import WireEvent, decode_message
+from app.wire import Notice, WireEvent, decode_message
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +56,13 @@ class Subscription:
     hub: EventHub
     response_id: str
     durable: bool
-    # Batches as they are published; Idle when nothing came for the hub's idle period.
-    queue: asyncio.Queue[list[WireEvent] | Idle] = field(default_factory=asyncio.Queue)
+    # Batches as they are published (a Notice for one too large to travel); Idle when nothing
+    # came for the hub's idle period.
+    queue: asyncio.Queue[list[WireEvent] | Notice | Idle] = field(default_factory=asyncio.Queue)
     quiet_ticks: int = 0
 
-    async def next_batch(self) -> list[WireEvent] | Idle:
-        """The next batch of live events, or Idle after an idle period."""
+    async def next_batch(self) -> list[WireEvent] | Notice | Idle:
+        """The next batch of live events (or the notice of one), or Idle after an idle period."""
         return await self.queue.get()
 
     async def close(self) -> None:

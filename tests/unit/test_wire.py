@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 from app.streaming.sse import encode
-from app.wire import WireEvent, decode_message, encode_message
+from app.wire import INLINE_BYTES, MESSAGE_BYTES, Notice, WireEvent, decode_events, decode_message, encode_message
 
 
 def test_a_commit_of_many_responses_survives_the_trip_and_each_reader_takes_its_own() -> None:
@@ -16,7 +16,8 @@ def test_a_commit_of_many_responses_survives_the_trip_and_each_reader_takes_its_
         "resp_b": [WireEvent.of({"type": "response.output_text.delta", "delta": "\n\n", "sequence_number": 0})],
         "resp_c": [WireEvent.of({"type": "response.in_progress", "sequence_number": 1})],
     }
-    message = encode_message(committed)
+    message, left_out = encode_message(committed)
+    assert left_out == {}
     assert dict(decode_message(message, committed)) == committed
     assert dict(decode_message(message, {"resp_c", "resp_a"})) == {
         "resp_a": committed["resp_a"],
@@ -24,6 +25,34 @@ def test_a_commit_of_many_responses_survives_the_trip_and_each_reader_takes_its_
     }
     assert dict(decode_message(message, {"resp_unknown"})) == {}
     assert committed["resp_a"][0].data()["delta"] == tricky
+
+
+def delta(response_size: int, sequence_number: int = 0) -> WireEvent:
+    return WireEvent.of(
+        {"type": "response.output_text.delta", "delta": "x" * response_size, "sequence_number": sequence_number}
+    )
+
+
+def test_events_too_large_for_a_message_travel_as_a_notice_and_the_rest_as_they_are() -> None:
+    big = [delta(10), delta(INLINE_BYTES, 1), delta(10, 2)]
+    committed = {"resp_small": [delta(10)], "resp_big": big, "resp_after": [delta(20, 7)]}
+    message, left_out = encode_message(committed)
+    assert len(message) < 1000
+    assert dict(decode_message(message, committed)) == {
+        "resp_small": committed["resp_small"],
+        "resp_big": Notice(0, 2),
+        "resp_after": committed["resp_after"],
+    }
+    assert list(left_out) == ["resp_big"] and decode_events(left_out["resp_big"]) == big
+
+
+def test_a_message_stays_small_however_many_responses_end_in_one_commit() -> None:
+    committed = {f"resp_{n}": [delta(INLINE_BYTES // 2)] for n in range(40)}
+    message, left_out = encode_message(committed)
+    assert len(message) <= MESSAGE_BYTES + 40 * 64
+    carried = dict(decode_message(message, committed))
+    assert 0 < len(left_out) < 40 and left_out.keys() == {r for r, e in carried.items() if isinstance(e, Notice)}
+    assert all(carried[r] == committed[r] for r in committed.keys() - left_out.keys())
 
 
 def test_sse_passes_the_json_through_and_pads_only_deltas() -> None:
