@@ -197,6 +197,7 @@ async def retrieve(state: AppState, account_id: str, response_id: str) -> Respon
         record = await responses_db.get_record(conn, response_id, account_id)
         if record is not None and record.status == "in_progress":  # its output so far, from its log
             record = record.evolve(output=await events_db.output_so_far(conn, response_id))
+            await conn.commit()  # the snapshot it may have saved
     if record is None:
         raise errors.response_not_found(response_id)
     return record

@@ -61,7 +61,8 @@ class Step:
         return f"""
             WITH due AS ({due}),
             marked AS (UPDATE responses r SET events_purged_at = now() FROM due WHERE r.id = due.id RETURNING r.id),
-            gone AS (DELETE FROM response_events e USING marked WHERE e.response_id = marked.id)
+            gone AS (DELETE FROM response_events e USING marked WHERE e.response_id = marked.id),
+            snapshots AS (DELETE FROM output_snapshots s USING marked WHERE s.response_id = marked.id)
             SELECT count(*) FROM marked"""
 
     def behind_statement(self) -> str:

@@ -13,13 +13,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select, text
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app import wire
 from app.db import items as items_db
 from app.db.driver import DriverStatement
 from app.db.responses import Outcome
-from app.db.tables import response_events
+from app.db.tables import output_snapshots, response_events
 from app.protocol import accumulate
 from app.wire import WireEvent
 
@@ -138,10 +139,36 @@ async def end(conn: AsyncConnection, response_id: str, events: Sequence[Event], 
     return (await append_many(conn, {response_id: events}, {response_id: outcome})).get(response_id, [])
 
 
+# A poll that folded this many events past the last snapshot saves a new one: a poll then costs
+# the output so far and at most about this many events, however long the log.
+SNAPSHOT_AFTER_EVENTS = 100
+
+
 async def output_so_far(conn: AsyncConnection, response_id: str) -> list[dict[str, Any]]:
-    """The output items of a response that has not ended, folded from its whole event log."""
-    events = await events_after(conn, response_id, -1, None)
-    return accumulate.output_so_far(event.data() for event in events)
+    """The output items of a response that has not ended: its last snapshot with the events after
+    it folded on. Saves a newer snapshot when that was many events (the caller commits it)."""
+    snapshot = (
+        await conn.execute(
+            select(output_snapshots.c.sequence_number, output_snapshots.c.output).where(
+                output_snapshots.c.response_id == response_id
+            )
+        )
+    ).first()
+    after, start = (snapshot.sequence_number, snapshot.output) if snapshot else (-1, [])
+    events = await events_after(conn, response_id, after, None)
+    output = accumulate.output_so_far((event.data() for event in events), start)
+    if len(events) >= SNAPSHOT_AFTER_EVENTS:
+        saved = insert(output_snapshots).values(
+            response_id=response_id, sequence_number=events[-1].sequence_number, output=output
+        )
+        await conn.execute(
+            saved.on_conflict_do_update(
+                index_elements=[output_snapshots.c.response_id],
+                set_={"sequence_number": saved.excluded.sequence_number, "output": saved.excluded.output},
+                where=output_snapshots.c.sequence_number < saved.excluded.sequence_number,
+            )
+        )
+    return output
 
 
 async def events_after(conn: AsyncConnection, response_id: str, after: int, limit: int | None) -> list[WireEvent]:

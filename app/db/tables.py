@@ -208,6 +208,16 @@ response_events = Table(
     comment="The durable, replayable stream of each response: what SSE followers read.",
 )
 
+output_snapshots = Table(
+    "output_snapshots",
+    metadata,
+    Column("response_id", Text, ForeignKey("responses.id", ondelete="CASCADE"), primary_key=True),
+    Column("sequence_number", Integer, nullable=False, comment="the last event folded into output"),
+    Column("output", JSON, nullable=False, comment="the response's output items after that event"),
+    comment="The output so far of a running response, saved by a poll so that the next one folds only "
+    "the events after it. Removed with the event log.",
+)
+
 # Numbers the branches of chains (docs/architecture.md, "Chains").
 branch_ids = Sequence("branch_ids", metadata=metadata)
 

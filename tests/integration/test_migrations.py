@@ -42,7 +42,9 @@ async def test_upgrade_head_matches_the_table_definitions(empty_database_url: st
     async with engine.connect() as conn:
         assert await conn.run_sync(_differences) == []
         tables = set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
-        assert tables == {"accounts", "api_keys", "responses", "items", "response_events", "alembic_version"}
+        assert tables == {
+            *("accounts", "api_keys", "responses", "items", "response_events", "output_snapshots", "alembic_version")
+        }
         assert (await conn.execute(text("SELECT count(*) FROM response_overview"))).scalar() == 0
         comment = (await conn.execute(text("SELECT obj_description('responses'::regclass)"))).scalar()
         assert comment and "items and events hang off it" in comment

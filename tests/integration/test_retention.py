@@ -7,10 +7,10 @@ import secrets
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select, text, update
+from sqlalchemy import func, insert, select, text, update
 
 from app.db import responses as responses_db
-from app.db.tables import response_events, responses
+from app.db.tables import output_snapshots, response_events, responses
 from app.state import AppState
 from tests.conftest import FakeRuntime
 from tests.integration.conftest import OpenWorker, accept, run_job
@@ -82,15 +82,25 @@ async def test_event_logs_go_after_their_window(
     foreground = await accept(state, account_id, input="fg")
     old_stream = await accept(state, account_id, input="old stream", background=True, stream=True)
     new_stream = await accept(state, account_id, input="new stream", background=True, stream=True)
-    for response_id in (foreground, old_stream, new_stream):
+    ids = [foreground, old_stream, new_stream]
+    for response_id in ids:
         await run_job(worker, response_id)
     await age(state, foreground, completed_at=timedelta(minutes=2))
     await age(state, old_stream, completed_at=timedelta(hours=25))
+    async with state.engine.begin() as conn:  # as a poll while they ran left them
+        await conn.execute(
+            insert(output_snapshots), [{"response_id": r, "sequence_number": 3, "output": []} for r in ids]
+        )
     while await purge(state):
         pass
     assert await event_count(state, foreground) == 0
     assert await event_count(state, old_stream) == 0
     assert await event_count(state, new_stream) > 0
+    async with state.engine.connect() as conn:
+        snapshots = await conn.scalars(
+            select(output_snapshots.c.response_id).where(output_snapshots.c.response_id.in_(ids))
+        )
+        assert list(snapshots) == [new_stream]  # the snapshot goes with the log
     async with state.engine.connect() as conn:
         record = await responses_db.get_record(conn, old_stream)
     assert record is not None and record.events_purged and record.status == "completed"
