@@ -142,6 +142,10 @@ class QueueWorker(Worker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._elsewhere: dict[bytes, float] = {}
+        # A wake-up found every slot taken: the queue is looked at again as soon as one frees,
+        # rather than at the next poll (which, with wake-ups, can be far apart).
+        self._woken_when_full = False
+        self._refill: asyncio.Task[None] | None = None
         self._started = asyncio.Event()
         self._take = Batched[str, tuple[bytes | None, int]](self._take_many, "take-jobs")
         self._remove = Batched[str, None](self._remove_many, "remove-jobs")
@@ -170,12 +174,28 @@ class QueueWorker(Worker):
             if job_id in self.tasks or self._elsewhere.get(job_id_b, 0.0) > now:
                 continue
             if self.job_counter >= self.max_jobs:
+                self._woken_when_full = True
                 return
             await self.sem.acquire()  # never waits below max_jobs; kept for arq's own accounting
             self.job_counter += 1
             task = asyncio.create_task(self._take_and_run(job_id_b))
-            task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
+            task.add_done_callback(self._job_done)
             self.tasks[job_id] = task
+
+    def _job_done(self, _: asyncio.Task[None]) -> None:
+        self._release_sem_dec_counter_on_complete()
+        if self._woken_when_full and self.allow_pick_jobs and (self._refill is None or self._refill.done()):
+            self._woken_when_full = False
+            self._refill = asyncio.create_task(self._start_waiting_jobs(), name="refill")
+
+    async def _start_waiting_jobs(self) -> None:
+        try:
+            waiting = await self.pool.zrangebyscore(
+                self.queue_name, min=float("-inf"), max=timestamp_ms(), start=0, num=self.queue_read_limit
+            )
+            await self.start_jobs(waiting)
+        except Exception:  # the next poll does it
+            log.warning("could not look for waiting jobs after one ended", exc_info=True)
 
     async def _take_and_run(self, job_id_b: bytes) -> None:
         """Never raises: arq's poll loop collects finished tasks' results."""

@@ -63,7 +63,7 @@ class Settings(BaseSettings):
     follow_idle_seconds: float = Field(5.0, alias="RESPONSES_FOLLOW_IDLE_SECONDS")
 
     worker_max_jobs: int = Field(256, alias="RESPONSES_WORKER_MAX_JOBS")
-    worker_poll_delay: float = Field(0.01, alias="RESPONSES_WORKER_POLL_DELAY")
+    worker_poll_delay: float = Field(1.0, alias="RESPONSES_WORKER_POLL_DELAY")
     job_timeout_seconds: int = Field(6 * 3600, alias="RESPONSES_JOB_TIMEOUT_SECONDS")
     lease_seconds: float = Field(30.0, alias="RESPONSES_LEASE_SECONDS")
     # On SIGTERM a worker takes no new job and lets running generations finish this long; the

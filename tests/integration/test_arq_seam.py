@@ -82,6 +82,7 @@ def test_the_worker_internals_the_seam_extends_are_there() -> None:
         "ctx",
         "job_deserializer",
         "queue_name",
+        "queue_read_limit",
         "on_startup",
     ):
         assert hasattr(worker, attribute), attribute

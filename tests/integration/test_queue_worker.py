@@ -112,6 +112,24 @@ async def test_a_woken_worker_starts_the_job_without_polling(
     assert await job_keys(state.redis, queue, f"resp_woken_{RUN}") == NOTHING_LEFT
 
 
+async def test_a_job_woken_while_every_slot_was_taken_starts_when_one_frees_without_polling(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    recorder = Recorder()
+    worker = await start_worker(recorder, poll_delay=3600, max_jobs=1)
+    await asyncio.sleep(0.1)  # its one poll is done
+    recorder.release.clear()
+    await enqueue_generate(state.redis, f"resp_first_{RUN}", queue)
+    await eventually(lambda: recorder.runs == [f"resp_first_{RUN}"])
+    await enqueue_generate(state.redis, f"resp_waits_{RUN}", queue)  # heard, but no slot is free
+    await asyncio.sleep(0.2)
+    assert recorder.runs == [f"resp_first_{RUN}"]
+    recorder.release.set()
+    await eventually(lambda: recorder.runs == [f"resp_first_{RUN}", f"resp_waits_{RUN}"], timeout=2.0)
+    await job_ended(worker, f"resp_waits_{RUN}")
+    assert await job_keys(state.redis, queue, f"resp_waits_{RUN}") == NOTHING_LEFT
+
+
 async def test_a_finished_job_leaves_nothing_in_redis(state: AppState, queue: str, start_worker: StartWorker) -> None:
     recorder = Recorder()
     worker = await start_worker(recorder)
