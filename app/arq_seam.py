@@ -245,10 +245,11 @@ class QueueWorker(Worker):
         return True
 
     async def _release(self, job_id: str) -> None:
-        """Due again at once, for any worker's next poll."""
+        """Due again at once, and the workers still taking jobs told so."""
         async with self.pool.pipeline(transaction=True) as pipe:
             pipe.delete(in_progress_key_prefix + job_id)
             pipe.zadd(self.queue_name, {job_id: timestamp_ms()}, xx=True)
+            pipe.publish(wake_channel(self.queue_name), job_id)
             await pipe.execute()
 
     async def _take_many(self, job_ids: list[str]) -> dict[str, tuple[bytes | None, int]]:

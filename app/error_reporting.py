@@ -12,6 +12,7 @@ import anyio
 from anyio.abc import TaskGroup
 from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.types import Scope
 
 from app import errors
@@ -29,6 +30,9 @@ def client_error(exc: BaseException, request_id: str) -> errors.APIError:
     exc = collapsed(exc)
     if isinstance(exc, errors.APIError):
         return exc
+    if isinstance(exc, PoolTimeout):
+        log.warning("no database connection was free in time (%s): %s", request_id, exc)
+        return errors.ServiceUnavailable("The server is busy: no database connection was free in time; please retry.")
     if isinstance(exc, OperationalError | DBAPIError | RedisError | OSError):
         log.warning("dependency unavailable (%s): %s", request_id, exc)
         return errors.ServiceUnavailable()

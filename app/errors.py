@@ -35,6 +35,9 @@ class APIError(Exception):
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
+    def headers(self) -> dict[str, str]:
+        return {}
+
 
 class InvalidRequest(APIError):
     """Invalid request."""
@@ -82,6 +85,10 @@ class ServiceUnavailable(APIError):
     """The service is temporarily unavailable; please retry."""
 
     status_code = 503
+    retry_after_seconds = 1  # an outage or a full pool: soon over, or the client backs off further
+
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(self.retry_after_seconds)}
 
 
 class GenerationFailed(APIError):

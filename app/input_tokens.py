@@ -22,7 +22,7 @@ from app import errors
 from app.arq_seam import JOB_PREFIX
 from app.db import items as items_db
 from app.ids import new_id
-from app.redis_keys import COUNT_TOKENS_JOB, TOKEN_COUNT_PREFIX
+from app.redis_keys import COUNT_TOKENS_JOB, TOKEN_COUNT_PREFIX, wake_channel
 from app.service import chain_link, new_record, validated
 from app.state import AppState
 
@@ -46,6 +46,7 @@ async def count(state: AppState, account_id: str, body: dict[str, Any]) -> dict[
     queue_name = state.catalog.queue_for(model.id, state.settings.queue_name)
     try:
         await state.redis.enqueue_job(COUNT_TOKENS_JOB, count_id, job, _job_id=count_id, _queue_name=queue_name)
+        await state.redis.publish(wake_channel(queue_name), count_id)  # started at once, not at a poll
         waiting = state.redis.blpop([TOKEN_COUNT_PREFIX + count_id], timeout=state.settings.count_timeout)
         answer = await cast(Awaitable[list[bytes] | None], waiting)
         if answer is None:  # nobody waits for it any more: out of the queue

@@ -44,7 +44,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, errors.APIError)
-    return JSONResponse(exc.body(), status_code=exc.status_code)
+    return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers())
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -90,7 +90,10 @@ class RequestIdMiddleware:
                 {
                     "type": "http.response.start",
                     "status": error.status_code,
-                    "headers": [(b"content-type", b"application/json")],
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        *((name.encode(), value.encode()) for name, value in error.headers().items()),
+                    ],
                 }
             )
             await send_with_id({"type": "http.response.body", "body": json.dumps(error.body()).encode()})

@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     # closed again at once, which costs Postgres a new backend each time: keep bursts rare).
     db_pool_size: int = Field(40, alias="RESPONSES_DB_POOL_SIZE")
     db_max_overflow: int = Field(10, alias="RESPONSES_DB_MAX_OVERFLOW")
+    # How long a request waits for a free connection before it is answered 503 (with Retry-After).
+    db_pool_timeout: float = Field(5.0, alias="RESPONSES_DB_POOL_TIMEOUT")
 
     # Tools OpenAI hosts (web_search, file_search, code_interpreter…) that no model here can run:
     # `ignore` echoes them and leaves them out of what the model is offered (Codex sends

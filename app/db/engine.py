@@ -21,7 +21,10 @@ from app.settings import Settings
 
 def create_engine(settings: Settings) -> AsyncEngine:
     engine = create_async_engine(
-        settings.database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
+        settings.database_url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_timeout=settings.db_pool_timeout,
     )
     event.listen(engine.sync_engine, "checkout", _refuse_closed)
     return engine

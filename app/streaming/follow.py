@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import errors
@@ -66,7 +67,13 @@ async def follow(
                 return
         while not cursor.done:
             live = await subscription.next_batch()
-            batch, ended = await _resolved(source, response_id, cursor.last, live)
+            try:
+                batch, ended = await _resolved(source, response_id, cursor.last, live)
+            except PoolTimeout:
+                # Every connection is taken: the stream waits, kept alive, and a later read of the
+                # log (the next gap or idle period) brings what this one would have.
+                yield None
+                continue
             if ended and not batch:
                 return
             if isinstance(live, Idle):

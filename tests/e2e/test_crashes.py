@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -266,7 +267,7 @@ def test_redis_down_means_fast_503s_and_nothing_accepted_is_lost(
             started = time.monotonic()
             with pytest.raises(openai.InternalServerError) as caught:
                 stack.client.responses.create(model="fake", input="during the outage", **kwargs)  # type: ignore[call-overload]
-            assert caught.value.status_code == 503
+            assert caught.value.status_code == 503 and caught.value.response.headers["retry-after"] == "1"
             assert time.monotonic() - started < 6
         refused = environment.query("SELECT 1 FROM items WHERE payload::text LIKE '%during the outage%'")
         assert refused == []  # a refused create leaves nothing behind
@@ -276,6 +277,63 @@ def test_redis_down_means_fast_503s_and_nothing_accepted_is_lost(
         wait_until(lambda: stack.client.responses.retrieve(accepted.id).status == "completed")
         after = stack.client.responses.create(model="fake", input="after the outage")
         assert after.status == "completed"
+    finally:
+        stack.close()
+
+
+def test_with_every_database_connection_taken_new_requests_get_503_and_a_running_stream_goes_on(
+    environment: Environment, fake: FakeRuntime
+) -> None:
+    pool = {"RESPONSES_DB_POOL_SIZE": "3", "RESPONSES_DB_MAX_OVERFLOW": "0", "RESPONSES_DB_POOL_TIMEOUT": "0.5"}
+    stack = Stack(environment, RESPONSES_LEASE_SECONDS="30", **pool)
+    events: list[Any] = []
+    try:
+        stack.start_worker()
+        text = " ".join(f"w{i}" for i in range(40))
+        stream = stack.client.responses.create(
+            model="fake", input="#fake " + json.dumps({"text": text, "delay": 0.05}), background=True, stream=True
+        )
+        reader = threading.Thread(target=lambda: events.extend(stream))
+        reader.start()
+        wait_until(lambda: len(events) > 5)
+        # Every statement on responses now waits, holding its connection, until the lock goes.
+        locker = subprocess.Popen(
+            [
+                "psql",
+                environment.database_url.replace("+asyncpg", ""),
+                "-q",
+                "-c",
+                "BEGIN; LOCK TABLE responses IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(3); COMMIT;",
+            ]
+        )
+        wait_until(
+            lambda: environment.query(
+                "SELECT 1 FROM pg_locks WHERE relation = 'responses'::regclass "
+                "AND mode = 'AccessExclusiveLock' AND granted"
+            )
+        )
+        url = f"{stack.client.base_url}responses/{events[0].response.id}"
+        headers = {"Authorization": f"Bearer {stack.client.api_key}"}
+        answers: list[httpx.Response] = []
+        callers = [
+            threading.Thread(target=lambda: answers.append(httpx.get(url, headers=headers, timeout=20)))
+            for _ in range(4)
+        ]
+        for caller in callers:
+            caller.start()
+            time.sleep(0.05)
+        # Those that found no connection in time are answered while the lock is still held.
+        wait_until(lambda: any(a.status_code == 503 for a in answers), timeout=2.5)
+        busy = [a for a in answers if a.status_code == 503]
+        assert all(a.headers["retry-after"] == "1" for a in busy)
+        assert "no database connection was free" in busy[0].json()["error"]["message"]
+        locker.wait(10)
+        for caller in callers:
+            caller.join()
+        reader.join(30)
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        assert events[-1].type == "response.completed" and events[-1].response.output_text == text
+        assert stack.client.responses.retrieve(events[0].response.id).status == "completed"
     finally:
         stack.close()
 

@@ -19,7 +19,7 @@ from app import wire
 from app.db import events as events_db
 from app.errors import ServiceUnavailable
 from app.state import AppState
-from app.streaming.follow import follow
+from app.streaming.follow import LogSource, follow
 from app.streaming.hub import EventHub, Idle, LogState
 from app.wire import WireEvent
 from tests.integration.conftest import in_progress
@@ -145,3 +145,31 @@ async def test_a_follower_that_missed_a_message_gets_the_events_from_the_log_on_
     finally:
         await events.aclose()  # type: ignore[attr-defined]
         await hub.close()
+
+
+async def test_a_follower_that_finds_every_connection_taken_is_kept_alive_and_then_catches_up(
+    state: AppState, account_id: str
+) -> None:
+    (response_id,) = await in_progress(state, account_id, 1)
+    engine = create_async_engine(state.settings.database_url, pool_size=1, max_overflow=0, pool_timeout=0.2)
+    hub = EventHub(state.redis, CHANNEL, IDLE)  # no check of its own: the follower reads for itself
+    await hub.start()
+    source = LogSource(engine, state.redis, durable=True)
+    events = follow(source, await hub.subscribe(response_id, durable=True), response_id, -1, log_is_empty=True)
+    held = await engine.connect()  # every connection of its pool
+    try:
+        await held.exec_driver_sql("SELECT 1")
+        async with state.engine.begin() as conn:  # committed, and its message lost
+            await events_db.append_many(conn, {response_id: [{"type": "response.output_text.delta", "delta": "a"}]})
+        assert await asyncio.wait_for(anext(events), 3 * IDLE) is None  # no connection: a keep-alive, no error
+        assert await asyncio.wait_for(anext(events), 3 * IDLE) is None
+        await held.close()
+        received = None
+        while received is None:
+            received = await asyncio.wait_for(anext(events), 3 * IDLE)
+        assert [e.sequence_number for e in received] == [0]
+    finally:
+        await held.close()
+        await events.aclose()  # type: ignore[attr-defined]
+        await hub.close()
+        await engine.dispose()
