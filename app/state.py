@@ -16,7 +16,7 @@ from app.db import accounts as accounts_db
 from app.db import responses as responses_db
 from app.db.driver import refused_data
 from app.db.engine import create_engine
-from app.db.held import HeldConnection
+from app.db.held import HeldConnection, HeldConnections
 from app.image_fetch import ImageFetcher
 from app.queue import GenerateJob, enqueue_many, job_deserializer, job_serializer
 from app.reasoning_seal import ReasoningSeal
@@ -25,6 +25,8 @@ from app.settings import Settings
 from app.side_tasks import SideTasks
 from app.streaming.follow import LogSource
 from app.streaming.hub import EventHub
+
+INSERT_LANES = 4  # foreground inserts running at once, at most (each lane a held connection)
 
 
 @dataclass
@@ -51,8 +53,9 @@ class AppState:
         self.auth_connection = HeldConnection(self.engine)
         self.accounts = Batched(self._accounts_for_hashes, "authenticate")
         self.jobs = Batched(partial(enqueue_many, self.redis), "enqueue")
-        self.insert_connection = HeldConnection(self.engine)
-        self.stored = Batched(self._insert_responses, "store")
+        # Inserts that wait behind a slow one (a lock, a very large request) go beside it.
+        self.insert_connections = HeldConnections(self.engine, INSERT_LANES)
+        self.stored = Batched(self._insert_responses, "store", lanes=INSERT_LANES)
         self.side_tasks = SideTasks()
 
     def start(self) -> None:
@@ -68,7 +71,7 @@ class AppState:
             return await accounts_db.accounts_for_hashes(conn, key_hashes)
 
     async def _insert_responses(self, new: list[responses_db.NewResponse]) -> dict[responses_db.NewResponse, Exception]:
-        async with self.insert_connection.use() as conn:  # one atomic statement
+        async with self.insert_connections.use() as conn:  # one atomic statement
             try:
                 await responses_db.insert_responses(conn, new)
                 return {}
@@ -105,7 +108,7 @@ class AppState:
             await self.images.close()
         await self.hub.close()
         await self.auth_connection.close()
-        await self.insert_connection.close()
+        await self.insert_connections.close()
         await self.redis.aclose()
         await self.engine.dispose()
 

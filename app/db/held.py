@@ -38,6 +38,10 @@ class HeldConnection:
                 self._conn = conn
             yield self._conn
 
+    @property
+    def busy(self) -> bool:
+        return self._lock.locked()
+
     async def close(self) -> None:
         async with self._lock:
             await self._release()
@@ -46,6 +50,24 @@ class HeldConnection:
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()
+
+
+class HeldConnections:
+    """Held connections for a caller that runs up to `count` statements at once (a Batched with
+    lanes): each statement takes a free one. Each is opened when first needed."""
+
+    def __init__(self, engine: AsyncEngine, count: int) -> None:
+        self._held = [HeldConnection(engine) for _ in range(count)]
+
+    @asynccontextmanager
+    async def use(self) -> AsyncIterator[AsyncConnection]:
+        free = next((held for held in self._held if not held.busy), self._held[0])
+        async with free.use() as conn:
+            yield conn
+
+    async def close(self) -> None:
+        for held in self._held:
+            await held.close()
 
 
 def _closed_by_server(conn: AsyncConnection) -> bool:

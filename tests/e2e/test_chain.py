@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import threading
+
 import httpx
 import openai
 import pytest
 
-from tests.conftest import Environment, FakeRuntime, Server
+from tests.conftest import Environment, FakeRuntime, Server, wait_until
 
 
 def sent_contents(fake: FakeRuntime, index: int = -1) -> list[tuple[str, str]]:
@@ -169,3 +172,42 @@ def test_deleting_a_middle_turn_keeps_the_rest_of_the_chain(client: openai.OpenA
         ("assistant", "Echo: three"),
         ("user", "four"),
     ]
+
+
+def test_a_create_stuck_in_its_insert_holds_up_no_other(
+    client: openai.OpenAI, fake: FakeRuntime, environment: Environment
+) -> None:
+    parent = client.responses.create(model="fake", input="the parent")
+    # Continuing it must lock its row, which this holds for a while: that insert waits.
+    locker = subprocess.Popen(
+        [
+            "psql",
+            environment.database_url.replace("+asyncpg", ""),
+            "-q",
+            "-c",
+            f"BEGIN; SELECT 1 FROM responses WHERE id = '{parent.id}' FOR UPDATE; SELECT pg_sleep(4); COMMIT;",
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(
+            lambda: environment.query(
+                "SELECT 1 FROM pg_stat_activity WHERE query LIKE '%pg_sleep(4)%' "
+                "AND state = 'active' AND pid <> pg_backend_pid()"
+            )
+        )
+        continued: list[openai.types.responses.Response] = []
+        stuck = threading.Thread(
+            target=lambda: continued.append(
+                client.responses.create(model="fake", input="the child", previous_response_id=parent.id)
+            )
+        )
+        stuck.start()
+        wait_until(lambda: environment.query("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"))
+        other = client.responses.create(model="fake", input="someone else")
+        assert other.output_text == "Echo: someone else"
+        assert locker.poll() is None  # answered while the other insert still waits
+        stuck.join(20)
+        assert continued and continued[0].output_text == "Echo: the child"
+    finally:
+        locker.wait(10)
