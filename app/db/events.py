@@ -18,9 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app import wire
 from app.db import items as items_db
+from app.db import output_refs
 from app.db.driver import DriverStatement
 from app.db.responses import Outcome
-from app.db.tables import output_snapshots, response_events
+from app.db.tables import output_snapshots
 from app.protocol import accumulate
 from app.wire import WireEvent
 
@@ -36,7 +37,8 @@ _APPEND = DriverStatement(
     text("""
     WITH batch AS (
         SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
-                             CAST(:payloads AS text[])) AS e(response_id, position, type, payload)
+                             CAST(:payloads AS text[]), CAST(:output_ats AS int[]), CAST(:output_paths AS text[]))
+            AS e(response_id, position, type, payload, output_at, output_path)
     ), counts AS (
         SELECT response_id, count(*)::int AS n FROM batch GROUP BY response_id
     ), endings AS (
@@ -62,9 +64,10 @@ _APPEND = DriverStatement(
     ), inserted AS (
         -- Each event's JSON text with its number spliced in, as wire.numbered does for the
         -- followers: a replay sends the very text they got live.
-        INSERT INTO response_events (response_id, sequence_number, type, payload)
+        INSERT INTO response_events (response_id, sequence_number, type, payload, output_at, output_path)
         SELECT b.response_id, a.first + b.position, b.type,
-               left(b.payload, -1) || ',"sequence_number":' || (a.first + b.position) || '}'
+               left(b.payload, -1) || ',"sequence_number":' || (a.first + b.position) || '}',
+               b.output_at, string_to_array(b.output_path, ',')
         FROM batch b JOIN allocated a ON a.id = b.response_id
     ), outputs AS (
         INSERT INTO items (id, response_id, side, position, type, payload, branch_id, depth)
@@ -97,11 +100,14 @@ async def append_many(
     positions: list[int] = []
     types: list[str] = []
     encoded: dict[str, list[str]] = {}
+    stored: list[output_refs.Stored] = []
     for response_id, events in events_by_response.items():
         encoded[response_id] = [wire.encode(event) for event in events]
         ids += [response_id] * len(events)
         positions += range(len(events))
         types += [event["type"] for event in events]
+        ending = endings.get(response_id)
+        stored += output_refs.as_stored(events, encoded[response_id], ending.output if ending else None)
     if not ids:
         return {}
     outputs = [(rid, position, item) for rid, o in endings.items() for position, item in enumerate(o.output)]
@@ -111,7 +117,9 @@ async def append_many(
             "ids": ids,
             "positions": positions,
             "types": types,
-            "payloads": [text for texts in encoded.values() for text in texts],
+            "payloads": [one.payload for one in stored],
+            "output_ats": [one.output_at for one in stored],
+            "output_paths": [one.output_path for one in stored],
             "end_ids": list(endings),
             "end_statuses": [o.status for o in endings.values()],
             "end_usages": [_json_or_null(o.usage) for o in endings.values()],
@@ -122,7 +130,8 @@ async def append_many(
             "out_responses": [rid for rid, _, _ in outputs],
             "out_positions": [position for _, position, _ in outputs],
             "out_types": [item["type"] for _, _, item in outputs],
-            "out_payloads": [json.dumps(items_db.stored_payload(item)) for _, _, item in outputs],
+            # As the events encode them: an event that refers to the output reads back the same text.
+            "out_payloads": [wire.encode(items_db.stored_payload(item)) for _, _, item in outputs],
         },
     )
     return {rid: wire.numbered(events_by_response[rid], encoded[rid], first) for rid, first in rows}
@@ -171,13 +180,28 @@ async def output_so_far(conn: AsyncConnection, response_id: str) -> list[dict[st
     return output
 
 
+# A closing event stored with a piece of the output left out (app/db/output_refs.py) gets it back
+# from the response's output items, as text: the very text the followers got live.
+_EVENTS_AFTER = text("""
+    SELECT e.sequence_number, e.type,
+           CASE WHEN e.output_at IS NULL THEN e.payload ELSE
+               left(e.payload, e.output_at) || (
+                   SELECT ((
+                       '[' || coalesce(string_agg('{"id":' || to_json(i.id)::text || ',' || substr(i.payload::text, 2),
+                                                  ',' ORDER BY i.position), '') || ']'
+                   )::json #> e.output_path)::text
+                   FROM items i WHERE i.response_id = e.response_id AND i.side = 'output'
+               ) || substr(e.payload, e.output_at + 1)
+           END
+    FROM response_events e
+    WHERE e.response_id = :response_id AND e.sequence_number > :after
+    ORDER BY e.sequence_number
+    LIMIT :limit
+""")
+
+
 async def events_after(conn: AsyncConnection, response_id: str, after: int, limit: int | None) -> list[WireEvent]:
     """Events after sequence number `after`, in order, at most `limit` (None: all), as stored
     text: followers pass it on without decoding it."""
-    rows = await conn.execute(
-        select(response_events.c.sequence_number, response_events.c.type, response_events.c.payload)
-        .where(response_events.c.response_id == response_id, response_events.c.sequence_number > after)
-        .order_by(response_events.c.sequence_number)
-        .limit(limit)
-    )
+    rows = await conn.execute(_EVENTS_AFTER, {"response_id": response_id, "after": after, "limit": limit})
     return [WireEvent(number, event_type, payload) for number, event_type, payload in rows]

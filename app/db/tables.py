@@ -201,7 +201,18 @@ response_events = Table(
         "payload",
         Text,
         nullable=False,
-        comment="the event as sent, sequence_number included: the worker's JSON text, never parsed here",
+        comment="the event as sent, sequence_number included: the worker's JSON text, never parsed here "
+        "(a closing event of a large answer without its piece of the output: see output_at)",
+    ),
+    Column(
+        "output_at",
+        Integer,
+        comment="where in payload a piece of the response's output items was left out (characters); null: none",
+    ),
+    Column(
+        "output_path",
+        ARRAY(Text),
+        comment="which piece: its path in the output items ({} all, {2} item 2, {2,content,0,text} its text)",
     ),
     _now(),
     PrimaryKeyConstraint("response_id", "sequence_number"),

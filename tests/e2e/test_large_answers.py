@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import httpx
 import openai
 import pytest
 import redis
@@ -96,3 +97,35 @@ def test_a_10_mb_answer_in_the_background_polled_and_replayed(
     assert [e.sequence_number for e in replay] == [e.sequence_number for e in live[3:]]
     assert replay[-1].response.output_text == expected_text()
     assert largest[0] < LARGEST_MESSAGE_ALLOWED
+
+
+def sse_data(answer: httpx.Response) -> list[str]:
+    return [line for line in answer.text.split("\n") if line.startswith("data: ")]
+
+
+def test_a_large_answer_is_stored_once_beside_its_deltas_and_replays_as_it_streamed(
+    big_client: openai.OpenAI, fake: FakeRuntime, environment: Environment, api_key: str
+) -> None:
+    body = {
+        "model": "fake",
+        "input": BIG,
+        "background": True,
+        "stream": True,
+        "stream_options": {"include_obfuscation": False},
+    }
+    url = f"{big_client.base_url}responses"
+    headers = {"Authorization": f"Bearer {api_key}"}
+    live = httpx.post(url, json=body, headers=headers, timeout=120)
+    response_id = json.loads(sse_data(live)[0].removeprefix("data: "))["response"]["id"]
+    replay = httpx.get(
+        f"{url}/{response_id}", params={"stream": "true", "include_obfuscation": "false"}, headers=headers, timeout=120
+    )
+    assert sse_data(replay) == sse_data(live)  # byte for byte, the referring events put back whole
+    [stored] = environment.query(
+        "SELECT sum(octet_length(payload)) AS bytes, count(output_at) AS referring FROM response_events "
+        "WHERE response_id = $1",
+        response_id,
+    )
+    # The deltas hold the text once; the done events and the terminal one refer to the items.
+    assert stored["referring"] == 4 and stored["bytes"] < 1.1 * ANSWER_BYTES
+    assert big_client.responses.retrieve(response_id).output_text == expected_text()

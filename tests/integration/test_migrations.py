@@ -168,3 +168,39 @@ def _new_turn(name: str, parent: str, depth: int) -> responses_db.NewResponse:
     record = ResponseRecord(name, "m", "queued", time.time(), None, parent, {}, {}, True, True, False)
     item = {"id": f"{name}_input", "type": "message", "role": "user", "content": name}
     return responses_db.NewResponse(record, "acct_1", responses_db.ChainLink(parent, depth), [item])
+
+
+async def test_downgrade_from_0009_puts_the_left_out_output_back_into_the_events(empty_database_url: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    import migrations
+    from app.db import events as events_db
+    from app.db import output_refs
+    from tests.unit.test_output_refs import answered
+
+    config = Config()
+    config.set_main_option("script_location", migrations.__path__[0])
+    config.set_main_option("sqlalchemy.url", empty_database_url)
+    await _in_thread(command.upgrade, config, "head")
+    engine = create_async_engine(empty_database_url)
+    events, output = answered("y" * output_refs.REFERENCE_FROM_BYTES, reasoning="because")
+    async with engine.begin() as conn:
+        await conn.execute(text("INSERT INTO accounts (id, name) VALUES ('acct_1', 'one')"))
+        await conn.execute(
+            text(
+                "INSERT INTO responses (id, account_id, model, status, background, stream, settings, "
+                "context_branches, context_depths) VALUES ('resp_1', 'acct_1', 'm', 'in_progress', true, true, "
+                "'{}', ARRAY[nextval('branch_ids')], ARRAY[0])"
+            )
+        )
+        sent = await events_db.end(conn, "resp_1", events, responses_db.Outcome("completed", output, time.time()))
+        referring = await conn.scalar(text("SELECT count(output_at) FROM response_events"))
+    assert referring == 7
+    async with engine.connect() as conn:
+        assert [e.json for e in await events_db.events_after(conn, "resp_1", -1, None)] == [e.json for e in sent]
+    await _in_thread(command.downgrade, config, "0008")
+    async with engine.connect() as conn:
+        payloads = await conn.scalars(text("SELECT payload FROM response_events ORDER BY sequence_number"))
+        assert list(payloads) == [e.json for e in sent]
+    await engine.dispose()

@@ -1,0 +1,71 @@
+"""Closing events of a large answer stored by reference to the output items: put back, each is
+the very text that was sent live."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app import wire
+from app.db import output_refs
+from workers.translate import StreamTranslator
+
+
+def answered(text: str, reasoning: str = "") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The events of an answer as a generation makes them, ending with a terminal event; its output."""
+    translator = StreamTranslator()
+    events = []
+    if reasoning:
+        events += translator.on_chunk({"choices": [{"delta": {"reasoning_content": reasoning}, "finish_reason": None}]})
+    events += translator.on_chunk({"choices": [{"delta": {"content": text}, "finish_reason": None}]})
+    closing, output = translator.close()
+    terminal = {"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "output": output}}
+    return [*events, *closing, terminal], output
+
+
+def put_back(stored: output_refs.Stored, output: list[dict[str, Any]]) -> str:
+    """What the read in app/db/events.py does, in Python."""
+    if stored.output_at is None:
+        return stored.payload
+    value: Any = output
+    for step in (stored.output_path or "").split(","):
+        if step:
+            value = value[int(step)] if isinstance(value, list) else value[step]
+    return stored.payload[: stored.output_at] + wire.encode(value) + stored.payload[stored.output_at :]
+
+
+def test_a_large_answers_closing_events_leave_their_output_out_and_read_back_whole() -> None:
+    events, output = answered("x" * output_refs.REFERENCE_FROM_BYTES, reasoning="thinking " * 100)
+    encoded = [wire.encode(e) for e in events]
+    stored = output_refs.as_stored(events, encoded, output)
+    referring = [(e["type"], s.output_path) for e, s in zip(events, stored, strict=True) if s.output_at is not None]
+    assert referring == [
+        ("response.reasoning_text.done", "0,content,0,text"),
+        ("response.content_part.done", "0,content,0"),
+        ("response.output_item.done", "0"),
+        ("response.output_text.done", "1,content,0,text"),
+        ("response.content_part.done", "1,content,0"),
+        ("response.output_item.done", "1"),
+        ("response.completed", ""),
+    ]
+    assert [put_back(s, output) for s in stored] == encoded
+    assert sum(len(s.payload) for s in stored) < 1.1 * output_refs.REFERENCE_FROM_BYTES + 3000
+
+
+def test_a_small_answer_and_a_response_still_running_are_stored_whole() -> None:
+    events, output = answered("a short answer")
+    encoded = [wire.encode(e) for e in events]
+    assert [s.payload for s in output_refs.as_stored(events, encoded, output)] == encoded
+    assert all(s.output_at is None for s in output_refs.as_stored(events, encoded, output))
+    big, _ = answered("x" * output_refs.REFERENCE_FROM_BYTES)
+    big_encoded = [wire.encode(e) for e in big]
+    assert all(s.output_at is None for s in output_refs.as_stored(big, big_encoded, None))  # not ending
+
+
+def test_an_event_that_differs_from_the_output_is_stored_whole() -> None:
+    events, output = answered("x" * output_refs.REFERENCE_FROM_BYTES)
+    altered = [{**output[0], "status": "incomplete"}]  # what the items say is not what the events said
+    encoded = [wire.encode(e) for e in events]
+    stored = output_refs.as_stored(events, encoded, altered)
+    kinds = [e["type"] for e, s in zip(events, stored, strict=True) if s.output_at is not None]
+    assert "response.output_item.done" not in kinds and "response.completed" not in kinds
+    assert [put_back(s, altered) for s in stored] == encoded
