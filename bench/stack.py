@@ -27,6 +27,8 @@ class Stack:
     api_url: str
     key: str
     database_url: str
+    redis_url: str
+    queue_name: str
     pids: dict[str, int]
 
     @property
@@ -101,6 +103,8 @@ async def running_stack(
             api_url=f"http://127.0.0.1:{api_port}/v1",
             key=created.stdout.strip().splitlines()[-1],
             database_url=database_url,
+            redis_url=env["REDIS_URL"],
+            queue_name=env["RESPONSES_QUEUE"],
             pids={**pids, "api": api.pid, **{f"worker{i or ''}": w.pid for i, w in enumerate(workers)}},
         )
     finally:

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import secrets
-from typing import Any
 
 import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.db import items as items_db
 from app.db import responses as responses_db
 from app.db.tables import response_events
 from app.state import AppState
@@ -149,19 +146,21 @@ async def test_events_postgres_refuses_stop_their_own_response_at_once_and_no_ot
 
 
 async def test_a_generation_whose_output_postgres_refuses_ends_failed_beside_one_that_completes(
-    state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime, monkeypatch: pytest.MonkeyPatch
+    state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime
 ) -> None:
     worker = await open_worker()
     bad = await accept(state, account_id, input="#fake " + json.dumps({"chunks": ["poi", "son"]}))
     good = await accept(state, account_id, input="hello")
-    # A poison nothing before Postgres knows: NaN, which JSON (and so Postgres) has no word for.
-    stored_payload = items_db.stored_payload
-
-    def poisoned(item: dict[str, Any]) -> dict[str, Any]:
-        return {**stored_payload(item), "score": math.nan} if "poison" in json.dumps(item) else stored_payload(item)
-
-    monkeypatch.setattr(items_db, "stored_payload", poisoned)
-    await asyncio.wait_for(asyncio.gather(run_job(worker, bad), run_job(worker, good)), 20)
+    # A poison nothing before Postgres knows: a rule of this database's alone, refusing the item.
+    async with state.engine.begin() as conn:
+        await conn.execute(
+            text("ALTER TABLE items ADD CONSTRAINT poison CHECK (payload::text NOT LIKE '%poison%') NOT VALID")
+        )
+    try:
+        await asyncio.wait_for(asyncio.gather(run_job(worker, bad), run_job(worker, good)), 20)
+    finally:
+        async with state.engine.begin() as conn:
+            await conn.execute(text("ALTER TABLE items DROP CONSTRAINT poison"))
     async with state.engine.connect() as conn:
         bad_row, good_row = [await responses_db.get_row(conn, rid) for rid in (bad, good)]
         last_type = await conn.scalar(
