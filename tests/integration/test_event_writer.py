@@ -8,7 +8,6 @@ import asyncio
 import json
 import secrets
 
-import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
