@@ -128,11 +128,10 @@ async def one_answer(http: aiohttp.ClientSession, stack: Stack, size: int, mode:
     started = time.perf_counter()
     response_id, text_bytes = None, 0
     async with http.post(f"{stack.api_url}/responses", json=body, headers=stack.headers) as answer:
-        if body["stream"]:
-            async for line in answer.content:
-                if line.startswith(b"data: ") and b'"response.completed"' in line[:60]:
-                    final = json.loads(line[6:])["response"]
-                    response_id, text_bytes = final["id"], len(final["output"][0]["content"][0]["text"])
+        if body["stream"]:  # (read whole: an SSE line of a large answer is longer than aiohttp reads as one)
+            *_, last = (await answer.read()).rstrip().split(b"\n\n")
+            final = json.loads(last.split(b"\ndata: ", 1)[1])["response"]
+            response_id, text_bytes = final["id"], len(final["output"][0]["content"][0]["text"])
         else:
             final = await answer.json()
             response_id, text_bytes = final["id"], len(final["output"][0]["content"][0]["text"])
