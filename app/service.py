@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import anyio
@@ -47,6 +47,7 @@ class Accepted:
 
     record: ResponseRecord
     input_items: list[dict[str, Any]]
+    opening: list[WireEvent] = field(default_factory=list)  # the events stored with it: its whole log
 
     @property
     def durable(self) -> bool:
@@ -74,26 +75,22 @@ async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Acce
     _log_hosted_tools(create)
     record = new_record(create, model.id)
     input_items = [items_db.with_new_id(item) for item in create.input_items]
-    accepted = Accepted(record, input_items)
+    opening: list[WireEvent] = []
+    if record.background:  # visible (and followable) at once: its first events come with it
+        events = [lifecycle_event("response.created", record), lifecycle_event("response.queued", record)]
+        opening = wire.numbered(events, [wire.encode(event) for event in events], 0)
+    accepted = Accepted(record, input_items, opening)
     previous_id = create.request.previous_response_id
     # The previous response may be deleted between its read and this insert: the insert's
     # reference to it is then refused, and the request gets what it would have got a moment later.
     with _previous_deleted_meanwhile(previous_id):
-        if record.background:  # visible (and followable) at once: its first events come with it
-            async with state.engine.begin() as conn:
-                link = await chain_link(conn, account_id, previous_id, create.input_items)
-                new = responses_db.NewResponse(record, account_id, link, input_items)
-                await responses_db.insert_responses(conn, [new])
-                opening = [lifecycle_event("response.created", record), lifecycle_event("response.queued", record)]
-                await events_db.append(conn, record.id, opening)
-            return accepted
         link = responses_db.ChainLink(None, 0)
         if previous_id is not None:
             async with state.engine.connect() as conn:
                 await conn.execution_options(isolation_level="AUTOCOMMIT")  # one read: no BEGIN/ROLLBACK
                 link = await chain_link(conn, account_id, previous_id, create.input_items)
         if accepted.durable:  # with the others being stored at the same moment: one statement
-            await state.stored(responses_db.NewResponse(record, account_id, link, input_items))
+            await state.stored(responses_db.NewResponse(record, account_id, link, input_items, opening))
     return accepted
 
 

@@ -148,6 +148,9 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="answers each stream slot streams, back to back")
     parser.add_argument("--burst", action="store_true", help="start every stream at once instead of staggered")
     parser.add_argument("--workers", type=int, default=1, help="worker processes")
+    parser.add_argument(
+        "--background", action="store_true", help="also stream background responses (background + stream) at each level"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
@@ -212,6 +215,15 @@ async def main() -> None:
             }
             row["ttft_p50_overhead_ms"] = row["responses_server"]["ttft_p50_ms"] - row["direct"]["ttft_p50_ms"]
             row["throughput_ratio"] = row["responses_server"]["tokens_per_s"] / row["direct"]["tokens_per_s"]
+            if args.background:  # the same streams created with background: true, right after
+                url, body, headers, marker = full
+                cpu_before = meter.snapshot()
+                background = await load(url, {**body, "background": True}, headers, marker, level, args.rounds, ramp)
+                row["background_stream"] = {
+                    **background.row(),
+                    "throughput_ratio": (background.tokens / background.seconds) / (base.tokens / base.seconds),
+                    "cpu_seconds": CpuMeter.spent(cpu_before, meter.snapshot()),
+                }
             results.append(row)
             print(json.dumps(row), flush=True)
         if args.out:

@@ -22,6 +22,7 @@ from app.db.driver import DriverStatement
 from app.db.tables import items, responses
 from app.protocol.input_items import TOOL_CALL_TYPES
 from app.protocol.response_object import ResponseRecord, Status
+from app.wire import WireEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +119,9 @@ _INSERT_WITH_INPUT = DriverStatement(
                              CAST(:stores AS boolean[]), CAST(:instructions AS text[]), CAST(:metadata AS jsonb[]),
                              CAST(:settings AS json[]), CAST(:previous_response_ids AS text[]),
                              CAST(:context_parent_ids AS text[]), CAST(:chain_depths AS int[]),
-                             CAST(:created_epochs AS float8[]))
+                             CAST(:created_epochs AS float8[]), CAST(:opening_counts AS int[]))
             AS r(id, account_id, model, status, background, stream, store, instructions, metadata, settings,
-                 previous_response_id, context_parent_id, chain_depth, created_epoch)
+                 previous_response_id, context_parent_id, chain_depth, created_epoch, opening_count)
     ), continuing AS (
         UPDATE responses p SET branch_continued = true
         FROM (SELECT DISTINCT ON (context_parent_id) id, context_parent_id FROM new
@@ -130,15 +131,22 @@ _INSERT_WITH_INPUT = DriverStatement(
     ), response AS (
         INSERT INTO responses (id, account_id, model, status, background, stream, store, instructions, metadata,
                                settings, previous_response_id, context_parent_id, chain_depth, created_at,
-                               context_branches, context_depths)
+                               next_sequence_number, context_branches, context_depths)
         SELECT r.id, r.account_id, r.model, r.status, r.background, r.stream, r.store, r.instructions, r.metadata,
                r.settings, r.previous_response_id, r.context_parent_id, r.chain_depth, to_timestamp(r.created_epoch),
+               r.opening_count,
                CASE WHEN c.id IS NULL THEN coalesce(p.context_branches, '{}') || nextval('branch_ids')
                     ELSE p.context_branches END,
                coalesce(CASE WHEN c.id IS NULL THEN p.context_depths
                              ELSE p.context_depths[1:cardinality(p.context_depths) - 1] END, '{}') || r.chain_depth
         FROM new r LEFT JOIN continuing c ON c.id = r.id LEFT JOIN responses p ON p.id = r.context_parent_id
         RETURNING id, context_branches[cardinality(context_branches)] AS branch_id, chain_depth
+    ), opening AS (
+        INSERT INTO response_events (response_id, sequence_number, type, payload)
+        SELECT e.response_id, e.sequence_number, e.type, e.payload
+        FROM unnest(CAST(:event_responses AS text[]), CAST(:event_numbers AS int[]), CAST(:event_types AS text[]),
+                    CAST(:event_payloads AS text[])) AS e(response_id, sequence_number, type, payload)
+        JOIN response ON response.id = e.response_id
     )
     INSERT INTO items (id, response_id, side, position, type, payload, branch_id, depth)
     SELECT i.id, response.id, 'input', i.position, i.type, i.payload, response.branch_id, response.chain_depth
@@ -175,12 +183,16 @@ class NewResponse:
     account_id: str
     link: ChainLink
     input_items: list[dict[str, Any]]
+    # Its first events, numbered from 0 (a background response's `created` and `queued`),
+    # stored by the same statement.
+    opening: Sequence[WireEvent] = ()
 
 
 async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) -> None:
-    """Stores new responses with their input items, all with one statement."""
+    """Stores new responses with their input items and opening events, all with one statement."""
     records = [n.record for n in new]
     inputs = [(n.record.id, position, item) for n in new for position, item in enumerate(n.input_items)]
+    opening = [(n.record.id, event) for n in new for event in n.opening]
     await _INSERT_WITH_INPUT.rows(
         conn,
         {
@@ -198,6 +210,11 @@ async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) ->
             "context_parent_ids": [n.link.parent_id for n in new],
             "chain_depths": [n.link.depth for n in new],
             "created_epochs": [r.created_at for r in records],
+            "opening_counts": [len(n.opening) for n in new],
+            "event_responses": [response_id for response_id, _ in opening],
+            "event_numbers": [event.sequence_number for _, event in opening],
+            "event_types": [event.type for _, event in opening],
+            "event_payloads": [event.json for _, event in opening],
             "item_ids": [item["id"] for _, _, item in inputs],
             "item_responses": [response_id for response_id, _, _ in inputs],
             "positions": [position for _, position, _ in inputs],

@@ -47,14 +47,9 @@ async def create(request: Request) -> Response | ASGIApp:
         raise
     if subscription is None:
         return JSONResponse(render(record))
-    # A foreground response has no event before its job runs; a background one has two already.
-    events = follow(
-        state.log_source(accepted.durable),
-        subscription,
-        record.id,
-        -1,
-        log_is_empty=not record.background,
-    )
+    # Before its job runs, a response's log holds what its create stored: nothing, or a background
+    # one's first two events.
+    events = follow(state.log_source(accepted.durable), subscription, record.id, -1, known_log=accepted.opening)
     # A background response outlives its connection; a foreground one stops when its client leaves.
     on_disconnect = partial(service.stop, state, record.id, accepted.durable)
     if record.stream:

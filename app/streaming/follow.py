@@ -5,7 +5,7 @@ are committed, until the terminal event. Live streaming and resuming are this on
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -44,27 +44,23 @@ async def follow(
     response_id: str,
     after: int,
     *,
-    log_is_empty: bool = False,
+    known_log: Sequence[WireEvent] | None = None,
 ) -> AsyncIterator[list[WireEvent] | None]:
     """Yields the events after `after` in order, in batches as they come (a page of the log, a
     commit's worth of live events), and None after each idle period (a keep-alive moment); ends
     after the terminal event. Closes the subscription when done.
 
-    `log_is_empty`: the caller subscribed before the response could have any event (it created
-    it and has not enqueued it yet), so the first read of the log can be skipped."""
+    `known_log`: the whole log when the caller subscribed, because nothing else could have
+    written to it yet (the caller created the response and has not enqueued it): the log is
+    not read."""
     cursor = _Cursor(after)
     try:
-        if source.durable and not log_is_empty:
-            async for page in _log_pages(source, response_id, cursor.last):
-                if ready := cursor.next_of(page):
-                    yield ready
-                if cursor.done:
-                    return
-            rest, ended = await _catch_up(source, response_id, cursor.last)
-            if ready := cursor.next_of(rest):
+        if known_log is not None:
+            if ready := cursor.next_of(list(known_log)):
                 yield ready
-            if cursor.done or ended:  # ended without a terminal event after `after`: nothing to follow
-                return
+        elif source.durable:
+            async for ready in _stored(source, response_id, cursor):
+                yield ready
         while not cursor.done:
             live = await subscription.next_batch()
             try:
@@ -82,6 +78,20 @@ async def follow(
                 yield ready
     finally:
         await subscription.close()
+
+
+async def _stored(source: LogSource, response_id: str, cursor: _Cursor) -> AsyncIterator[list[WireEvent]]:
+    """What the log holds after the cursor, then what came meanwhile; the cursor is done if the
+    response ended (with or without a terminal event after it: nothing is left to follow)."""
+    async for page in _log_pages(source, response_id, cursor.last):
+        if ready := cursor.next_of(page):
+            yield ready
+        if cursor.done:
+            return
+    rest, ended = await _catch_up(source, response_id, cursor.last)
+    if ready := cursor.next_of(rest):
+        yield ready
+    cursor.done = cursor.done or ended
 
 
 class _Cursor:

@@ -155,7 +155,7 @@ async def test_a_follower_that_finds_every_connection_taken_is_kept_alive_and_th
     hub = EventHub(state.redis, CHANNEL, IDLE)  # no check of its own: the follower reads for itself
     await hub.start()
     source = LogSource(engine, state.redis, durable=True)
-    events = follow(source, await hub.subscribe(response_id, durable=True), response_id, -1, log_is_empty=True)
+    events = follow(source, await hub.subscribe(response_id, durable=True), response_id, -1, known_log=[])
     held = await engine.connect()  # every connection of its pool
     try:
         await held.exec_driver_sql("SELECT 1")
