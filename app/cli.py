@@ -31,6 +31,12 @@ def main(argv: list[str] | None = None) -> None:
     dev.add_argument("--data", type=Path, default=Path("~/.responses-server"), help="data folder (%(default)s)")
     dev.add_argument("--host", default="127.0.0.1")
     dev.add_argument("--port", type=int, default=8000)
+    probe = commands.add_parser(
+        "probe", help="exit 0 if this machine's API or worker port answers 200 (a container's healthcheck)"
+    )
+    probe.add_argument("--port", type=int, default=8000)
+    probe.add_argument("--path", default="/ready", help="/ready (default) or /health")
+    probe.add_argument("--timeout", type=float, default=3.0)
     keys = commands.add_parser("keys", help="manage API keys").add_subparsers(dest="keys_command", required=True)
     create = keys.add_parser("create", help="create a key (and its account if new); prints the key last")
     create.add_argument("--account", required=True)
@@ -41,6 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per runtime request is noise
+    if args.command == "probe":
+        sys.exit(_probe(args.port, args.path, args.timeout))
     if args.command == "dev":
         from app import local_stack
 
@@ -56,6 +64,21 @@ def main(argv: list[str] | None = None) -> None:
         _run_worker(settings, args.model)
     else:
         sys.exit(asyncio.run(_keys(settings, args)))
+
+
+def _probe(port: int, path: str, timeout: float) -> int:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as answer:
+            print(answer.read().decode())
+            return 0
+    except urllib.error.HTTPError as exc:
+        print(f"{exc.code}: {exc.read().decode()}", file=sys.stderr)
+    except OSError as exc:
+        print(f"no answer: {exc}", file=sys.stderr)
+    return 1
 
 
 def _serve_api(host: str, port: int, workers: int) -> None:

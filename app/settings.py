@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     db_max_overflow: int = Field(10, alias="RESPONSES_DB_MAX_OVERFLOW")
     # How long a request waits for a free connection before it is answered 503 (with Retry-After).
     db_pool_timeout: float = Field(5.0, alias="RESPONSES_DB_POOL_TIMEOUT")
+    # A worker's own HTTP port for /health, /ready and /metrics (workers/health_port.py); unset: none.
+    worker_port: int | None = Field(None, alias="RESPONSES_WORKER_PORT")
 
     # Tools OpenAI hosts (web_search, file_search, code_interpreter…) that no model here can run:
     # `ignore` echoes them and leaves them out of what the model is offered (Codex sends

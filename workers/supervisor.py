@@ -51,6 +51,11 @@ class RuntimeSupervisor:
         self._watcher: asyncio.Task[None] | None = None
 
     @property
+    def healthy(self) -> bool:
+        """The server answered its health check and has not died since."""
+        return self._healthy.is_set()
+
+    @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 

@@ -16,6 +16,7 @@ from app.redis_keys import COUNT_TOKENS_JOB, GENERATE_JOB
 from app.settings import Settings
 from workers.count_tokens import count_input_tokens
 from workers.generate import generate
+from workers.health_port import WorkerHealth
 from workers.hosting import hosted_queue, start_model_server
 from workers.state import WorkerState
 
@@ -23,18 +24,28 @@ from workers.state import WorkerState
 async def _startup(ctx: dict[str, Any]) -> None:
     settings: Settings = ctx["settings"]
     catalog: Catalog = ctx["catalog"]
+    health = None
+    if settings.worker_port is not None:  # first: a model server's slow start is "not ready", not "dead"
+        health = ctx["health"] = WorkerHealth(settings.worker_port)
+        await health.start()
     supervisor = None
     if ctx["hosted_model"] is not None:  # jobs wait in the queue until the model's server answers
         catalog, supervisor = await start_model_server(catalog, ctx["hosted_model"])
     state = WorkerState.open(settings, ctx["redis"], catalog, supervisor)
     state.start()
     ctx["state"] = state
+    if health is not None:
+        health.state = state
     gc_tuning.tune_after_startup()
 
 
 async def _shutdown(ctx: dict[str, Any]) -> None:
+    if "health" in ctx:
+        ctx["health"].state = None  # no longer ready: it takes no new job
     if "state" in ctx:
         await ctx["state"].close()
+    if "health" in ctx:
+        await ctx["health"].close()
 
 
 def build_worker(settings: Settings, hosted_model: str | None = None, **overrides: Any) -> QueueWorker:

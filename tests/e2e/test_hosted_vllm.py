@@ -18,14 +18,14 @@ import openai
 import pytest
 from redis.asyncio import Redis
 
-from tests.conftest import ROOT, Environment, FakeRuntime, api_client, start_worker, wait_until
+from tests.conftest import ROOT, Environment, FakeRuntime, api_client, free_port, start_worker, wait_until
 from tests.integration.test_supervisor import alive
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(100)), "delay": 0.05})
 
 
 class HostingWorker:
-    def __init__(self, environment: Environment, tmp_path: Path) -> None:
+    def __init__(self, environment: Environment, tmp_path: Path, **env: str) -> None:
         bin_dir = tmp_path / "bin"
         bin_dir.mkdir()
         vllm = bin_dir / "vllm"
@@ -38,7 +38,7 @@ class HostingWorker:
             "hosted-vllm",
             PATH=f"{bin_dir}:{os.environ['PATH']}",
             STAND_IN_VLLM_LOG=str(self.launches),
-            STAND_IN_VLLM_STARTUP_DELAY="1",
+            **{"STAND_IN_VLLM_STARTUP_DELAY": "1", **env},
         )
 
     def launched(self) -> list[dict[str, object]]:
@@ -119,6 +119,50 @@ def test_a_model_server_that_dies_fails_its_generations_and_comes_back(
     again = client.responses.create(model="hosted-vllm", input="after the crash")
     assert again.status == "completed" and again.output_text == "Echo: after the crash"
     assert len(hosting.launched()) == 2
+
+
+def test_the_workers_port_says_starting_ready_and_runtime_down_as_its_model_server_does(
+    environment: Environment, tmp_path: Path, fake: FakeRuntime
+) -> None:
+    port = free_port()
+    worker = HostingWorker(environment, tmp_path, RESPONSES_WORKER_PORT=str(port), STAND_IN_VLLM_STARTUP_DELAY="3")
+    root = f"http://127.0.0.1:{port}"
+
+    def get(path: str) -> httpx.Response | None:
+        try:
+            return httpx.get(f"{root}{path}", timeout=2)
+        except httpx.TransportError:
+            return None
+
+    try:
+        wait_until(lambda: get("/health") is not None, timeout=20)
+        starting = get("/ready")
+        assert starting is not None and starting.status_code == 503 and starting.json()["status"] == "starting"
+        assert (get("/health") or httpx.Response(500)).status_code == 200  # alive while its model server starts
+        wait_until(lambda: (get("/ready") or httpx.Response(500)).status_code == 200, timeout=30)
+        assert (get("/ready") or httpx.Response(500)).json() == {
+            "status": "ok",
+            "postgres": "ok",
+            "redis": "ok",
+            "runtime": "ok",
+        }
+        os.kill(worker.server_pid(), signal.SIGKILL)
+        wait_until(lambda: (get("/ready") or httpx.Response(200)).status_code == 503, timeout=10)
+        assert (get("/ready") or httpx.Response(500)).json()["runtime"].startswith("unavailable")
+        wait_until(lambda: (get("/ready") or httpx.Response(500)).status_code == 200, timeout=30)
+        metrics = (get("/metrics") or httpx.Response(500)).text
+        assert "responses_runtime_restarts_total 1.0" in metrics
+        assert "responses_worker_generations_running 0.0" in metrics
+        probe = subprocess.run(
+            [sys.executable, "-m", "app.cli", "probe", "--port", str(port)], cwd=ROOT, capture_output=True, text=True
+        )
+        assert probe.returncode == 0, probe.stderr
+    finally:
+        worker.process.terminate()
+        worker.process.wait(20)
+        for launch in worker.launched():
+            if alive(int(str(launch["pid"]))):
+                os.kill(int(str(launch["pid"])), signal.SIGKILL)
 
 
 def test_a_worker_refuses_to_host_what_it_cannot(environment: Environment) -> None:
