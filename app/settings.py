@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
 
 
 class Settings(BaseSettings):
@@ -28,6 +29,17 @@ class Settings(BaseSettings):
         if scheme != "postgresql+asyncpg":
             raise ValueError("must be a PostgreSQL URL for asyncpg: postgresql+asyncpg://… (or postgresql://…)")
         return url
+
+    # The database password, read from a file (a container secret) rather than put in the URL.
+    database_password_file: Path | None = Field(None, alias="RESPONSES_DATABASE_PASSWORD_FILE")
+
+    @model_validator(mode="after")
+    def _password_from_file(self) -> Settings:
+        if self.database_password_file is not None:
+            password = self.database_password_file.read_text().strip()
+            url = make_url(self.database_url).set(password=password)
+            self.database_url = url.render_as_string(hide_password=False)
+        return self
 
     models_path: Path = Field(Path("models.toml"), alias="RESPONSES_MODELS")
     queue_name: str = Field("responses:queue", alias="RESPONSES_QUEUE")
