@@ -21,6 +21,25 @@ from app import errors
 Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
 
+class SamplingDefaults(BaseModel):
+    """What a request that leaves them unset is sampled with, as vLLM applies a model's
+    generation config: a request's own values always win."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0, le=1)
+    repetition_penalty: float | None = Field(None, gt=0, le=2)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+
+    def body(self) -> dict[str, float | int]:
+        """As a Chat Completions request carries them."""
+        return {name: value for name, value in self.model_dump().items() if value is not None}
+
+
 class ReasoningSupport(BaseModel):
     """A model that reasons, and how `reasoning.effort` reaches its server."""
 
@@ -69,6 +88,8 @@ class ModelEntry(BaseModel):
     # Whether the server returns token log probabilities (Chat Completions `logprobs`), for
     # include message.output_text.logprobs and top_logprobs; without, those are a 400.
     logprobs: bool = True
+    # Sampling for requests that leave it unset (else the server's own defaults).
+    sampling: SamplingDefaults | None = None
 
     @property
     def served_name(self) -> str:

@@ -42,7 +42,7 @@ async def count(state: AppState, account_id: str, body: dict[str, Any]) -> dict[
             link = await chain_link(conn, account_id, previous_id, create.input_items)
             context = await items_db.context_items(conn, str(link.parent_id), own_output=True)
     count_id = new_id("req")
-    job = {"record": asdict(new_record(create, model.id)), "context": context + create.input_items}
+    job = {"record": asdict(new_record(create, model)), "context": context + create.input_items}
     queue_name = state.catalog.queue_for(model.id, state.settings.queue_name)
     try:
         await state.redis.enqueue_job(COUNT_TOKENS_JOB, count_id, job, _job_id=count_id, _queue_name=queue_name)

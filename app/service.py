@@ -73,7 +73,7 @@ async def validated(
 async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Accepted:
     create, model = await validated(state, body)
     _log_hosted_tools(create)
-    record = new_record(create, model.id)
+    record = new_record(create, model)
     input_items = [items_db.with_new_id(item) for item in create.input_items]
     opening: list[WireEvent] = []
     if record.background:  # visible (and followable) at once: its first events come with it
@@ -137,9 +137,9 @@ def _log_hosted_tools(create: ValidatedCreate) -> None:
         HOSTED_TOOLS_NOT_OFFERED.labels(kind).inc()
 
 
-def new_record(create: ValidatedCreate, model_id: str) -> ResponseRecord:
+def new_record(create: ValidatedCreate, model: ModelEntry) -> ResponseRecord:
     request = create.request
-    settings = echoed_settings(create, request.max_output_tokens)
+    settings = echoed_settings(create, request.max_output_tokens, model.sampling)
     # What the client actually set, for the runtime request (defaults stay the runtime's).
     settings["requested"] = {
         "temperature": request.temperature,
@@ -151,7 +151,7 @@ def new_record(create: ValidatedCreate, model_id: str) -> ResponseRecord:
     }
     return ResponseRecord(
         id=new_id("resp"),
-        model=model_id,
+        model=model.id,
         status="queued",
         created_at=time.time(),
         instructions=request.instructions,

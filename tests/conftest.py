@@ -225,6 +225,7 @@ id = "smollm2"
 runtime = "llamacpp"
 context_window = 2048
 max_output_tokens = 256
+sampling = {{ temperature = 0.2, top_p = 0.9 }}  # as `dev` and the compose catalog have it
 """)
     environment = Environment(
         database_url=f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}",

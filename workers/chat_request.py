@@ -26,7 +26,10 @@ def chat_request(
         "stream_options": {"include_usage": True},
         "max_tokens": min(requested.get("max_output_tokens") or model.max_output_tokens, model.max_output_tokens),
     }
-    # Only what the client set: the runtime's own defaults (the model's generation config) win otherwise.
+    # What the client set, over the catalog's defaults for the model; the runtime's own defaults
+    # (the model's generation config) for the rest.
+    if model.sampling is not None:
+        body.update(model.sampling.body())
     if requested.get("temperature") is not None:
         body["temperature"] = requested["temperature"]
     if requested.get("top_p") is not None:

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app import errors
+from app.catalog import SamplingDefaults
 from app.protocol.input_items import Item, parse_input
 from app.protocol.text_format import parse_text_format
 from app.protocol.tools import HostedToolsPolicy, Tool, ToolChoice, parse_tool_choice, parse_tools
@@ -218,16 +219,20 @@ def _reject_unserved_values(request: CreateResponseRequest) -> None:
             )
 
 
-def echoed_settings(create: ValidatedCreate, max_output_tokens: int | None) -> dict[str, Any]:
-    """The request settings a Response object echoes, with OpenAI's defaults filled in."""
+def echoed_settings(
+    create: ValidatedCreate, max_output_tokens: int | None, defaults: SamplingDefaults | None = None
+) -> dict[str, Any]:
+    """The request settings a Response object echoes: what the client set, else the model's
+    sampling defaults (what it is sampled with), else OpenAI's defaults."""
     request = create.request
     text = request.text or TextOptions()
+    defaults = defaults or SamplingDefaults()
     return {
-        "frequency_penalty": request.frequency_penalty or 0.0,
+        "frequency_penalty": _first(request.frequency_penalty, defaults.frequency_penalty, 0.0),
         "max_output_tokens": max_output_tokens,
         "max_tool_calls": request.max_tool_calls,
         "parallel_tool_calls": request.parallel_tool_calls is not False,
-        "presence_penalty": request.presence_penalty or 0.0,
+        "presence_penalty": _first(request.presence_penalty, defaults.presence_penalty, 0.0),
         "prompt_cache_key": request.prompt_cache_key,
         "prompt_cache_retention": request.prompt_cache_retention,
         "reasoning": {
@@ -236,7 +241,7 @@ def echoed_settings(create: ValidatedCreate, max_output_tokens: int | None) -> d
         },
         "safety_identifier": request.safety_identifier,
         "service_tier": request.service_tier or "auto",
-        "temperature": 1.0 if request.temperature is None else request.temperature,
+        "temperature": _first(request.temperature, defaults.temperature, 1.0),
         "text": {
             "format": create.text_format,
             "verbosity": text.verbosity or "medium",
@@ -244,7 +249,11 @@ def echoed_settings(create: ValidatedCreate, max_output_tokens: int | None) -> d
         "tool_choice": create.tool_choice,
         "tools": create.tools,
         "top_logprobs": request.top_logprobs or 0,
-        "top_p": 1.0 if request.top_p is None else request.top_p,
+        "top_p": _first(request.top_p, defaults.top_p, 1.0),
         "truncation": request.truncation or "disabled",
         "user": request.user,
     }
+
+
+def _first(*values: float | None) -> float | None:
+    return next((value for value in values if value is not None), None)

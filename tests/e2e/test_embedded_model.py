@@ -13,6 +13,7 @@ import openai
 import pytest
 from openai.types.responses import FunctionToolParam
 
+from app.local_stack import WELCOME_QUESTION
 from tests.conftest import Environment, Server, start_worker, stop
 
 
@@ -43,6 +44,17 @@ def test_a_chat_answers_sensibly_with_usage_counted_by_the_server(embedded: open
     assert usage.input_tokens > 12  # the question's tokens and the chat template's
     assert 0 < usage.output_tokens <= 40
     assert usage.total_tokens == usage.input_tokens + usage.output_tokens
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_question_dev_prints_is_answered_well_with_the_catalogs_sampling(
+    embedded: openai.OpenAI, seed: int
+) -> None:
+    response = embedded.responses.create(
+        model="smollm2", input=WELCOME_QUESTION, max_output_tokens=40, extra_body={"seed": seed}
+    )
+    assert (response.temperature, response.top_p) == (0.2, 0.9)  # sampled as the catalog says
+    assert "paris" in response.output_text.lower()
 
 
 def test_a_stream_adds_up_to_the_stored_answer(embedded: openai.OpenAI) -> None:

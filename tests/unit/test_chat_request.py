@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from app.catalog import LlamaCppModel, OpenAIModel, ReasoningSupport
+from app.catalog import LlamaCppModel, ModelEntry, OpenAIModel, ReasoningSupport, SamplingDefaults
 from app.protocol.create_request import parse_create_request
 from app.protocol.input_items import parse_input
 from app.protocol.response_object import ResponseRecord
@@ -16,9 +16,9 @@ from workers.chat_request import chat_request
 MODEL = OpenAIModel(id="m", runtime="openai", base_url="http://x/v1", upstream_model="up", max_output_tokens=100)
 
 
-def record(**body: Any) -> ResponseRecord:
+def record(model: ModelEntry = MODEL, /, **body: Any) -> ResponseRecord:
     """The record the service would store for this request body."""
-    return new_record(parse_create_request({"model": "m", "input": "x", **body}), "m")
+    return new_record(parse_create_request({"model": "m", "input": "x", **body}), model)
 
 
 def test_system_prompt_is_instructions_then_system_and_developer_messages_in_order() -> None:
@@ -151,3 +151,16 @@ def test_images_become_image_url_parts_and_tool_output_images_follow_the_tool_re
         "role": "user",
         "content": [{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}],
     }
+
+
+def test_the_catalogs_sampling_defaults_apply_where_the_request_leaves_them_unset() -> None:
+    tuned = MODEL.model_copy(update={"sampling": SamplingDefaults(temperature=0.2, top_p=0.9, top_k=40)})
+    body = chat_request(record(tuned), [], tuned)
+    assert (body["temperature"], body["top_p"], body["top_k"]) == (0.2, 0.9, 40)
+    asked = record(tuned, temperature=0.7, top_k=5)
+    body = chat_request(asked, [], tuned)
+    assert (body["temperature"], body["top_p"], body["top_k"]) == (0.7, 0.9, 5)  # the request's own win
+    # The Response says what it is sampled with.
+    assert (asked.settings["temperature"], asked.settings["top_p"]) == (0.7, 0.9)
+    assert (record().settings["temperature"], record().settings["top_p"]) == (1.0, 1.0)  # OpenAI's, with none
+    assert "temperature" not in chat_request(record(), [], MODEL)  # no default: the server's own
