@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import errors, gc_tuning, metrics
 from app.error_reporting import REQUEST_ID, client_error
 from app.ids import new_id
+from app.metrics import HTTP_REQUESTS
 from app.routes import input_items, meta, responses
 from app.settings import Settings
 from app.state import AppState
@@ -77,6 +78,9 @@ class RequestIdMiddleware:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                endpoint = scope.get("endpoint")  # set by the router on the scope it was given
+                route = getattr(endpoint, "__name__", "unknown")
+                HTTP_REQUESTS.labels(route, scope["method"], str(message["status"])).inc()
                 message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", request_id.encode())]}
             await send(message)
 

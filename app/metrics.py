@@ -1,17 +1,55 @@
-"""Prometheus metrics of an API process, served at `GET /metrics` (no key: scrapers carry none).
-
-Each process counts for itself; Prometheus sums the replicas.
+"""Prometheus metrics of a process: an API process serves them at `GET /metrics`, a worker on its
+own port (workers/health_port.py). Each process counts for itself; Prometheus sums the replicas.
+docs/metrics.md lists them with the scrape configuration and a Grafana dashboard.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+from sqlalchemy import text
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+disable_created_metrics()  # no `_created` series beside each counter: noise to a scraper
 REGISTRY = CollectorRegistry()
+ProcessCollector(registry=REGISTRY)  # CPU, memory, open files of the process
 
+# The API's.
+HTTP_REQUESTS = Counter(
+    "responses_http_requests",
+    "HTTP requests answered, by route, method and status.",
+    ["route", "method", "status"],
+    registry=REGISTRY,
+)
+CREATED = Counter(
+    "responses_created",
+    "Responses accepted, by model and mode (json, stream, background).",
+    ["model", "mode"],
+    registry=REGISTRY,
+)
+LIVE_STREAMS = Gauge(
+    "responses_live_streams", "SSE streams and JSON answers following a response now.", registry=REGISTRY
+)
+QUEUED = Gauge("responses_queued", "Responses waiting for a worker, by model.", ["model"], registry=REGISTRY)
+OLDEST_QUEUED = Gauge(
+    "responses_oldest_queued_seconds",
+    "How long the oldest waiting response has waited, by model.",
+    ["model"],
+    registry=REGISTRY,
+)
+IN_PROGRESS = Gauge(
+    "responses_in_progress", "Responses a worker is generating, by model.", ["model"], registry=REGISTRY
+)
 HOSTED_TOOLS_NOT_OFFERED = Counter(
     "responses_hosted_tools_not_offered",
     "Hosted tools (web_search, file_search…) a request listed that were echoed but not offered to the "
@@ -20,8 +58,67 @@ HOSTED_TOOLS_NOT_OFFERED = Counter(
     registry=REGISTRY,
 )
 
+# The workers'.
+FINISHED = Counter(
+    "responses_finished", "Generations ended, by model and final status.", ["model", "status"], registry=REGISTRY
+)
+TIME_TO_FIRST_TOKEN = Histogram(
+    "responses_time_to_first_token_seconds",
+    "From a response's creation to its first output token, by model.",
+    ["model"],
+    buckets=(0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+    registry=REGISTRY,
+)
+OUTPUT_TOKENS = Counter(
+    "responses_output_tokens",
+    "Output tokens generated, by model (their rate is tokens/s).",
+    ["model"],
+    registry=REGISTRY,
+)
+INPUT_TOKENS = Counter(
+    "responses_input_tokens", "Input tokens of ended generations, by model.", ["model"], registry=REGISTRY
+)
+
+# Both (whichever process does it).
+REAPED = Counter("responses_reaped", "Running responses failed because their worker's lease lapsed.", registry=REGISTRY)
+REQUEUED = Counter("responses_requeued", "Queued responses enqueued again after Redis lost them.", registry=REGISTRY)
+RETENTION_REMOVED = Counter(
+    "responses_retention_removed",
+    "Rows retention removed, by kind (responses, or event logs).",
+    ["kind"],
+    registry=REGISTRY,
+)
+RETENTION_BEHIND = Gauge(
+    "responses_retention_behind_seconds",
+    "How long the oldest row retention has still to remove has been due.",
+    ["kind"],
+    registry=REGISTRY,
+)
+
+# One indexed read of the active responses (ix_responses_active) per scrape.
+_QUEUE = text("""
+    SELECT model, count(*) FILTER (WHERE status = 'queued') AS queued,
+           coalesce(extract(epoch FROM max(now() - created_at) FILTER (WHERE status = 'queued')), 0) AS oldest,
+           count(*) FILTER (WHERE status = 'in_progress') AS in_progress
+    FROM responses WHERE status IN ('queued', 'in_progress') GROUP BY model
+""")
+
 
 async def metrics(request: Request) -> Response:
+    state = request.app.state.responses
+    LIVE_STREAMS.set(state.hub.followers)
+    try:
+        async with state.engine.connect() as conn:
+            rows = (await conn.execute(_QUEUE)).all()
+    except Exception:  # the rest is still worth scraping; /ready says what is down
+        rows = None
+    if rows is not None:
+        for gauge in (QUEUED, OLDEST_QUEUED, IN_PROGRESS):
+            gauge.clear()  # models with nothing active any more
+        for row in rows:
+            QUEUED.labels(row.model).set(row.queued)
+            OLDEST_QUEUED.labels(row.model).set(float(row.oldest))
+            IN_PROGRESS.labels(row.model).set(row.in_progress)
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 

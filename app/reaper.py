@@ -29,6 +29,7 @@ from app.catalog import Catalog
 from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.tables import responses
+from app.metrics import REAPED, REQUEUED
 from app.protocol.accumulate import stopped
 from app.protocol.lifecycle import terminal_event
 from app.queue import enqueue_generate
@@ -70,6 +71,7 @@ async def reap_expired_leases(
                 published[row.id] = events
     for response_id in published:
         log.warning("response %s: worker lost; failed", response_id)
+    REAPED.inc(len(published))
     await wire.publish(redis, events_channel, published)
     return list(published)
 
@@ -96,5 +98,6 @@ async def requeue_lost_jobs(
             )
         ).all()
     for response_id, model in rows:
-        await enqueue_generate(redis, response_id, catalog.queue_for(model, base_queue))
+        if await enqueue_generate(redis, response_id, catalog.queue_for(model, base_queue)):
+            REQUEUED.inc()  # (not one arq still had)
     return [response_id for response_id, _ in rows]

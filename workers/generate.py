@@ -16,6 +16,7 @@ from typing import Any
 from app.catalog import ModelEntry
 from app.db import items as items_db
 from app.db import responses as responses_db
+from app.metrics import FINISHED, INPUT_TOKENS, OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
 from app.protocol.input_items import Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.response_object import ResponseRecord
@@ -111,12 +112,27 @@ async def _finish(
         ended = await writer.finish(record.id, [terminal_event(outcome.applied_to(record))], outcome)
     if not ended:
         log.info("response %s ended elsewhere first; its %s is discarded", record.id, outcome.status)
+    else:
+        FINISHED.labels(record.model, outcome.status).inc()
+        if outcome.usage:
+            INPUT_TOKENS.labels(record.model).inc(outcome.usage.get("input_tokens") or 0)
+            OUTPUT_TOKENS.labels(record.model).inc(outcome.usage.get("output_tokens") or 0)
     if record.id in state.transient:
         state.transient.discard(record.id)
         await state.redis.delete(ALIVE_PREFIX + record.id)
 
 
 INTERNAL_ERROR = "internal error during generation"
+# The events that carry a generated token: the first one is the response's first token.
+OUTPUT_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.function_call_arguments.delta",
+        "response.custom_tool_call_input.delta",
+    }
+)
 
 
 def _failed(message: str, output: list[Item] | None = None) -> responses_db.Outcome:
@@ -132,10 +148,16 @@ async def _stream(state: WorkerState, generation: Generation, translator: Stream
     if state.supervisor is not None:  # its model server may be restarting
         await state.supervisor.wait_healthy(state.supervisor.startup_timeout)
     response_id = generation.record.id
+    first_token = TIME_TO_FIRST_TOKEN.labels(generation.record.model)
+    waiting_for_first = True
 
     def translate(chunk: dict[str, Any]) -> None:
+        nonlocal waiting_for_first
         if events := translator.on_chunk(chunk):
             state.writer.append(response_id, events)
+            if waiting_for_first and any(event["type"] in OUTPUT_DELTAS for event in events):
+                waiting_for_first = False
+                first_token.observe(time.time() - generation.record.created_at)
 
     await state.runtime.stream(generation.model, body, translate)
 

@@ -22,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import text
 
+from app.metrics import REGISTRY
 from workers.state import WorkerState
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,8 @@ class WorkerHealth:
         return web.json_response({"status": "ok" if ready else "unavailable", **checks}, status=200 if ready else 503)
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        body = generate_latest(REGISTRY) + generate_latest(self.registry)  # the shared metrics, then its own
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 class _WorkerCollector(Collector):

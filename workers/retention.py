@@ -17,6 +17,7 @@ from datetime import timedelta
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.metrics import RETENTION_BEHIND, RETENTION_REMOVED
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,11 @@ STEPS = (
 )
 
 
+for _step in STEPS:  # every kind is served from the start, at 0
+    RETENTION_REMOVED.labels(_step.name)
+    RETENTION_BEHIND.labels(_step.name)
+
+
 def _age(policy: RetentionPolicy, step: Step) -> timedelta:
     age: timedelta = getattr(policy, step.name)
     return age
@@ -135,6 +141,7 @@ async def apply(engine: AsyncEngine, policy: RetentionPolicy, report_every: floa
         for step in backlog:
             removed = await run_step(engine, policy, step)
             report.removed[step.name] += removed
+            RETENTION_REMOVED.labels(step.name).inc(removed)
             if removed == BATCH:
                 full.append(step)
         backlog = full
@@ -143,6 +150,8 @@ async def apply(engine: AsyncEngine, policy: RetentionPolicy, report_every: floa
             log.info("retention: removed %s so far; behind by %s", report.removed, await behind(engine, policy))
     report.seconds = round(time.monotonic() - started, 2)
     report.behind_seconds = await behind(engine, policy)
+    for step in STEPS:
+        RETENTION_BEHIND.labels(step.name).set(report.behind_seconds.get(step.name, 0.0))
     if any(report.removed.values()):
         log.info("retention: removed %s in %.2f s; behind by %s", report.removed, report.seconds, report.behind_seconds)
     return report

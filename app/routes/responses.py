@@ -13,6 +13,7 @@ from starlette.types import ASGIApp
 from app import errors, input_tokens, service
 from app.auth import authenticate
 from app.http import json_body, query_bool, query_int, response_id_in_path
+from app.metrics import CREATED
 from app.protocol.response_object import ACTIVE_STATUSES, render
 from app.state import AppState
 from app.streaming.final_response import FinalResponse
@@ -34,6 +35,7 @@ async def create(request: Request) -> Response | ASGIApp:
     body = await json_body(request, state.settings.max_body_bytes)
     accepted = await service.accept(state, account_id, body)
     record = accepted.record
+    CREATED.labels(record.model, "background" if record.background else "stream" if record.stream else "json").inc()
     followed = record.stream or not record.background
     subscription = None
     try:

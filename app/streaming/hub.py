@@ -104,6 +104,11 @@ class EventHub:
         if self._pubsub:
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]
 
+    @property
+    def followers(self) -> int:
+        """Streams and JSON answers following a response in this process now."""
+        return sum(len(followers) for followers in self._followers.values())
+
     async def subscribe(self, response_id: str, durable: bool) -> Subscription:
         """Events published from now on; 503 while the events channel is not subscribed."""
         subscription = Subscription(self, response_id, durable)

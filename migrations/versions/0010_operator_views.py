@@ -67,9 +67,7 @@ VIEWS = {
 
 
 def upgrade() -> None:
-    op.create_index(
-        "ix_responses_failed", "responses", ["completed_at"], postgresql_where=sa.text("status = 'failed'")
-    )
+    op.create_index("ix_responses_failed", "responses", ["completed_at"], postgresql_where=sa.text("status = 'failed'"))
     for name, (comment, query) in VIEWS.items():
         op.execute(f"CREATE VIEW {name} AS {query}")
         op.execute(f"COMMENT ON VIEW {name} IS '{comment}'")
