@@ -20,7 +20,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-disable_created_metrics()  # no `_created` series beside each counter: noise to a scraper
+# No `_created` series beside each counter: noise to a scraper.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 REGISTRY = CollectorRegistry()
 ProcessCollector(registry=REGISTRY)  # CPU, memory, open files of the process
 

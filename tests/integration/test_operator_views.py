@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import text
 
 from app.state import AppState
+
+
+@pytest.fixture
+async def model(state: AppState) -> AsyncIterator[str]:
+    """A model name of the test's own; its seeded rows go afterwards (running ones would be reaped by
+    another test's reaper, and these rows are no real responses)."""
+    name = f"views-{secrets.token_hex(3)}"
+    yield name
+    async with state.engine.begin() as conn:
+        await conn.execute(text("DELETE FROM responses WHERE model = :model"), {"model": name})
 
 
 async def seed(state: AppState, account_id: str, model: str, rows: list[dict[str, Any]]) -> None:
@@ -47,9 +59,8 @@ async def view(state: AppState, name: str, model: str) -> list[dict[str, Any]]:
 
 
 async def test_queue_health_counts_what_waits_and_runs_and_the_leases_about_to_lapse(
-    state: AppState, account_id: str
+    state: AppState, account_id: str, model: str
 ) -> None:
-    model = f"views-{secrets.token_hex(3)}"
     await seed(
         state,
         account_id,
@@ -57,7 +68,7 @@ async def test_queue_health_counts_what_waits_and_runs_and_the_leases_about_to_l
         [
             {"status": "queued", "age": timedelta(minutes=2)},
             {"status": "queued", "age": timedelta(seconds=5)},
-            {"status": "in_progress", "running": timedelta(minutes=3), "lease": timedelta(seconds=4)},
+            {"status": "in_progress", "running": timedelta(minutes=3), "lease": timedelta(seconds=8)},
             {"status": "in_progress", "running": timedelta(seconds=30), "lease": timedelta(seconds=25)},
             {"status": "completed"},
         ],
@@ -68,8 +79,7 @@ async def test_queue_health_counts_what_waits_and_runs_and_the_leases_about_to_l
     assert timedelta(minutes=3) <= health["longest_running_for"] < timedelta(minutes=4)
 
 
-async def test_usage_adds_up_each_accounts_tokens_per_day(state: AppState, account_id: str) -> None:
-    model = f"views-{secrets.token_hex(3)}"
+async def test_usage_adds_up_each_accounts_tokens_per_day(state: AppState, account_id: str, model: str) -> None:
     usage = {
         "input_tokens": 100,
         "input_tokens_details": {"cached_tokens": 40},
@@ -97,8 +107,9 @@ async def test_usage_adds_up_each_accounts_tokens_per_day(state: AppState, accou
     assert days[1]["day"] - days[0]["day"] == timedelta(days=2)
 
 
-async def test_failures_are_grouped_by_code_with_the_latest_message(state: AppState, account_id: str) -> None:
-    model = f"views-{secrets.token_hex(3)}"
+async def test_failures_are_grouped_by_code_with_the_latest_message(
+    state: AppState, account_id: str, model: str
+) -> None:
     await seed(
         state,
         account_id,
