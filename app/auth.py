@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from app import errors
+from app import errors, request_log
 from app.db import accounts as accounts_db
 from app.state import AppState
 
@@ -23,4 +23,5 @@ async def authenticate(state: AppState, request: Request) -> str:
     if account_id is None:
         masked = f"{key[:6]}***{key[-4:]}" if len(key) > 12 else "***"
         raise errors.AuthenticationFailed(f"Incorrect API key provided: {masked}.")
+    request_log.note(account=account_id)
     return account_id

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from pathlib import Path
 
+from app import request_log
 from app.settings import Settings
 
 
@@ -45,15 +45,15 @@ def main(argv: list[str] | None = None) -> None:
     revoke.add_argument("key")
 
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per runtime request is noise
     if args.command == "probe":
         sys.exit(_probe(args.port, args.path, args.timeout))
     if args.command == "dev":
         from app import local_stack
 
+        request_log.configure("text")
         sys.exit(local_stack.run(args.data, args.host, args.port))
     settings = Settings()
+    request_log.configure(settings.log_format)
     if args.command == "migrate":
         from app.db.migrate import migrate
 
@@ -85,7 +85,15 @@ def _serve_api(host: str, port: int, workers: int) -> None:
     import uvicorn
 
     uvicorn.run(
-        "app.main:create_app", factory=True, host=host, port=port, workers=workers, proxy_headers=True, log_level="info"
+        "app.main:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        proxy_headers=True,
+        log_level="info",
+        log_config=None,  # uvicorn's loggers go through ours (text or JSON)
+        access_log=False,  # each request's line is ours (app/request_log.py), with what it was about
     )
 
 

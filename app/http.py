@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
-from app import errors
+from app import errors, request_log
 from app.protocol.validation import INT32_MAX
 
 
@@ -78,6 +78,7 @@ def response_id_in_path(request: Request) -> str:
     response_id: str = request.path_params["response_id"]
     if "\x00" in response_id:
         raise errors.response_not_found(response_id)
+    request_log.note(response_id=response_id)
     return response_id
 
 

@@ -12,10 +12,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import errors, gc_tuning, metrics
+from app import errors, gc_tuning, metrics, request_log
 from app.error_reporting import REQUEST_ID, client_error
 from app.ids import new_id
 from app.metrics import HTTP_REQUESTS
+from app.request_log import RequestLog
 from app.routes import input_items, meta, responses
 from app.settings import Settings
 from app.state import AppState
@@ -59,9 +60,14 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(error.body(), status_code=exc.status_code)
 
 
+# Probes and scrapes, every few seconds from every load balancer and Prometheus: not logged.
+UNLOGGED_PATHS = frozenset({"/health", "/ready", "/metrics"})
+
+
 class RequestIdMiddleware:
     """Adds `x-request-id` to every response (and puts it in the request's state for streams,
-    which tell their errors in-band), and turns anything unhandled into OpenAI's error envelope."""
+    which tell their errors in-band), turns anything unhandled into OpenAI's error envelope, and
+    writes the request's log line and a JSON answer's Server-Timing (app/request_log.py)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -73,15 +79,21 @@ class RequestIdMiddleware:
         request_id = new_id("req")
         scope.setdefault("state", {})[REQUEST_ID] = request_id
         started = False
+        entry = RequestLog(request_id, scope["method"], scope["path"])
+        token = request_log.CURRENT.set(entry)
 
         async def send_with_id(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                entry.status = message["status"]
                 endpoint = scope.get("endpoint")  # set by the router on the scope it was given
                 route = getattr(endpoint, "__name__", "unknown")
                 HTTP_REQUESTS.labels(route, scope["method"], str(message["status"])).inc()
-                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", request_id.encode())]}
+                headers = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+                if (b"content-type", b"application/json") in headers:  # not a stream: its phases are over
+                    headers.append((b"server-timing", entry.server_timing().encode()))
+                message = {**message, "headers": headers}
             await send(message)
 
         try:
@@ -89,15 +101,15 @@ class RequestIdMiddleware:
         except Exception as exc:
             if started:
                 raise
-            error = client_error(exc, request_id)
-            await send_with_id(
-                {
-                    "type": "http.response.start",
-                    "status": error.status_code,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        *((name.encode(), value.encode()) for name, value in error.headers().items()),
-                    ],
-                }
-            )
-            await send_with_id({"type": "http.response.body", "body": json.dumps(error.body()).encode()})
+            await _answer_error(send_with_id, client_error(exc, request_id))
+        finally:
+            request_log.CURRENT.reset(token)
+            if scope["path"] not in UNLOGGED_PATHS:
+                entry.write()
+
+
+async def _answer_error(send: Send, error: errors.APIError) -> None:
+    headers = [(b"content-type", b"application/json")]
+    headers += [(name.encode(), value.encode()) for name, value in error.headers().items()]
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": json.dumps(error.body()).encode()})

@@ -16,7 +16,7 @@ import anyio
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app import errors, wire
+from app import errors, request_log, wire
 from app.catalog import ModelEntry
 from app.db import events as events_db
 from app.db import items as items_db
@@ -72,6 +72,7 @@ async def validated(
 
 async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Accepted:
     create, model = await validated(state, body)
+    request_log.phase("validate")
     _log_hosted_tools(create)
     record = new_record(create, model)
     input_items = [items_db.with_new_id(item) for item in create.input_items]
@@ -91,6 +92,7 @@ async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Acce
                 link = await chain_link(conn, account_id, previous_id, create.input_items)
         if accepted.durable:  # with the others being stored at the same moment: one statement
             await state.stored(responses_db.NewResponse(record, account_id, link, input_items, opening))
+    request_log.phase("store")
     return accepted
 
 

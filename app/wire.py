@@ -35,6 +35,17 @@ Event = dict[str, Any]
 
 TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed", "response.cancelled"})
 
+# The events that carry generated tokens: the first of them is a response's first token.
+OUTPUT_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.function_call_arguments.delta",
+        "response.custom_tool_call_input.delta",
+    }
+)
+
 INLINE_BYTES = 64 * 1024  # one response's events in one message
 MESSAGE_BYTES = 512 * 1024  # all of them
 _NOTICE = "*"

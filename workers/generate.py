@@ -21,6 +21,7 @@ from app.protocol.input_items import Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.response_object import ResponseRecord
 from app.redis_keys import ALIVE_PREFIX, TRANSIENT_CLAIM_PREFIX
+from app.wire import OUTPUT_DELTAS
 from workers.chat_request import chat_request
 from workers.output_items import Event
 from workers.runtime_errors import RuntimeFailure
@@ -123,16 +124,6 @@ async def _finish(
 
 
 INTERNAL_ERROR = "internal error during generation"
-# The events that carry a generated token: the first one is the response's first token.
-OUTPUT_DELTAS = frozenset(
-    {
-        "response.output_text.delta",
-        "response.reasoning_text.delta",
-        "response.reasoning_summary_text.delta",
-        "response.function_call_arguments.delta",
-        "response.custom_tool_call_input.delta",
-    }
-)
 
 
 def _failed(message: str, output: list[Item] | None = None) -> responses_db.Outcome:

@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from app import errors, input_tokens, service
+from app import errors, input_tokens, request_log, service
 from app.auth import authenticate
 from app.http import json_body, query_bool, query_int, response_id_in_path
 from app.metrics import CREATED
@@ -35,6 +35,7 @@ async def create(request: Request) -> Response | ASGIApp:
     body = await json_body(request, state.settings.max_body_bytes)
     accepted = await service.accept(state, account_id, body)
     record = accepted.record
+    request_log.note(model=record.model, response_id=record.id)
     CREATED.labels(record.model, "background" if record.background else "stream" if record.stream else "json").inc()
     followed = record.stream or not record.background
     subscription = None
@@ -47,6 +48,7 @@ async def create(request: Request) -> Response | ASGIApp:
             await subscription.close()
         await service.withdraw(state, accepted)
         raise
+    request_log.phase("queue")
     if subscription is None:
         return JSONResponse(render(record))
     # Before its job runs, a response's log holds what its create stored: nothing, or a background

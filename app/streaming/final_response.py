@@ -10,10 +10,10 @@ from typing import Any
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from app import errors
+from app import errors, request_log
 from app.error_reporting import task_group
 from app.streaming.sse import wait_for_disconnect
-from app.wire import TERMINAL_EVENT_TYPES, WireEvent
+from app.wire import OUTPUT_DELTAS, TERMINAL_EVENT_TYPES, WireEvent
 
 Event = dict[str, Any]
 CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
@@ -53,6 +53,8 @@ class FinalResponse:
 
     async def _terminal(self) -> Event:
         async for batch in self.events:
+            if batch and any(event.type in OUTPUT_DELTAS for event in batch):
+                request_log.since_start("first_token")
             if batch and batch[-1].type in TERMINAL_EVENT_TYPES:  # the terminal event ends a batch
                 return batch[-1].data()
         raise errors.GenerationFailed("The response ended without a terminal event.")
