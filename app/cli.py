@@ -43,6 +43,15 @@ def main(argv: list[str] | None = None) -> None:
     keys.add_parser("list", help="list keys (prefixes only; keys are stored hashed)")
     revoke = keys.add_parser("revoke", help="revoke a key by id or display prefix")
     revoke.add_argument("key")
+    accounts = commands.add_parser("accounts", help="manage accounts").add_subparsers(
+        dest="accounts_command", required=True
+    )
+    accounts.add_parser("create", help="create an account (keys: `keys create`)").add_argument("name")
+    accounts.add_parser("list", help="list accounts with their live keys")
+    accounts.add_parser("disable", help="refuse every key of an account from now on").add_argument("name")
+    accounts.add_parser("enable", help="let a disabled account's keys in again").add_argument("name")
+    commands.add_parser("status", help="the queue of each model and the workers alive")
+    commands.add_parser("gc", help="apply retention now, until nothing due is left, and say what it removed")
 
     args = parser.parse_args(argv)
     if args.command == "probe":
@@ -62,8 +71,12 @@ def main(argv: list[str] | None = None) -> None:
         _serve_api(args.host, args.port, args.workers)
     elif args.command == "worker":
         _run_worker(settings, args.model)
+    elif args.command == "gc":
+        sys.exit(asyncio.run(_gc(settings)))
     else:
-        sys.exit(asyncio.run(_keys(settings, args)))
+        from app import operator_commands
+
+        sys.exit(asyncio.run(operator_commands.run(settings, args)))
 
 
 def _probe(port: int, path: str, timeout: float) -> int:
@@ -112,32 +125,16 @@ def _run_worker(settings: Settings, hosted_model: str | None) -> None:
         sys.exit(f"responses-server worker: {exc}")
 
 
-async def _keys(settings: Settings, args: argparse.Namespace) -> int:
-    from app.db import accounts as accounts_db
+async def _gc(settings: Settings) -> int:
     from app.db.engine import create_engine
+    from workers import retention
 
     engine = create_engine(settings)
     try:
-        async with engine.begin() as conn:
-            if args.keys_command == "create":
-                info, key = await accounts_db.create_key(conn, args.account)
-                print(f"created key {info.id} ({info.display_prefix}…) for account {args.account}")
-                print(key)
-            elif args.keys_command == "list":
-                for k in await accounts_db.list_keys(conn):
-                    state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active"
-                    used = f"{k.last_used_at:%Y-%m-%d %H:%M}" if k.last_used_at else "never"
-                    print(
-                        f"{k.id}  {k.display_prefix}…  account={k.account}  created={k.created_at:%Y-%m-%d %H:%M}"
-                        f"  last_used={used}  {state}"
-                    )
-            elif await accounts_db.revoke_key(conn, args.key) == 0:
-                print(f"no active key with id or prefix {args.key!r}", file=sys.stderr)
-                return 1
-            else:
-                print(f"revoked {args.key}")
+        report = await retention.apply(engine, retention.RetentionPolicy.from_settings(settings), report_every=10)
     finally:
         await engine.dispose()
+    print(f"removed {report.removed} in {report.seconds} s; behind by {report.behind_seconds or 'nothing'}")
     return 0
 
 

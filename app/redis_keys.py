@@ -29,6 +29,10 @@ OVERFLOW_TTL_SECONDS = 300
 TRANSIENT_CLAIM_PREFIX = "responses:claim:"
 # Refreshed by the worker while it generates a store=false response (no Postgres lease for those).
 ALIVE_PREFIX = "responses:alive:"
+# Each worker's heartbeat (`responses-server status`): JSON of what it serves and runs, refreshed
+# by its housekeeping, gone a while after it stops.
+WORKER_PREFIX = "responses:workers:"
+
 # Published after each enqueue, so workers start the job at once instead of at their next poll.
 WAKE_CHANNEL_PREFIX = "responses:wake:"
 

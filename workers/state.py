@@ -4,6 +4,7 @@ event writer, the runtime client, the generations running, and the side tasks th
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import socket
@@ -14,12 +15,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import reaper
 from app.batching import Batched
-from app.catalog import Catalog
+from app.catalog import Catalog, OpenAIModel
 from app.db import responses as responses_db
 from app.db.engine import create_engine
 from app.db.held import HeldConnection
 from app.reasoning_seal import ReasoningSeal
-from app.redis_keys import STOP_CHANNEL, events_channel
+from app.redis_keys import STOP_CHANNEL, WORKER_PREFIX, events_channel
 from app.settings import Settings
 from app.side_tasks import SideTasks
 from workers import retention
@@ -87,6 +88,10 @@ class WorkerState:
 
     async def close(self) -> None:
         await self.side_tasks.close()
+        try:
+            await self.redis.delete(WORKER_PREFIX + self.worker_id)
+        except Exception:  # it expires anyway
+            log.warning("could not remove this worker's heartbeat", exc_info=True)
         await self.lease_keeper.close()
         await self.writer.close()
         await self.claim_connection.close()
@@ -123,7 +128,25 @@ class WorkerState:
         policy = retention.RetentionPolicy.from_settings(self.settings)
         await retention.apply(self.engine, policy, report_every=self.settings.retention_interval_seconds)
 
+    def heartbeat(self) -> dict[str, object]:
+        """What `responses-server status` shows of this worker."""
+        hosted = self.supervisor.name if self.supervisor is not None else None
+        runtime = None if self.supervisor is None else "ok" if self.supervisor.healthy else "restarting"
+        serves = [hosted] if hosted else [e.id for e in self.catalog.entries if isinstance(e, OpenAIModel)]
+        return {
+            "worker_id": self.worker_id,
+            "models": serves,
+            "running": len(self.running),
+            "max_jobs": self.settings.worker_max_jobs,
+            "runtime": runtime,
+        }
+
     async def _housekeeping(self) -> None:
+        await self.redis.set(
+            WORKER_PREFIX + self.worker_id,
+            json.dumps(self.heartbeat()),
+            ex=max(15, int(3 * self.settings.housekeeping_seconds)),
+        )
         channel = events_channel(self.settings.queue_name)
         await reaper.reap_expired_leases(self.engine, self.redis, channel, spare=frozenset(self.running))
         await reaper.requeue_lost_jobs(

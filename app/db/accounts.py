@@ -29,6 +29,15 @@ class KeyInfo:
     revoked_at: datetime | None
 
 
+@dataclass(frozen=True, slots=True)
+class AccountInfo:
+    id: str
+    name: str
+    created_at: datetime
+    disabled_at: datetime | None
+    live_keys: int
+
+
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
@@ -73,6 +82,24 @@ async def revoke_key(conn: AsyncConnection, key_id_or_prefix: str) -> int:
     return result.rowcount
 
 
+async def list_accounts(conn: AsyncConnection) -> list[AccountInfo]:
+    live_keys = (
+        select(func.count())
+        .where(api_keys.c.account_id == accounts.c.id, api_keys.c.revoked_at.is_(None))
+        .scalar_subquery()
+    )
+    rows = await conn.execute(select(accounts, live_keys.label("live_keys")).order_by(accounts.c.name))
+    return [AccountInfo(r.id, r.name, r.created_at, r.disabled_at, r.live_keys) for r in rows]
+
+
+async def set_disabled(conn: AsyncConnection, name: str, disabled: bool) -> bool:
+    """Disables (or enables again) the account of this name; False if there is none."""
+    result = await conn.execute(
+        update(accounts).where(accounts.c.name == name).values(disabled_at=func.now() if disabled else None)
+    )
+    return result.rowcount > 0
+
+
 async def account_for_key(conn: AsyncConnection, key: str) -> str | None:
     """The account id of a live key, or None."""
     key_hash = hash_key(key)
@@ -89,8 +116,8 @@ async def accounts_for_hashes(conn: AsyncConnection, key_hashes: Sequence[str]) 
 _ACCOUNTS_FOR_HASHES = DriverStatement(
     text("""
     WITH live AS (
-        SELECT id, key_hash, account_id, last_used_at FROM api_keys
-        WHERE key_hash = ANY(CAST(:key_hashes AS text[])) AND revoked_at IS NULL
+        SELECT k.id, k.key_hash, k.account_id, k.last_used_at FROM api_keys k JOIN accounts a ON a.id = k.account_id
+        WHERE k.key_hash = ANY(CAST(:key_hashes AS text[])) AND k.revoked_at IS NULL AND a.disabled_at IS NULL
     ), touched AS (
         UPDATE api_keys SET last_used_at = now() FROM live
         WHERE api_keys.id = live.id AND (live.last_used_at IS NULL OR live.last_used_at < now() - interval '1 minute')

@@ -54,6 +54,7 @@ accounts = Table(
     Column("id", Text, primary_key=True, comment="acct_… id"),
     Column("name", Text, nullable=False, unique=True, comment="operator-chosen account name"),
     _now(),
+    Column("disabled_at", DateTime(timezone=True), comment="set by `accounts disable`: its keys are refused"),
     comment="Tenants. Every response belongs to one; accounts never see each other's data.",
 )
 

@@ -1,0 +1,70 @@
+"""The operator's commands (`responses-server keys|accounts|status`): each opens what it needs,
+does one thing, prints what it did, and answers the exit status."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app import status_report
+from app.db import accounts as accounts_db
+from app.db.engine import create_engine
+from app.settings import Settings
+
+
+async def run(settings: Settings, args: argparse.Namespace) -> int:
+    engine = create_engine(settings)
+    try:
+        if args.command == "keys":
+            return await _keys(engine, args)
+        if args.command == "accounts":
+            return await _accounts(engine, args)
+        redis = Redis.from_url(settings.redis_url)
+        try:
+            print(await status_report.report(engine, redis))
+        finally:
+            await redis.aclose()
+        return 0
+    finally:
+        await engine.dispose()
+
+
+async def _keys(engine: AsyncEngine, args: argparse.Namespace) -> int:
+    async with engine.begin() as conn:
+        if args.keys_command == "create":
+            info, key = await accounts_db.create_key(conn, args.account)
+            print(f"created key {info.id} ({info.display_prefix}…) for account {args.account}")
+            print(key)
+        elif args.keys_command == "list":
+            for k in await accounts_db.list_keys(conn):
+                state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active"
+                used = f"{k.last_used_at:%Y-%m-%d %H:%M}" if k.last_used_at else "never"
+                print(
+                    f"{k.id}  {k.display_prefix}…  account={k.account}  created={k.created_at:%Y-%m-%d %H:%M}"
+                    f"  last_used={used}  {state}"
+                )
+        elif await accounts_db.revoke_key(conn, args.key) == 0:
+            print(f"no active key with id or prefix {args.key!r}", file=sys.stderr)
+            return 1
+        else:
+            print(f"revoked {args.key}")
+    return 0
+
+
+async def _accounts(engine: AsyncEngine, args: argparse.Namespace) -> int:
+    async with engine.begin() as conn:
+        if args.accounts_command == "create":
+            print(f"account {args.name}: {await accounts_db.ensure_account(conn, args.name)}")
+        elif args.accounts_command == "list":
+            for a in await accounts_db.list_accounts(conn):
+                state = f"disabled {a.disabled_at:%Y-%m-%d %H:%M}" if a.disabled_at else "active"
+                print(f"{a.name}  {a.id}  created={a.created_at:%Y-%m-%d %H:%M}  live_keys={a.live_keys}  {state}")
+        elif not await accounts_db.set_disabled(conn, args.name, args.accounts_command == "disable"):
+            print(f"no account named {args.name!r}", file=sys.stderr)
+            return 1
+        else:
+            print(f"{args.accounts_command}d {args.name}")
+    return 0

@@ -1,0 +1,35 @@
+"""accounts can be disabled
+
+Revision ID: 0011
+Revises: 0010
+
+`responses-server accounts disable NAME` refuses every key of the account at once, keeping its
+keys and responses (`accounts enable` lets them in again).
+Create Date: 2026-12-01 12:10:00
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0011"
+down_revision = "0010"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column(
+        "accounts",
+        sa.Column(
+            "disabled_at",
+            sa.DateTime(timezone=True),
+            nullable=True,
+            comment="set by `accounts disable`: its keys are refused",
+        ),
+    )
+
+
+def downgrade() -> None:
+    op.drop_column("accounts", "disabled_at")
