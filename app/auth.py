@@ -19,9 +19,10 @@ async def authenticate(state: AppState, request: Request) -> str:
             "(Authorization: Bearer YOUR_KEY).",
             code="missing_api_key",
         )
-    account_id = await state.accounts(accounts_db.hash_key(key))
-    if account_id is None:
+    caller = await state.accounts(accounts_db.hash_key(key))
+    if caller is None:
         masked = f"{key[:6]}***{key[-4:]}" if len(key) > 12 else "***"
         raise errors.AuthenticationFailed(f"Incorrect API key provided: {masked}.")
-    request_log.note(account=account_id)
-    return account_id
+    request_log.note(account=caller.account_id)
+    request.state.limits = caller.limits  # for admission (app/admission.py)
+    return caller.account_id

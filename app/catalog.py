@@ -90,6 +90,8 @@ class ModelEntry(BaseModel):
     logprobs: bool = True
     # Sampling for requests that leave it unset (else the server's own defaults).
     sampling: SamplingDefaults | None = None
+    # Responses that may wait for a worker of this model; past it a create is a 429 (none: no cap).
+    max_queued: int | None = Field(None, gt=0)
 
     @property
     def served_name(self) -> str:

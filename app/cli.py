@@ -50,6 +50,14 @@ def main(argv: list[str] | None = None) -> None:
     accounts.add_parser("list", help="list accounts with their live keys")
     accounts.add_parser("disable", help="refuse every key of an account from now on").add_argument("name")
     accounts.add_parser("enable", help="let a disabled account's keys in again").add_argument("name")
+    limits = commands.add_parser("limits", help="accounts' requests and tokens per minute").add_subparsers(
+        dest="limits_command", required=True
+    )
+    limit = limits.add_parser("set", help="set an account's limits (0: none); the others stay as they are")
+    limit.add_argument("name")
+    limit.add_argument("--requests-per-minute", type=int)
+    limit.add_argument("--tokens-per-minute", type=int)
+    limits.add_parser("show", help="every account's limits")
     commands.add_parser("status", help="the queue of each model and the workers alive")
     commands.add_parser("gc", help="apply retention now, until nothing due is left, and say what it removed")
 

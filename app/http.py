@@ -41,6 +41,7 @@ async def json_body(request: Request, max_bytes: int) -> dict[str, Any]:
         ) from None
     if not isinstance(body, dict):
         raise errors.InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    request.state.body_bytes = len(raw)  # (admission estimates a request's tokens from it)
     # JSON carries NUL only escaped, and cannot nest deeper than it has brackets: two scans of
     # the bytes spare the walk for nearly every body.
     if b"\\u0000" in raw or raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:

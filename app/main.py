@@ -91,6 +91,7 @@ class RequestIdMiddleware:
                 route = getattr(endpoint, "__name__", "unknown")
                 HTTP_REQUESTS.labels(route, scope["method"], str(message["status"])).inc()
                 headers = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+                headers += [(name.encode(), value.encode()) for name, value in entry.headers.items()]
                 if (b"content-type", b"application/json") in headers:  # not a stream: its phases are over
                     headers.append((b"server-timing", entry.server_timing().encode()))
                 message = {**message, "headers": headers}

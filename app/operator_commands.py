@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import status_report
+from app.admission import Limits
 from app.db import accounts as accounts_db
 from app.db.engine import create_engine
 from app.settings import Settings
@@ -22,6 +23,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             return await _keys(engine, args)
         if args.command == "accounts":
             return await _accounts(engine, args)
+        if args.command == "limits":
+            return await _limits(engine, args)
         redis = Redis.from_url(settings.redis_url)
         try:
             print(await status_report.report(engine, redis))
@@ -68,3 +71,28 @@ async def _accounts(engine: AsyncEngine, args: argparse.Namespace) -> int:
         else:
             print(f"{args.accounts_command}d {args.name}")
     return 0
+
+
+async def _limits(engine: AsyncEngine, args: argparse.Namespace) -> int:
+    async with engine.begin() as conn:
+        accounts = {a.name: a for a in await accounts_db.list_accounts(conn)}
+        if args.limits_command == "show":
+            for a in accounts.values():
+                print(f"{a.name}  {_limit_text(a.limits)}")
+            return 0
+        account = accounts.get(args.name)
+        if account is None:
+            print(f"no account named {args.name!r}", file=sys.stderr)
+            return 1
+        requests = account.limits.requests_per_minute if args.requests_per_minute is None else args.requests_per_minute
+        tokens = account.limits.tokens_per_minute if args.tokens_per_minute is None else args.tokens_per_minute
+        limits = Limits(requests or None, tokens or None)
+        await accounts_db.set_limits(conn, args.name, limits.requests_per_minute, limits.tokens_per_minute)
+        print(f"{args.name}  {_limit_text(limits)}")
+    return 0
+
+
+def _limit_text(limits: Limits) -> str:
+    requests = limits.requests_per_minute or "unlimited"
+    tokens = limits.tokens_per_minute or "unlimited"
+    return f"requests_per_minute={requests}  tokens_per_minute={tokens}"

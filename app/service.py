@@ -16,7 +16,8 @@ import anyio
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app import errors, request_log, wire
+from app import admission, errors, request_log, wire
+from app.admission import Limits
 from app.catalog import ModelEntry
 from app.db import events as events_db
 from app.db import items as items_db
@@ -70,11 +71,25 @@ async def validated(
     return create, model
 
 
-async def accept(state: AppState, account_id: str, body: dict[str, Any]) -> Accepted:
+async def accept(
+    state: AppState, account_id: str, body: dict[str, Any], limits: Limits | None = None, body_bytes: int = 0
+) -> Accepted:
     create, model = await validated(state, body)
     request_log.phase("validate")
-    _log_hosted_tools(create)
     record = new_record(create, model)
+    if model.max_queued is not None and (record.background or record.store):
+        async with state.engine.connect() as conn:
+            admission.check_queue(await responses_db.count_queued(conn, model.id), model.max_queued)
+    if limits is not None:
+        requested = record.settings["requested"]["max_output_tokens"]
+        estimate = admission.estimate_tokens(
+            body_bytes, min(requested or model.max_output_tokens, model.max_output_tokens)
+        )
+        admitted = await admission.admit(state.redis, account_id, limits, estimate, state.settings.limit_window_seconds)
+        request_log.add_headers(admitted.headers)
+        if admitted.tokens_key is not None:  # its worker puts the real count in place of the estimate
+            record.settings["admission"] = {"tokens_key": admitted.tokens_key, "estimate": admitted.estimate}
+    _log_hosted_tools(create)
     input_items = [items_db.with_new_id(item) for item in create.input_items]
     opening: list[WireEvent] = []
     if record.background:  # visible (and followable) at once: its first events come with it

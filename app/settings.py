@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     db_max_overflow: int = Field(10, alias="RESPONSES_DB_MAX_OVERFLOW")
     # How long a request waits for a free connection before it is answered 503 (with Retry-After).
     db_pool_timeout: float = Field(5.0, alias="RESPONSES_DB_POOL_TIMEOUT")
+    # The window of accounts' requests and tokens per minute (app/admission.py): a minute, but tests shorten it.
+    limit_window_seconds: int = Field(60, gt=0, alias="RESPONSES_LIMIT_WINDOW_SECONDS")
     # Log lines as text (a person reads them) or one JSON object each (a collector parses them).
     log_format: Literal["text", "json"] = Field("text", alias="RESPONSES_LOG_FORMAT")
     # A worker's own HTTP port for /health, /ready and /metrics (workers/health_port.py); unset: none.

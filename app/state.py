@@ -37,7 +37,7 @@ class AppState:
     redis: ArqRedis  # the arq pool is a Redis client too: queue, pub/sub and keys share it
     hub: EventHub
     # Key hash → account id, for the requests arriving together: one statement for all of them.
-    accounts: Batched[str, str] = field(init=False)
+    accounts: Batched[str, accounts_db.Caller] = field(init=False)
     # Jobs handed to the workers together: one script call per queue (True: it was new).
     jobs: Batched[GenerateJob, bool] = field(init=False)
     # Foreground responses stored together: one statement for all of them.
@@ -65,7 +65,7 @@ class AppState:
     async def _reap(self) -> None:
         await reaper.reap_expired_leases(self.engine, self.redis, events_channel(self.settings.queue_name))
 
-    async def _accounts_for_hashes(self, key_hashes: list[str]) -> dict[str, str]:
+    async def _accounts_for_hashes(self, key_hashes: list[str]) -> dict[str, accounts_db.Caller]:
         # One statement in autocommit: no BEGIN/COMMIT round trips.
         async with self.auth_connection.use() as conn:
             return await accounts_db.accounts_for_hashes(conn, key_hashes)

@@ -200,6 +200,13 @@ id = "unreachable-model"
 runtime = "openai"
 base_url = "http://127.0.0.1:{free_port()}/v1"
 
+# No worker hosts it in the tests: its responses wait, at most one of them (max_queued).
+[[models]]
+id = "capped"
+runtime = "vllm"
+model = "org/capped"
+max_queued = 1
+
 # Hosted by `worker --model hosted-vllm`, with tests/stand_in_vllm.py as the `vllm` executable.
 [[models]]
 id = "hosted-vllm"

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from app import admission
 from app.catalog import ModelEntry
 from app.db import items as items_db
 from app.db import responses as responses_db
@@ -118,9 +119,23 @@ async def _finish(
         if outcome.usage:
             INPUT_TOKENS.labels(record.model).inc(outcome.usage.get("input_tokens") or 0)
             OUTPUT_TOKENS.labels(record.model).inc(outcome.usage.get("output_tokens") or 0)
+            await _settle_tokens(state, record, outcome.usage)
     if record.id in state.transient:
         state.transient.discard(record.id)
         await state.redis.delete(ALIVE_PREFIX + record.id)
+
+
+async def _settle_tokens(state: WorkerState, record: ResponseRecord, usage: dict[str, Any]) -> None:
+    """The account's tokens this minute: the real count in place of the admission's estimate."""
+    admitted = record.settings.get("admission")
+    if admitted is None:
+        return
+    try:
+        await admission.settle(
+            state.redis, admitted["tokens_key"], (usage.get("total_tokens") or 0) - admitted["estimate"]
+        )
+    except Exception:  # the estimate stays counted: the account is limited a little early, not late
+        log.warning("response %s: could not settle its tokens", record.id, exc_info=True)
 
 
 INTERNAL_ERROR = "internal error during generation"

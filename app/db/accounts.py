@@ -12,6 +12,7 @@ from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.admission import Limits
 from app.db.driver import DriverStatement
 from app.db.tables import accounts, api_keys
 from app.ids import new_id
@@ -36,6 +37,7 @@ class AccountInfo:
     created_at: datetime
     disabled_at: datetime | None
     live_keys: int
+    limits: Limits
 
 
 def hash_key(key: str) -> str:
@@ -89,7 +91,12 @@ async def list_accounts(conn: AsyncConnection) -> list[AccountInfo]:
         .scalar_subquery()
     )
     rows = await conn.execute(select(accounts, live_keys.label("live_keys")).order_by(accounts.c.name))
-    return [AccountInfo(r.id, r.name, r.created_at, r.disabled_at, r.live_keys) for r in rows]
+    return [
+        AccountInfo(
+            r.id, r.name, r.created_at, r.disabled_at, r.live_keys, Limits(r.requests_per_minute, r.tokens_per_minute)
+        )
+        for r in rows
+    ]
 
 
 async def set_disabled(conn: AsyncConnection, name: str, disabled: bool) -> bool:
@@ -103,25 +110,48 @@ async def set_disabled(conn: AsyncConnection, name: str, disabled: bool) -> bool
 async def account_for_key(conn: AsyncConnection, key: str) -> str | None:
     """The account id of a live key, or None."""
     key_hash = hash_key(key)
-    return (await accounts_for_hashes(conn, [key_hash])).get(key_hash)
+    caller = (await accounts_for_hashes(conn, [key_hash])).get(key_hash)
+    return None if caller is None else caller.account_id
 
 
-async def accounts_for_hashes(conn: AsyncConnection, key_hashes: Sequence[str]) -> dict[str, str]:
-    """The account id of each live key among these hashes; one statement, which also touches
-    last_used_at (at most once a minute, so a busy key does not rewrite its row on every request)."""
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a live key lets in, and within which limits."""
+
+    account_id: str
+    limits: Limits
+
+
+async def accounts_for_hashes(conn: AsyncConnection, key_hashes: Sequence[str]) -> dict[str, Caller]:
+    """The account (and its limits) of each live key among these hashes; one statement, which
+    also touches last_used_at (at most once a minute, so a busy key does not rewrite its row on
+    every request)."""
     rows = await _ACCOUNTS_FOR_HASHES.rows(conn, {"key_hashes": list(key_hashes)})
-    return {key_hash: str(account_id) for key_hash, account_id in rows}
+    return {key_hash: Caller(str(account), Limits(rpm, tpm)) for key_hash, account, rpm, tpm in rows}
+
+
+async def set_limits(
+    conn: AsyncConnection, name: str, requests_per_minute: int | None, tokens_per_minute: int | None
+) -> bool:
+    """Sets an account's limits (None: no limit); False if there is no such account."""
+    result = await conn.execute(
+        update(accounts)
+        .where(accounts.c.name == name)
+        .values(requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute)
+    )
+    return result.rowcount > 0
 
 
 _ACCOUNTS_FOR_HASHES = DriverStatement(
     text("""
     WITH live AS (
-        SELECT k.id, k.key_hash, k.account_id, k.last_used_at FROM api_keys k JOIN accounts a ON a.id = k.account_id
+        SELECT k.id, k.key_hash, k.account_id, k.last_used_at, a.requests_per_minute, a.tokens_per_minute
+        FROM api_keys k JOIN accounts a ON a.id = k.account_id
         WHERE k.key_hash = ANY(CAST(:key_hashes AS text[])) AND k.revoked_at IS NULL AND a.disabled_at IS NULL
     ), touched AS (
         UPDATE api_keys SET last_used_at = now() FROM live
         WHERE api_keys.id = live.id AND (live.last_used_at IS NULL OR live.last_used_at < now() - interval '1 minute')
     )
-    SELECT key_hash, account_id FROM live
+    SELECT key_hash, account_id, requests_per_minute, tokens_per_minute FROM live
 """)
 )

@@ -224,6 +224,12 @@ async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) ->
     )
 
 
+async def count_queued(conn: AsyncConnection, model: str) -> int:
+    """Responses of this model waiting for a worker (an index range of ix_responses_active)."""
+    found = await conn.scalar(select(func.count()).where(responses.c.status == "queued", responses.c.model == model))
+    return int(found or 0)
+
+
 async def get_row(
     conn: AsyncConnection, response_id: str, account_id: str | None = None, *, for_update: bool = False
 ) -> DbRow | None:

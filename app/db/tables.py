@@ -55,6 +55,8 @@ accounts = Table(
     Column("name", Text, nullable=False, unique=True, comment="operator-chosen account name"),
     _now(),
     Column("disabled_at", DateTime(timezone=True), comment="set by `accounts disable`: its keys are refused"),
+    Column("requests_per_minute", Integer, comment="creates admitted per minute (`limits set`); null: no limit"),
+    Column("tokens_per_minute", Integer, comment="tokens admitted per minute, estimated then settled; null: no limit"),
     comment="Tenants. Every response belongs to one; accounts never see each other's data.",
 )
 

@@ -33,7 +33,7 @@ async def create(request: Request) -> Response | ASGIApp:
     state = _state(request)
     account_id = await authenticate(state, request)
     body = await json_body(request, state.settings.max_body_bytes)
-    accepted = await service.accept(state, account_id, body)
+    accepted = await service.accept(state, account_id, body, request.state.limits, request.state.body_bytes)
     record = accepted.record
     request_log.note(model=record.model, response_id=record.id)
     CREATED.labels(record.model, "background" if record.background else "stream" if record.stream else "json").inc()

@@ -1,10 +1,12 @@
-"""accounts can be disabled
+"""accounts: disabled, and their limits
 
 Revision ID: 0011
 Revises: 0010
 
 `responses-server accounts disable NAME` refuses every key of the account at once, keeping its
-keys and responses (`accounts enable` lets them in again).
+keys and responses (`accounts enable` lets them in again). `responses-server limits set` gives
+an account requests and tokens per minute (app/admission.py); the authentication statement reads
+them with the key.
 Create Date: 2026-12-01 12:10:00
 """
 
@@ -30,6 +32,27 @@ def upgrade() -> None:
         ),
     )
 
+    op.add_column(
+        "accounts",
+        sa.Column(
+            "requests_per_minute",
+            sa.Integer(),
+            nullable=True,
+            comment="creates admitted per minute (`limits set`); null: no limit",
+        ),
+    )
+    op.add_column(
+        "accounts",
+        sa.Column(
+            "tokens_per_minute",
+            sa.Integer(),
+            nullable=True,
+            comment="tokens admitted per minute, estimated then settled; null: no limit",
+        ),
+    )
+
 
 def downgrade() -> None:
+    op.drop_column("accounts", "tokens_per_minute")
+    op.drop_column("accounts", "requests_per_minute")
     op.drop_column("accounts", "disabled_at")

@@ -311,7 +311,8 @@ async def test_requests_authenticated_together_each_get_their_own_account(state:
         assert await accounts_db.revoke_key(conn, second.id) == 1
         _, third_key = await accounts_db.create_key(conn, names[1])
     keys = [first_key, second_key, "sk-rs-unknown", third_key, first_key]
-    accounts = await asyncio.gather(*(state.accounts(accounts_db.hash_key(key)) for key in keys))
+    callers = await asyncio.gather(*(state.accounts(accounts_db.hash_key(key)) for key in keys))
+    accounts = [None if caller is None else caller.account_id for caller in callers]
     async with state.engine.connect() as conn:
         own = {name: await accounts_db.ensure_account(conn, name) for name in names}
     assert accounts == [own[names[0]], None, None, own[names[1]], own[names[0]]]
