@@ -20,9 +20,9 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import text
 
 from app.metrics import REGISTRY
+from app.readiness import dependency_checks
 from workers.state import WorkerState
 
 log = logging.getLogger(__name__)
@@ -58,18 +58,7 @@ class WorkerHealth:
         state = self.state
         if state is None:
             return web.json_response({"status": "starting"}, status=503)
-        checks: dict[str, str] = {}
-        try:
-            async with state.engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
-            checks["postgres"] = "ok"
-        except Exception as exc:
-            checks["postgres"] = f"unavailable: {type(exc).__name__}"
-        try:
-            await state.redis.ping()
-            checks["redis"] = "ok"
-        except Exception as exc:
-            checks["redis"] = f"unavailable: {type(exc).__name__}"
+        checks = await dependency_checks(state.engine, state.redis)
         if state.supervisor is not None:
             checks["runtime"] = "ok" if state.supervisor.healthy else "unavailable: restarting"
         ready = all(value == "ok" for value in checks.values())

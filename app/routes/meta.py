@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import text
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from app.auth import authenticate
+from app.readiness import dependency_checks
 from app.state import AppState
 
 
@@ -20,18 +20,7 @@ async def health(request: Request) -> JSONResponse:
 async def ready(request: Request) -> JSONResponse:
     """Readiness: Postgres and Redis both answer (load balancers route on this)."""
     state: AppState = request.app.state.responses
-    checks = {}
-    try:
-        async with state.engine.connect() as conn:
-            await conn.execute(text("SELECT 1"))
-        checks["postgres"] = "ok"
-    except Exception as exc:
-        checks["postgres"] = f"unavailable: {type(exc).__name__}"
-    try:
-        await state.redis.ping()
-        checks["redis"] = "ok"
-    except Exception as exc:
-        checks["redis"] = f"unavailable: {type(exc).__name__}"
+    checks = await dependency_checks(state.engine, state.redis)
     healthy = all(v == "ok" for v in checks.values())
     return JSONResponse({"status": "ok" if healthy else "unavailable", **checks}, status_code=200 if healthy else 503)
 
