@@ -1,14 +1,16 @@
 """Admission: a create is refused with 429 when its account is over its requests or tokens per
-minute, or its model's queue is full, before anything is stored.
+minute or its concurrent responses, or its model's queue is full, before anything is stored.
 
 The limits are an account's (`responses-server limits set`, kept in PostgreSQL with the account
-and read by the authentication statement, so a request with no limits costs nothing here); the
-counts are Redis counters per account and fixed window (`RESPONSES_LIMIT_WINDOW_SECONDS`, a
-minute). A request's tokens are estimated at admission (its body's bytes / 4, plus the output it
+and read by the authentication statement, so a request with no limits costs nothing here). The
+per-minute counts are Redis counters per account and fixed window (`RESPONSES_LIMIT_WINDOW_SECONDS`,
+a minute). A request's tokens are estimated at admission (its body's bytes / 4, plus the output it
 may ask for) and settled with its real usage when it ends (`settle`), in the window it was admitted
-in. A model's `max_queued` caps its stored and background responses waiting for a worker (counted
-in PostgreSQL). The answer follows OpenAI's: code `rate_limit_exceeded` naming the limit,
-`Retry-After`, and the `x-ratelimit-*` headers, which every create of a limited account carries.
+in. An account's `max_concurrent` caps its stored and background responses queued or running, and
+a model's `max_queued` its responses waiting for a worker: both counted in PostgreSQL, so a worker
+that dies leaves no count behind (creates arriving in the same instant may pass a cap together).
+The answer follows OpenAI's: code `rate_limit_exceeded` naming the limit, `Retry-After`, and the
+`x-ratelimit-*` headers, which every create of a limited account carries.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], ARGV[1]
 class Limits:
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
+    max_concurrent: int | None = None  # stored or background responses queued or running at once
 
     @property
     def any(self) -> bool:
@@ -91,6 +94,18 @@ class RateLimited(errors.APIError):
 def estimate_tokens(body_bytes: int, max_output_tokens: int) -> int:
     """OpenAI's rule of thumb: a token is about four bytes of input; the output as asked for."""
     return math.ceil(body_bytes / 4) + max_output_tokens
+
+
+def check_concurrency(active: int, limits: Limits) -> None:
+    """Refuses a create of an account with as many responses queued or running as it may have."""
+    if limits.max_concurrent is not None and active >= limits.max_concurrent:
+        raise RateLimited(
+            f"Concurrency limit reached: {active} responses of this account are queued or running, "
+            f"the limit is {limits.max_concurrent}. Please try again when one has ended.",
+            1,
+            {},
+            "requests",
+        )
 
 
 def check_queue(queued: int, max_queued: int | None) -> None:

@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     limit.add_argument("name")
     limit.add_argument("--requests-per-minute", type=int)
     limit.add_argument("--tokens-per-minute", type=int)
+    limit.add_argument("--concurrent", type=int, help="stored or background responses queued or running at once")
     limits.add_parser("show", help="every account's limits")
     commands.add_parser("status", help="the queue of each model and the workers alive")
     commands.add_parser("gc", help="apply retention now, until nothing due is left, and say what it removed")

@@ -84,10 +84,12 @@ async def _limits(engine: AsyncEngine, args: argparse.Namespace) -> int:
         if account is None:
             print(f"no account named {args.name!r}", file=sys.stderr)
             return 1
-        requests = account.limits.requests_per_minute if args.requests_per_minute is None else args.requests_per_minute
-        tokens = account.limits.tokens_per_minute if args.tokens_per_minute is None else args.tokens_per_minute
-        limits = Limits(requests or None, tokens or None)
-        await accounts_db.set_limits(conn, args.name, limits.requests_per_minute, limits.tokens_per_minute)
+        given = (args.requests_per_minute, args.tokens_per_minute, args.concurrent)
+        kept = (account.limits.requests_per_minute, account.limits.tokens_per_minute, account.limits.max_concurrent)
+        limits = Limits(
+            *(None if new == 0 else old if new is None else new for new, old in zip(given, kept, strict=True))
+        )
+        await accounts_db.set_limits(conn, args.name, limits)
         print(f"{args.name}  {_limit_text(limits)}")
     return 0
 
@@ -95,4 +97,5 @@ async def _limits(engine: AsyncEngine, args: argparse.Namespace) -> int:
 def _limit_text(limits: Limits) -> str:
     requests = limits.requests_per_minute or "unlimited"
     tokens = limits.tokens_per_minute or "unlimited"
-    return f"requests_per_minute={requests}  tokens_per_minute={tokens}"
+    concurrent = limits.max_concurrent or "unlimited"
+    return f"requests_per_minute={requests}  tokens_per_minute={tokens}  concurrent={concurrent}"

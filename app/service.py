@@ -77,9 +77,13 @@ async def accept(
     create, model = await validated(state, body)
     request_log.phase("validate")
     record = new_record(create, model)
-    if model.max_queued is not None and (record.background or record.store):
+    capped = record.background or record.store  # (a transient response is counted nowhere)
+    if capped and (model.max_queued is not None or (limits is not None and limits.max_concurrent is not None)):
         async with state.engine.connect() as conn:
-            admission.check_queue(await responses_db.count_queued(conn, model.id), model.max_queued)
+            if limits is not None and limits.max_concurrent is not None:
+                admission.check_concurrency(await responses_db.count_active(conn, account_id), limits)
+            if model.max_queued is not None:
+                admission.check_queue(await responses_db.count_queued(conn, model.id), model.max_queued)
     if limits is not None:
         requested = record.settings["requested"]["max_output_tokens"]
         estimate = admission.estimate_tokens(

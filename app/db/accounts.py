@@ -93,7 +93,12 @@ async def list_accounts(conn: AsyncConnection) -> list[AccountInfo]:
     rows = await conn.execute(select(accounts, live_keys.label("live_keys")).order_by(accounts.c.name))
     return [
         AccountInfo(
-            r.id, r.name, r.created_at, r.disabled_at, r.live_keys, Limits(r.requests_per_minute, r.tokens_per_minute)
+            r.id,
+            r.name,
+            r.created_at,
+            r.disabled_at,
+            r.live_keys,
+            Limits(r.requests_per_minute, r.tokens_per_minute, r.max_concurrent),
         )
         for r in rows
     ]
@@ -127,17 +132,19 @@ async def accounts_for_hashes(conn: AsyncConnection, key_hashes: Sequence[str]) 
     also touches last_used_at (at most once a minute, so a busy key does not rewrite its row on
     every request)."""
     rows = await _ACCOUNTS_FOR_HASHES.rows(conn, {"key_hashes": list(key_hashes)})
-    return {key_hash: Caller(str(account), Limits(rpm, tpm)) for key_hash, account, rpm, tpm in rows}
+    return {key_hash: Caller(str(account), Limits(*limits)) for key_hash, account, *limits in rows}
 
 
-async def set_limits(
-    conn: AsyncConnection, name: str, requests_per_minute: int | None, tokens_per_minute: int | None
-) -> bool:
+async def set_limits(conn: AsyncConnection, name: str, limits: Limits) -> bool:
     """Sets an account's limits (None: no limit); False if there is no such account."""
     result = await conn.execute(
         update(accounts)
         .where(accounts.c.name == name)
-        .values(requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute)
+        .values(
+            requests_per_minute=limits.requests_per_minute,
+            tokens_per_minute=limits.tokens_per_minute,
+            max_concurrent=limits.max_concurrent,
+        )
     )
     return result.rowcount > 0
 
@@ -145,13 +152,14 @@ async def set_limits(
 _ACCOUNTS_FOR_HASHES = DriverStatement(
     text("""
     WITH live AS (
-        SELECT k.id, k.key_hash, k.account_id, k.last_used_at, a.requests_per_minute, a.tokens_per_minute
+        SELECT k.id, k.key_hash, k.account_id, k.last_used_at, a.requests_per_minute, a.tokens_per_minute,
+               a.max_concurrent
         FROM api_keys k JOIN accounts a ON a.id = k.account_id
         WHERE k.key_hash = ANY(CAST(:key_hashes AS text[])) AND k.revoked_at IS NULL AND a.disabled_at IS NULL
     ), touched AS (
         UPDATE api_keys SET last_used_at = now() FROM live
         WHERE api_keys.id = live.id AND (live.last_used_at IS NULL OR live.last_used_at < now() - interval '1 minute')
     )
-    SELECT key_hash, account_id, requests_per_minute, tokens_per_minute FROM live
+    SELECT key_hash, account_id, requests_per_minute, tokens_per_minute, max_concurrent FROM live
 """)
 )

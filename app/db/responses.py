@@ -224,6 +224,16 @@ async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) ->
     )
 
 
+async def count_active(conn: AsyncConnection, account_id: str) -> int:
+    """The account's responses queued or running (ix_responses_active_by_account)."""
+    found = await conn.scalar(
+        select(func.count()).where(
+            responses.c.account_id == account_id, responses.c.status.in_(["queued", "in_progress"])
+        )
+    )
+    return int(found or 0)
+
+
 async def count_queued(conn: AsyncConnection, model: str) -> int:
     """Responses of this model waiting for a worker (an index range of ix_responses_active)."""
     found = await conn.scalar(select(func.count()).where(responses.c.status == "queued", responses.c.model == model))

@@ -57,6 +57,9 @@ accounts = Table(
     Column("disabled_at", DateTime(timezone=True), comment="set by `accounts disable`: its keys are refused"),
     Column("requests_per_minute", Integer, comment="creates admitted per minute (`limits set`); null: no limit"),
     Column("tokens_per_minute", Integer, comment="tokens admitted per minute, estimated then settled; null: no limit"),
+    Column(
+        "max_concurrent", Integer, comment="stored or background responses queued or running at once; null: no limit"
+    ),
     comment="Tenants. Every response belongs to one; accounts never see each other's data.",
 )
 
@@ -163,6 +166,8 @@ responses = Table(
     ),
     # The failures_by_code view's (migration 0010): failures are few, so this stays small.
     Index("ix_responses_failed", "completed_at", postgresql_where=text("status = 'failed'")),
+    # The accounts' concurrency limit counts their active responses (app/admission.py).
+    Index("ix_responses_active_by_account", "account_id", postgresql_where=text("status IN ('queued', 'in_progress')")),
     Index(
         "ix_responses_active",
         "status",

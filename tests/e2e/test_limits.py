@@ -4,6 +4,7 @@ window has passed; a model's full queue is a 429 too; tokens are settled with th
 
 from __future__ import annotations
 
+import json
 import secrets
 import subprocess
 import sys
@@ -113,3 +114,23 @@ def test_a_models_full_queue_refuses_new_responses(
         assert full.headers["retry-after"] == "1"
     finally:
         httpx.post(f"{api}/responses/{waiting.json()['id']}/cancel", headers={"Authorization": f"Bearer {api_key}"})
+
+
+def test_an_account_at_its_concurrency_limit_is_refused_until_one_ends(
+    environment: Environment, api: str, server: Server, fake: FakeRuntime
+) -> None:
+    _, key = limited_key(environment, concurrent=1)
+    slow = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(20)), "delay": 0.05})
+    running = create(api, key, input=slow, background=True)
+    assert running.status_code == 200
+    refused = create(api, key, input="a second one at once")
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+    assert "Concurrency limit reached" in refused.json()["error"]["message"]
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    headers = {"Authorization": f"Bearer {key}"}
+    wait_until(
+        lambda: httpx.get(f"{api}/responses/{running.json()['id']}", headers=headers).json()["status"] == "completed"
+    )
+    assert create(api, key, input="now there is room").status_code == 200
+    shown = cli(environment, "limits", "show")
+    assert "concurrent=1" in shown
