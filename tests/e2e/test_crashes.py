@@ -339,12 +339,14 @@ def test_with_every_database_connection_taken_new_requests_get_503_and_a_running
 
 
 PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"))), None)
+Restart = Callable[..., None]
 
 
 @pytest.fixture
-def private_postgres() -> Iterator[tuple[str, Callable[[], None]]]:
+def private_postgres() -> Iterator[tuple[str, Restart]]:
     """A PostgreSQL cluster of the test's own (the shared one is never restarted): its URL, and a
-    function that restarts it. Run as the `postgres` user, since the server refuses root."""
+    function that restarts it (running `while_down` between its stop and its start). Run as the
+    `postgres` user, since the server refuses root."""
     if PG_BIN is None or shutil.which("runuser") is None:
         pytest.fail("needs PostgreSQL's server binaries under /usr/lib/postgresql and runuser")
     base = Path(tempfile.mkdtemp(prefix="rs-pg-"))  # pytest's tmp_path is closed to other users
@@ -369,8 +371,15 @@ def private_postgres() -> Iterator[tuple[str, Callable[[], None]]]:
     as_postgres(*ctl, "start")
     as_postgres(f"{PG_BIN}/createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "responses")
 
-    def restart() -> None:
-        as_postgres(*ctl, "-m", "fast", "restart")
+    def restart(while_down: Callable[[], None] | None = None) -> None:
+        if while_down is None:
+            as_postgres(*ctl, "-m", "fast", "restart")
+            return
+        as_postgres(*ctl, "-m", "fast", "stop")
+        try:
+            while_down()
+        finally:
+            as_postgres(*ctl, "start")
 
     yield f"postgresql+asyncpg://postgres@127.0.0.1:{port}/responses", restart
     as_postgres(*ctl, "-m", "immediate", "stop")
@@ -379,8 +388,8 @@ def private_postgres() -> Iterator[tuple[str, Callable[[], None]]]:
 
 @pytest.fixture
 def restartable_stack(
-    environment: Environment, private_postgres: tuple[str, Callable[[], None]]
-) -> Iterator[tuple[Stack, Callable[[], None]]]:
+    environment: Environment, private_postgres: tuple[str, Restart]
+) -> Iterator[tuple[Stack, Restart]]:
     """A stack on the test's own Postgres cluster, and the function that restarts that cluster."""
     database_url, restart = private_postgres
     own = Environment(database_url, environment.redis_url, environment.queue_name, environment.models_path)
@@ -390,9 +399,7 @@ def restartable_stack(
     stack.close()
 
 
-def test_postgres_restart_mid_generation(
-    fake: FakeRuntime, restartable_stack: tuple[Stack, Callable[[], None]]
-) -> None:
+def test_postgres_restart_mid_generation(fake: FakeRuntime, restartable_stack: tuple[Stack, Restart]) -> None:
     stack, restart = restartable_stack
     stack.start_worker()
     script = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(60)), "delay": 0.05})
@@ -408,7 +415,7 @@ def test_postgres_restart_mid_generation(
 
 
 def test_after_a_postgres_restart_no_request_fails_for_a_connection_that_broke_while_idle(
-    fake: FakeRuntime, restartable_stack: tuple[Stack, Callable[[], None]]
+    fake: FakeRuntime, restartable_stack: tuple[Stack, Restart]
 ) -> None:
     stack, restart = restartable_stack
     client = stack.client
@@ -431,3 +438,20 @@ def test_after_a_postgres_restart_no_request_fails_for_a_connection_that_broke_w
     restart()
     for turn in range(1, 4):
         every_kind_of_request(turn)
+
+
+def test_ready_says_postgres_is_down_while_it_is_and_recovers(
+    fake: FakeRuntime, restartable_stack: tuple[Stack, Restart]
+) -> None:
+    stack, restart = restartable_stack
+    ready = f"http://127.0.0.1:{stack.port}/ready"
+    assert httpx.get(ready).json() == {"status": "ok", "postgres": "ok", "redis": "ok"}
+
+    def while_down() -> None:
+        answer = httpx.get(ready, timeout=10)
+        assert answer.status_code == 503 and answer.json()["postgres"].startswith("unavailable")
+        assert answer.json()["redis"] == "ok"
+        assert httpx.get(f"http://127.0.0.1:{stack.port}/health").status_code == 200  # alive all the same
+
+    restart(while_down)
+    wait_until(lambda: httpx.get(ready).status_code == 200)
