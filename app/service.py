@@ -77,22 +77,8 @@ async def accept(
     create, model = await validated(state, body)
     request_log.phase("validate")
     record = new_record(create, model)
-    capped = record.background or record.store  # (a transient response is counted nowhere)
-    if capped and (model.max_queued is not None or (limits is not None and limits.max_concurrent is not None)):
-        async with state.engine.connect() as conn:
-            if limits is not None and limits.max_concurrent is not None:
-                admission.check_concurrency(await responses_db.count_active(conn, account_id), limits)
-            if model.max_queued is not None:
-                admission.check_queue(await responses_db.count_queued(conn, model.id), model.max_queued)
     if limits is not None:
-        requested = record.settings["requested"]["max_output_tokens"]
-        estimate = admission.estimate_tokens(
-            body_bytes, min(requested or model.max_output_tokens, model.max_output_tokens)
-        )
-        admitted = await admission.admit(state.redis, account_id, limits, estimate, state.settings.limit_window_seconds)
-        request_log.add_headers(admitted.headers)
-        if admitted.tokens_key is not None:  # its worker puts the real count in place of the estimate
-            record.settings["admission"] = {"tokens_key": admitted.tokens_key, "estimate": admitted.estimate}
+        await _admit(state, account_id, record, model, limits, body_bytes)
     _log_hosted_tools(create)
     input_items = [items_db.with_new_id(item) for item in create.input_items]
     opening: list[WireEvent] = []
@@ -113,6 +99,28 @@ async def accept(
             await state.stored(responses_db.NewResponse(record, account_id, link, input_items, opening))
     request_log.phase("store")
     return accepted
+
+
+async def _admit(
+    state: AppState, account_id: str, record: ResponseRecord, model: ModelEntry, limits: Limits, body_bytes: int
+) -> None:
+    """Refuses the create (429) over its account's limits or its model's queue (app/admission.py)."""
+    counted = record.background or record.store  # (a transient response is counted nowhere)
+    if counted and (model.max_queued is not None or limits.max_concurrent is not None):
+        async with state.engine.connect() as conn:
+            if limits.max_concurrent is not None:
+                admission.check_concurrency(await responses_db.count_active(conn, account_id), limits)
+            if model.max_queued is not None:
+                admission.check_queue(await responses_db.count_queued(conn, model.id), model.max_queued)
+    if not limits.any:
+        return
+    requested = record.settings["requested"]["max_output_tokens"]
+    output = min(requested or model.max_output_tokens, model.max_output_tokens)
+    estimate = admission.estimate_tokens(body_bytes, output)
+    admitted = await admission.admit(state.redis, account_id, limits, estimate, state.settings.limit_window_seconds)
+    request_log.add_headers(admitted.headers)
+    if admitted.tokens_key is not None:  # its worker puts the real count in place of the estimate
+        record.settings["admission"] = {"tokens_key": admitted.tokens_key, "estimate": admitted.estimate}
 
 
 @contextmanager
