@@ -90,6 +90,10 @@ class ModelEntry(BaseModel):
     logprobs: bool = True
     # Sampling for requests that leave it unset (else the server's own defaults).
     sampling: SamplingDefaults | None = None
+    # How the server holds an answer to a grammar, for custom tools with a grammar format: vLLM's
+    # `structured_outputs` (0.12 and later) or `guided_grammar` / `guided_regex` (before); none:
+    # such a tool is a 400.
+    grammar: Literal["structured_outputs", "guided"] | None = None
     # Responses that may wait for a worker of this model; past it a create is a 429 (none: no cap).
     max_queued: int | None = Field(None, gt=0)
 

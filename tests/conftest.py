@@ -158,6 +158,13 @@ upstream_model = "fake-upstream"
 context_window = 4096
 max_output_tokens = 64
 
+# A model whose server holds an answer to a grammar (vLLM's structured_outputs), for custom tools.
+[[models]]
+id = "grammar-model"
+runtime = "openai"
+base_url = "{fake_runtime_url}/v1"
+grammar = "structured_outputs"
+
 # A model that reasons (switched by its chat template) and takes two images.
 [[models]]
 id = "thinking-model"

@@ -7,7 +7,8 @@ from typing import Any
 from app.catalog import ModelEntry
 from app.protocol.input_items import TOOL_OUTPUT_TYPES, Item, item_text
 from app.protocol.response_object import ResponseRecord
-from workers.runtime_tools import RuntimeTools, custom_arguments
+from app.protocol.tools import Tool
+from workers.runtime_tools import RuntimeTools, custom_arguments, forced_grammar_tool
 
 # Chat servers treat top_p 0 as invalid or as "off"; OpenAI means "most likely token only".
 TOP_P_ZERO = 1e-9
@@ -42,7 +43,18 @@ def chat_request(
     response_format = _response_format(record.settings["text"]["format"], model)
     if response_format is not None:
         body["response_format"] = response_format
-    return body | _tools(record.settings, tools) | _reasoning(record.settings["reasoning"]["effort"], model)
+    grammar_tool = forced_grammar_tool(record.settings)
+    offered = _tools(record.settings, tools) if grammar_tool is None else _grammar(grammar_tool, model)
+    return body | offered | _reasoning(record.settings["reasoning"]["effort"], model)
+
+
+def _grammar(tool: Tool, model: ModelEntry) -> dict[str, Any]:
+    """The answer held to the tool's grammar, as vLLM takes one (no tools offered: the answer is the input)."""
+    form = tool["format"]
+    kind = "grammar" if form["syntax"] == "lark" else "regex"
+    if model.grammar == "guided":  # vLLM before 0.12
+        return {f"guided_{kind}": form["definition"]}
+    return {"structured_outputs": {kind: form["definition"]}}
 
 
 def chat_messages(

@@ -224,4 +224,30 @@ class CustomToolCallOutput:
         ]
 
 
+@dataclass
+class GrammarToolCallOutput(CustomToolCallOutput):
+    """A call of a custom tool with a grammar: the model's answer, held to the grammar, is its
+    input as written, so the input streams as it comes."""
+
+    def item(self, status: str) -> Item:
+        return {**super().item(status), "input": "".join(self.parts)}
+
+    def delta(self, text: str) -> Event:  # type: ignore[override]
+        self.parts.append(text)
+        return {
+            "type": "response.custom_tool_call_input.delta",
+            "item_id": self.id,
+            "output_index": self.output_index,
+            "delta": text,
+        }
+
+    def done(self, status: str) -> list[Event]:
+        item = self.item(status)
+        where = {"item_id": self.id, "output_index": self.output_index}
+        return [
+            {"type": "response.custom_tool_call_input.done", **where, "input": item["input"]},
+            {"type": "response.output_item.done", "output_index": self.output_index, "item": item},
+        ]
+
+
 OutputItem = MessageOutput | ReasoningOutput | FunctionCallOutput | CustomToolCallOutput

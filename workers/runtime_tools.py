@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from app.protocol.tools import Tool
+from app.protocol.tools import Tool, grammar_of
 
 CUSTOM_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -62,6 +62,16 @@ class RuntimeTools:
     def ref(self, runtime_name: str) -> ToolRef:
         """What a call the runtime made stands for; a name no tool has is taken as a function's."""
         return self.by_runtime_name.get(runtime_name) or ToolRef("function", runtime_name)
+
+
+def forced_grammar_tool(settings: dict[str, Any]) -> Tool | None:
+    """The custom tool with a grammar that tool_choice names, if any: the model's whole answer,
+    held to the grammar, is then that tool's input (app/protocol/model_fit.py allows no other)."""
+    choice = settings.get("tool_choice")
+    if not isinstance(choice, dict) or choice.get("type") != "custom":
+        return None
+    tools: list[Tool] = settings.get("tools") or []
+    return next((t for t in tools if t["type"] == "custom" and t["name"] == choice["name"] and grammar_of(t)), None)
 
 
 def custom_arguments(text: str) -> str:

@@ -24,13 +24,14 @@ from workers.output_items import (
     CustomToolCallOutput,
     Event,
     FunctionCallOutput,
+    GrammarToolCallOutput,
     Item,
     MessageOutput,
     OutputItem,
     ReasoningOutput,
 )
 from workers.runtime_errors import RuntimeFailure
-from workers.runtime_tools import RuntimeTools
+from workers.runtime_tools import RuntimeTools, forced_grammar_tool
 
 FINISH_TO_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -56,6 +57,8 @@ class StreamTranslator:
     seal_reasoning: Callable[[str], str] | None = None
     # Calls beyond this many are dropped (parallel_tool_calls false: one; max_tool_calls).
     max_calls: int | None = None
+    # The custom tool with a grammar that tool_choice names: the answer's text is its input.
+    grammar_tool: str | None = None
     items: list[OutputItem] = field(default_factory=list)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
@@ -70,8 +73,10 @@ class StreamTranslator:
         how its reasoning is shown."""
         limits = [settings.get("max_tool_calls"), None if settings.get("parallel_tool_calls", True) else 1]
         sealed = ENCRYPTED_REASONING in settings.get("requested", {}).get("include", [])
+        grammar_tool = forced_grammar_tool(settings)
         return cls(
             tools=RuntimeTools.of(settings.get("tools") or []),
+            grammar_tool=None if grammar_tool is None else grammar_tool["name"],
             max_calls=min((n for n in limits if n is not None), default=None),
             summarise_reasoning=settings["reasoning"].get("summary") is not None,
             seal_reasoning=seal.seal if seal is not None and sealed else None,
@@ -87,7 +92,9 @@ class StreamTranslator:
             if reasoning:
                 self.reasoning_chunks += 1
                 events += self._grow(ReasoningOutput, reasoning)
-            if content := _text(delta.get("content"), "content"):
+            if (content := _text(delta.get("content"), "content")) and self.grammar_tool is not None:
+                events += self._grow_grammar_call(self.grammar_tool, content)
+            elif content:
                 events += self._grow(MessageOutput, content, _logprobs(choice))
             for call in delta.get("tool_calls") or []:
                 events += self._tool_call(call)
@@ -116,6 +123,16 @@ class StreamTranslator:
             events += current.started()
         events.append(current.delta(text, logprobs) if isinstance(current, MessageOutput) else current.delta(text))
         return events
+
+    def _grow_grammar_call(self, name: str, text: str) -> list[Event]:
+        events: list[Event] = []
+        current = self._open
+        if not isinstance(current, GrammarToolCallOutput):
+            events += self._close_open("completed")
+            current = GrammarToolCallOutput(len(self.items), new_id("call"), name)
+            self.items.append(current)
+            events += current.started()
+        return [*events, current.delta(text)]
 
     def _tool_call(self, call: dict[str, Any]) -> list[Event]:
         events: list[Event] = []

@@ -7,10 +7,12 @@ from app import errors
 from app.catalog import ModelEntry, VllmModel
 from app.protocol.create_request import ValidatedCreate
 from app.protocol.input_items import image_count
+from app.protocol.tools import grammar_of
 
 
 def check_fit(create: ValidatedCreate, model: ModelEntry) -> None:
     _check_reasoning(create, model)
+    _check_grammars(create, model)
     if create.logprobs and not model.logprobs:
         param = "top_logprobs" if create.request.top_logprobs else "include"
         raise errors.InvalidRequest(
@@ -39,6 +41,32 @@ def check_fit(create: ValidatedCreate, model: ModelEntry) -> None:
             param="tool_choice",
             code="unsupported_value",
         )
+
+
+def _check_grammars(create: ValidatedCreate, model: ModelEntry) -> None:
+    """A grammar is held by the model's server over the whole answer: so a custom tool with one is
+    served when that server can, and tool_choice names the tool (its answer is then the input)."""
+    for index, tool in enumerate(create.tools):
+        members = [(f"tools[{index}]", tool)]
+        if tool["type"] == "namespace":
+            members = [(f"tools[{index}].tools[{n}]", member) for n, member in enumerate(tool["tools"])]
+        for param, member in members:
+            if grammar_of(member) is None:
+                continue
+            if model.grammar is None:
+                reason = f"the model '{model.id}' cannot hold its output to a grammar (catalog `grammar`)"
+            elif member is not tool:
+                reason = "a tool with a grammar cannot be in a namespace"
+            elif create.tool_choice != {"type": "custom", "name": member["name"]}:
+                reason = (
+                    "a grammar holds the model's whole answer, so tool_choice must name this tool: "
+                    f"{{'type': 'custom', 'name': '{member['name']}'}}"
+                )
+            else:
+                continue
+            raise errors.InvalidRequest(
+                f"Invalid '{param}.format': {reason}.", param=f"{param}.format", code="unsupported_value"
+            )
 
 
 def _parses_tool_calls(model: ModelEntry) -> bool:

@@ -3,8 +3,9 @@
 - `function`: the model calls it, the client runs it.
 - `namespace`: functions (and custom tools) grouped under a name, as Codex sends its multi-agent
   tools; a call comes back with `namespace` set.
-- `custom`: a tool taking free text (`format` text); a grammar format needs a runtime that can
-  constrain one tool's input to it, which none here can: a 400 naming it.
+- `custom`: a tool taking free text (`format` text), or text of a grammar (`format` grammar, Lark
+  or a regex): served where the model's server can hold its output to a grammar and tool_choice
+  names the tool (app/protocol/model_fit.py), since such a server constrains the whole answer.
 - Hosted tools (web search, file search, code interpreter…) are OpenAI's own services. What a
   deployment does with them is its `RESPONSES_HOSTED_TOOLS` setting: `ignore` (the default)
   echoes them but does not offer them to the model; `refuse` answers a 400 naming the tool.
@@ -58,6 +59,14 @@ class _TextFormat(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     type: Literal["text"]
+
+
+class _GrammarFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: Literal["grammar"]
+    syntax: Literal["lark", "regex"]
+    definition: str = Field(min_length=1)
 
 
 class _CustomTool(BaseModel):
@@ -138,19 +147,18 @@ def _function(entry: dict[str, Any], param: str) -> Tool:
 
 def _custom(entry: dict[str, Any], param: str) -> Tool:
     tool = validate(_CustomTool, entry, prefix=param)
-    if tool.format is not None and tool.format.get("type") != "text":
-        if tool.format.get("type") == "grammar":
-            raise errors.InvalidRequest(
-                f"Invalid '{param}.format': a grammar format is not supported: no model runtime here can "
-                "constrain one tool's input to a grammar. Use {'type': 'text'}.",
-                param=f"{param}.format",
-                code="unsupported_value",
-            )
-        validate(_TextFormat, tool.format, prefix=f"{param}.format")
     echoed: Tool = {"type": "custom", "name": tool.name, "description": tool.description}
-    if tool.format is not None:
-        echoed["format"] = {"type": "text"}
+    if tool.format is not None and tool.format.get("type") == "grammar":
+        echoed["format"] = validate(_GrammarFormat, tool.format, prefix=f"{param}.format").model_dump()
+    elif tool.format is not None:
+        echoed["format"] = validate(_TextFormat, tool.format, prefix=f"{param}.format").model_dump()
     return echoed
+
+
+def grammar_of(tool: Tool) -> dict[str, Any] | None:
+    """A custom tool's grammar format, if it has one."""
+    form = tool.get("format") or {}
+    return form if tool["type"] == "custom" and form.get("type") == "grammar" else None
 
 
 def _namespace(entry: dict[str, Any], param: str) -> Tool:

@@ -177,14 +177,55 @@ def test_a_custom_tools_output_goes_back_to_the_model(client: openai.OpenAI, fak
     assert items[-1].id.startswith("ctco_")
 
 
-def test_a_custom_tool_with_a_grammar_is_refused_naming_it(client: openai.OpenAI, fake: FakeRuntime) -> None:
-    grammar: CustomToolParam = {
-        **APPLY_PATCH,
-        "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
-    }
+PATCH_GRAMMAR = 'start: "*** Begin Patch" /(.|\\n)+/'
+GRAMMAR_PATCH: CustomToolParam = {
+    **APPLY_PATCH,
+    "format": {"type": "grammar", "syntax": "lark", "definition": PATCH_GRAMMAR},
+}
+
+
+def test_a_custom_tool_with_a_grammar_takes_the_answer_held_to_it_as_its_input(
+    client: openai.OpenAI, fake: FakeRuntime
+) -> None:
+    with client.responses.stream(
+        model="grammar-model",
+        input=script(chunks=["*** Begin Patch", "\n*** Add File: a.txt", "\n*** End Patch"]),
+        tools=[GRAMMAR_PATCH],
+        tool_choice={"type": "custom", "name": "apply_patch"},
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    [call] = final.output
+    assert call.type == "custom_tool_call" and call.name == "apply_patch"
+    assert call.input == "*** Begin Patch\n*** Add File: a.txt\n*** End Patch"
+    deltas = [e.delta for e in events if e.type == "response.custom_tool_call_input.delta"]
+    assert "".join(deltas) == call.input and len(deltas) >= 1
+    assert final.tools[0].format.definition == PATCH_GRAMMAR  # echoed as sent
+    [sent] = fake.requests()
+    assert sent["structured_outputs"] == {"grammar": PATCH_GRAMMAR}
+    assert "tools" not in sent  # the answer is the input: no function to call
+
+
+@pytest.mark.parametrize(
+    ("model", "tool_choice", "tools", "param", "reason"),
+    [
+        ("fake", {"type": "custom", "name": "apply_patch"}, [GRAMMAR_PATCH], "tools[0].format", "cannot hold"),
+        ("grammar-model", "auto", [GRAMMAR_PATCH], "tools[0].format", "tool_choice must name this tool"),
+        (
+            "grammar-model",
+            "auto",
+            [{"type": "namespace", "name": "ns", "description": "d", "tools": [GRAMMAR_PATCH]}],
+            "tools[0].tools[0].format",
+            "namespace",
+        ),
+    ],
+)
+def test_a_grammar_the_model_cannot_hold_to_is_refused_naming_it(
+    client: openai.OpenAI, fake: FakeRuntime, model: str, tool_choice: Any, tools: list[Any], param: str, reason: str
+) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
-        client.responses.create(model="fake", input="x", tools=[grammar])
-    assert caught.value.body["param"] == "tools[0].format"
+        client.responses.create(model=model, input="x", tools=tools, tool_choice=tool_choice)
+    assert caught.value.body["param"] == param and reason in caught.value.body["message"]
     assert fake.requests() == []
 
 

@@ -164,3 +164,22 @@ def test_the_catalogs_sampling_defaults_apply_where_the_request_leaves_them_unse
     assert (asked.settings["temperature"], asked.settings["top_p"]) == (0.7, 0.9)
     assert (record().settings["temperature"], record().settings["top_p"]) == (1.0, 1.0)  # OpenAI's, with none
     assert "temperature" not in chat_request(record(), [], MODEL)  # no default: the server's own
+
+
+@pytest.mark.parametrize(
+    ("grammar", "syntax", "expected"),
+    [
+        ("structured_outputs", "lark", {"structured_outputs": {"grammar": "start: /a+/"}}),
+        ("structured_outputs", "regex", {"structured_outputs": {"regex": "start: /a+/"}}),
+        ("guided", "lark", {"guided_grammar": "start: /a+/"}),
+        ("guided", "regex", {"guided_regex": "start: /a+/"}),
+    ],
+)
+def test_a_custom_tool_named_in_tool_choice_with_a_grammar_holds_the_answer_to_it(
+    grammar: str, syntax: str, expected: dict[str, Any]
+) -> None:
+    held = MODEL.model_copy(update={"grammar": grammar})
+    tool = {"type": "custom", "name": "t", "format": {"type": "grammar", "syntax": syntax, "definition": "start: /a+/"}}
+    body = chat_request(record(held, tools=[tool], tool_choice={"type": "custom", "name": "t"}), [], held)
+    assert {k: body[k] for k in expected} == expected
+    assert "tools" not in body and "tool_choice" not in body

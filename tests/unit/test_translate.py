@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from app.protocol.accumulate import output_so_far
 from workers.runtime_errors import RuntimeFailure
 from workers.translate import StreamTranslator
 
@@ -268,3 +269,30 @@ def test_calls_of_namespaced_and_custom_tools_map_back_to_their_tools() -> None:
         ("custom_tool_call", "patch", None),
     ]
     assert output[2]["input"] == "x\ny"
+
+
+def test_the_answer_held_to_a_grammar_is_the_named_custom_tools_input() -> None:
+    tool = {"type": "custom", "name": "patch", "format": {"type": "grammar", "syntax": "regex", "definition": "a+"}}
+    settings = {
+        "tools": [tool],
+        "tool_choice": {"type": "custom", "name": "patch"},
+        "reasoning": {"summary": None},
+    }
+    translator = StreamTranslator.for_settings(settings)
+    events = []
+    for text in ["aa", "a"]:
+        events += translator.on_chunk({"choices": [{"delta": {"content": text}, "finish_reason": None}]})
+    closing, [item] = translator.close()
+    assert [e["type"] for e in events] == [
+        "response.output_item.added",
+        "response.custom_tool_call_input.delta",
+        "response.custom_tool_call_input.delta",
+    ]
+    assert [e["type"] for e in closing] == ["response.custom_tool_call_input.done", "response.output_item.done"]
+    assert (item["type"], item["name"], item["input"], item["status"]) == (
+        "custom_tool_call",
+        "patch",
+        "aaa",
+        "completed",
+    )
+    assert output_so_far(events + closing) == [item]
