@@ -96,12 +96,9 @@ RETENTION_BEHIND = Gauge(
     registry=REGISTRY,
 )
 
-# One indexed read of the active responses (ix_responses_active) per scrape.
+# The operators' view of the queue (migration 0010): one indexed read of the active responses per scrape.
 _QUEUE = text("""
-    SELECT model, count(*) FILTER (WHERE status = 'queued') AS queued,
-           coalesce(extract(epoch FROM max(now() - created_at) FILTER (WHERE status = 'queued')), 0) AS oldest,
-           count(*) FILTER (WHERE status = 'in_progress') AS in_progress
-    FROM responses WHERE status IN ('queued', 'in_progress') GROUP BY model
+    SELECT model, queued, in_progress, coalesce(extract(epoch FROM oldest_queued_for), 0) AS oldest FROM queue_health
 """)
 
 
