@@ -3,11 +3,13 @@
 arq is the queue (the design card names it). Its public API costs more than token latency and
 GPU batching allow, for the reasons and with the numbers in docs/architecture.md ("The queue
 seam"). What is used of its internals is named here and nowhere else: its Redis key layout
-(`arq.constants`), its job encoding (`serialize_job`, `deserialize_job_raw`), and its Worker's
-job accounting (`start_jobs`, `sem`, `job_counter`, `tasks`, `functions`,
-`_release_sem_dec_counter_on_complete`, the `jobs_*` counters). pyproject.toml pins arq to the
-minor version this was written against; tests/integration/test_arq_seam.py fails if any of it
-changes in the installed arq.
+(`arq.constants`); its job encoding (`serialize_job`, `deserialize_job_raw`); its Worker's job
+accounting (`start_jobs`, `sem`, `job_counter`, `tasks`, `functions`,
+`_release_sem_dec_counter_on_complete`, the `jobs_*` counters); and the steps of its main loop and
+shutdown that are overridden to ride out Redis outages (`_poll_iteration`; `close`, with
+`_handle_signals`, `handle_sig` and `health_check_key`). pyproject.toml pins arq to the minor
+version this was written against; tests/integration/test_arq_seam.py fails if any of it changes
+in the installed arq.
 
 The enqueue: one script call for any number of jobs, stored exactly as `ArqRedis.enqueue_job`
 stores them, and the workers woken by the same call.
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
 from typing import Any
 
@@ -49,6 +52,9 @@ from arq.worker import Worker
 
 from app.batching import Batched
 from app.redis_keys import wake_channel
+from app.redis_link import REDIS_DOWN, REDIS_LINK, Backoff
+from app.redis_listener import listen_for_ever
+from app.side_tasks import SideTasks
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +155,7 @@ class QueueWorker(Worker):
         self._started = asyncio.Event()
         self._take = Batched[str, tuple[bytes | None, int]](self._take_many, "take-jobs")
         self._remove = Batched[str, None](self._remove_many, "remove-jobs")
+        self._poll_backoff = Backoff()
         startup = self.on_startup
 
         async def on_startup(ctx: dict[str, Any]) -> None:
@@ -161,11 +168,13 @@ class QueueWorker(Worker):
         self.on_startup = on_startup
 
     async def main(self) -> None:
-        listener = asyncio.create_task(self._listen_for_wakeups(), name="wake-listener")
+        await self._until_redis_answers()  # arq's main asks Redis for its INFO first thing
+        listener = SideTasks()
+        listener.start("wake-listener", self._listen_for_wakeups)
         try:
             await super().main()
         finally:
-            listener.cancel()
+            await listener.close()
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
         now = time.monotonic()
@@ -194,14 +203,17 @@ class QueueWorker(Worker):
                 self.queue_name, min=float("-inf"), max=timestamp_ms(), start=0, num=self.queue_read_limit
             )
             await self.start_jobs(waiting)
-        except Exception:  # the next poll does it
-            log.warning("could not look for waiting jobs after one ended", exc_info=True)
+        except REDIS_DOWN as error:  # the next poll does it
+            REDIS_LINK.failed("looking for waiting jobs", error)
 
     async def _take_and_run(self, job_id_b: bytes) -> None:
         """Never raises: arq's poll loop collects finished tasks' results."""
         job_id = job_id_b.decode()
         try:
             taken = await self._take(job_id)
+        except REDIS_DOWN as error:
+            REDIS_LINK.failed("taking a job", error)
+            taken = None
         except Exception:
             log.warning("could not take job %s; it stays queued", job_id, exc_info=True)
             taken = None
@@ -217,9 +229,9 @@ class QueueWorker(Worker):
                 await asyncio.shield(self._remove(job_id))
             else:  # cancelled by a shutdown: the job stays queued for the next worker, as in arq
                 await asyncio.shield(self._release(job_id))
-        except Exception:
+        except REDIS_DOWN as error:
             # Left in the queue, it is delivered again and finds its response ended: a no-op.
-            log.warning("could not remove job %s from the queue", job_id, exc_info=True)
+            REDIS_LINK.failed("removing an ended job", error)
 
     async def _run_taken(self, job_id: str, data: bytes | None, tries: int) -> bool:
         """Runs a taken job's function; False when it was cancelled and must run again."""
@@ -263,17 +275,51 @@ class QueueWorker(Worker):
         await self._remove_script(keys=[self.queue_name], args=[*prefixes, *job_ids])
         return {}
 
+    async def _until_redis_answers(self) -> None:
+        """(Without a pool of its own, arq's main makes one, with arq's retries.)"""
+        backoff = Backoff()
+        while self._pool is not None:
+            try:
+                await self.pool.ping()
+            except REDIS_DOWN as error:
+                REDIS_LINK.failed("worker startup", error)
+                await asyncio.sleep(backoff.next())
+            else:
+                REDIS_LINK.answered()
+                return
+
+    async def close(self) -> None:
+        """arq's close, save that Redis being away leaves the health-check key to expire: arq
+        would raise before `on_shutdown`, which ends this worker's generations cleanly."""
+        if not self._handle_signals:
+            self.handle_sig(signal.SIGUSR1)
+        if not self._pool:
+            return
+        await asyncio.gather(*self.tasks.values())
+        with REDIS_LINK.tolerated("worker shutdown"):
+            await self.pool.delete(self.health_check_key)
+        if self.on_shutdown:
+            await self.on_shutdown(self.ctx)
+        await self.pool.aclose(close_connection_pool=True)
+        self._pool = None
+
+    async def _poll_iteration(self) -> None:
+        """arq's poll, riding out Redis outages: arq lets the error end its main loop, and with it
+        the worker process."""
+        try:
+            await super()._poll_iteration()
+        except REDIS_DOWN as error:
+            REDIS_LINK.failed("queue poll", error)
+            await asyncio.sleep(self._poll_backoff.next())  # on top of the poll delay
+        else:
+            REDIS_LINK.answered()
+            self._poll_backoff.reset()
+
     async def _listen_for_wakeups(self) -> None:
         await self._started.wait()
-        while True:
-            try:
-                async with self.pool.pubsub() as pubsub:
-                    await pubsub.subscribe(wake_channel(self.queue_name))
-                    async for message in pubsub.listen():
-                        if message["type"] == "message" and self.allow_pick_jobs:
-                            await self.start_jobs(message["data"].split())  # the message names the jobs
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.warning("wake-up listener lost Redis; polling only until it is back", exc_info=True)
-                await asyncio.sleep(1.0)
+
+        async def woken(job_ids: bytes) -> None:
+            if self.allow_pick_jobs:
+                await self.start_jobs(job_ids.split())  # the message names the jobs
+
+        await listen_for_ever(self.pool, wake_channel(self.queue_name), woken)

@@ -83,6 +83,14 @@ INPUT_TOKENS = Counter(
 # Both (whichever process does it).
 REAPED = Counter("responses_reaped", "Running responses failed because their worker's lease lapsed.", registry=REGISTRY)
 REQUEUED = Counter("responses_requeued", "Queued responses enqueued again after Redis lost them.", registry=REGISTRY)
+REDIS_UP = Gauge(
+    "responses_redis_up",
+    "1 while this process reaches Redis, 0 during an outage (app/redis_link.py).",
+    registry=REGISTRY,
+)
+REDIS_OUTAGES = Counter(
+    "responses_redis_outages", "Redis outages this process rode out (or is riding out).", registry=REGISTRY
+)
 RETENTION_REMOVED = Counter(
     "responses_retention_removed",
     "Rows retention removed, by kind (responses, or event logs).",

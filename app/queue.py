@@ -9,10 +9,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from arq.connections import ArqRedis
-from redis.exceptions import RedisError
+from redis.asyncio import ConnectionPool
 
-from app import arq_seam, errors
+from app import arq_seam
 from app.redis_keys import GENERATE_JOB, STOP_CHANNEL, TRANSIENT_CLAIM_PREFIX
+from app.redis_link import REDIS_DOWN, REDIS_LINK
+
+
+def queue_pool(redis_url: str, queue_name: str) -> ArqRedis:
+    """arq's Redis client (the queue, pub/sub and keys share it), made without connecting: each
+    connection opens when first used, so a process starts, and waits, while Redis is away."""
+    return ArqRedis(
+        ConnectionPool.from_url(redis_url, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS),
+        job_serializer=job_serializer,
+        job_deserializer=job_deserializer,
+        default_queue_name=queue_name,
+    )
+
+
+REDIS_CONNECT_TIMEOUT_SECONDS = 1  # as arq's own pools: an unreachable host fails fast
 
 
 def job_serializer(job: dict[str, Any]) -> bytes:
@@ -52,7 +67,8 @@ async def enqueue_generate(
 
 
 async def enqueue_many(queue: ArqRedis, jobs: Sequence[GenerateJob]) -> dict[GenerateJob, bool]:
-    """`enqueue_generate` for many jobs: one script call per queue."""
+    """`enqueue_generate` for many jobs: one script call per queue. Raises what Redis raised,
+    once the outage is reported."""
     now = arq_seam.now_ms()
     added: dict[GenerateJob, bool] = {}
     by_queue: dict[str, list[GenerateJob]] = {}
@@ -63,8 +79,10 @@ async def enqueue_many(queue: ArqRedis, jobs: Sequence[GenerateJob]) -> dict[Gen
             serialized = [(job.response_id, job.serialized(now)) for job in queued]
             flags = await arq_seam.enqueue_serialized(queue, queue_name, serialized, now)
             added.update(zip(queued, flags, strict=True))
-    except (RedisError, OSError) as exc:
-        raise errors.ServiceUnavailable("The job queue (Redis) is unavailable; please retry.") from exc
+    except REDIS_DOWN as error:
+        REDIS_LINK.failed("enqueue", error)
+        raise
+    REDIS_LINK.answered()
     return added
 
 
@@ -76,5 +94,5 @@ async def signal_stop(queue: ArqRedis, response_id: str, durable: bool) -> None:
         if not durable and await queue.set(TRANSIENT_CLAIM_PREFIX + response_id, "stopped", nx=True, ex=3600):
             return
         await queue.publish(STOP_CHANNEL, response_id)
-    except (RedisError, OSError):
-        pass
+    except REDIS_DOWN as error:  # the lease keeper reads stop requests from Postgres too
+        REDIS_LINK.failed("stop signal", error)

@@ -35,6 +35,7 @@ from app.protocol.tools import HOSTED_TOOL_TYPES
 from app.queue import GenerateJob, signal_stop
 from app.reasoning_seal import open_sealed_reasoning
 from app.redis_keys import events_channel
+from app.redis_link import REDIS_DOWN
 from app.state import AppState
 from app.streaming.follow import follow
 from app.wire import WireEvent
@@ -145,7 +146,10 @@ async def enqueue(state: AppState, accepted: Accepted) -> None:
     """Hands the response to the workers (503 when the queue is down)."""
     transient = None if accepted.durable else {"record": asdict(accepted.record), "input": accepted.input_items}
     queue_name = state.catalog.queue_for(accepted.record.model, state.settings.queue_name)
-    await state.jobs(GenerateJob.of(accepted.record.id, queue_name, transient))
+    try:
+        await state.jobs(GenerateJob.of(accepted.record.id, queue_name, transient))
+    except REDIS_DOWN as error:
+        raise errors.ServiceUnavailable("The job queue (Redis) is unavailable; please retry.") from error
 
 
 async def withdraw(state: AppState, accepted: Accepted) -> None:

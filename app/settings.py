@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     # A follower with nothing to read re-checks Postgres this often: it heals a missed
     # Redis message and keeps SSE connections alive through proxies.
     follow_idle_seconds: float = Field(5.0, alias="RESPONSES_FOLLOW_IDLE_SECONDS")
+    # A store=false stream, whose events travel only through Redis, waits this long for Redis to
+    # come back before it ends with an error naming Redis (durable streams read Postgres meanwhile).
+    redis_outage_seconds: float = Field(60.0, gt=0, alias="RESPONSES_REDIS_OUTAGE_SECONDS")
 
     worker_max_jobs: int = Field(256, alias="RESPONSES_WORKER_MAX_JOBS")
     worker_poll_delay: float = Field(1.0, alias="RESPONSES_WORKER_POLL_DELAY")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 
-from arq.connections import ArqRedis, RedisSettings, create_pool
+from arq.connections import ArqRedis
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -18,7 +18,7 @@ from app.db.driver import refused_data
 from app.db.engine import create_engine
 from app.db.held import HeldConnection, HeldConnections
 from app.image_fetch import ImageFetcher
-from app.queue import GenerateJob, enqueue_many, job_deserializer, job_serializer
+from app.queue import GenerateJob, enqueue_many, queue_pool
 from app.reasoning_seal import ReasoningSeal
 from app.redis_keys import events_channel
 from app.settings import Settings
@@ -89,12 +89,7 @@ class AppState:
 
     @classmethod
     async def open(cls, settings: Settings) -> AppState:
-        redis = await create_pool(
-            RedisSettings.from_dsn(settings.redis_url),
-            job_serializer=job_serializer,
-            job_deserializer=job_deserializer,
-            default_queue_name=settings.queue_name,
-        )
+        redis = queue_pool(settings.redis_url, settings.queue_name)
         engine = create_engine(settings)
         hub = EventHub(redis, events_channel(settings.queue_name), settings.follow_idle_seconds, engine)
         await hub.start()
@@ -109,8 +104,9 @@ class AppState:
         await self.hub.close()
         await self.auth_connection.close()
         await self.insert_connections.close()
-        await self.redis.aclose()
+        await self.redis.aclose(close_connection_pool=True)
         await self.engine.dispose()
 
     def log_source(self, durable: bool) -> LogSource:
-        return LogSource(self.engine, self.redis, durable)
+        settings = self.settings
+        return LogSource(self.engine, self.redis, durable, settings.redis_outage_seconds, settings.lease_seconds)

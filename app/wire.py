@@ -28,6 +28,7 @@ import orjson
 from redis.asyncio import Redis
 
 from app.redis_keys import OVERFLOW_PREFIX, OVERFLOW_TTL_SECONDS
+from app.redis_link import REDIS_DOWN, REDIS_LINK
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,11 @@ def _body(events: Sequence[WireEvent]) -> bytes:
     return "\n".join(f"{e.sequence_number} {e.type} {e.json}" for e in events).encode()
 
 
-def encode_message(committed: Mapping[str, Sequence[WireEvent]]) -> tuple[bytes, dict[str, bytes]]:
-    """The message, and the bodies of the responses it carries only a notice of."""
+def encode_message(
+    committed: Mapping[str, Sequence[WireEvent]], spill: Container[str] = frozenset()
+) -> tuple[bytes, dict[str, bytes]]:
+    """The message, and the bodies of the responses it carries only a notice of: those too large
+    for it, and those in `spill`."""
     parts: list[bytes] = []
     left_out: dict[str, bytes] = {}
     room = MESSAGE_BYTES
@@ -104,7 +108,7 @@ def encode_message(committed: Mapping[str, Sequence[WireEvent]]) -> tuple[bytes,
         if not events:
             continue
         body = _body(events)
-        if len(body) > min(INLINE_BYTES, room):
+        if response_id in spill or len(body) > min(INLINE_BYTES, room):
             left_out[response_id] = body
             body = f"{events[0].sequence_number} {_NOTICE} {events[-1].sequence_number}".encode()
         room -= len(body)
@@ -140,13 +144,16 @@ async def publish(
     channel: str,
     committed: Mapping[str, Sequence[WireEvent]],
     transient: Container[str] = frozenset(),
-) -> None:
-    """Wakes the followers of each response with its newly committed events. A lost message
-    costs latency, never data: followers re-read Postgres when idle. The events of a `transient`
-    response too large for the message wait in its overflow key (set before the message goes)."""
+    spill: Container[str] = frozenset(),
+) -> bool:
+    """Wakes the followers of each response with its newly committed events; False if Redis
+    could not be reached. A lost message costs latency, never data, to a durable response:
+    followers re-read Postgres when idle. The events of a `transient` response too large for the
+    message, or in `spill`, wait in its overflow key (set before the message goes), where a
+    follower that missed the message finds them too."""
     if not committed:
-        return
-    message, left_out = encode_message(committed)
+        return True
+    message, left_out = encode_message(committed, spill)
     try:
         async with redis.pipeline(transaction=False) as pipe:
             for response_id, body in left_out.items():
@@ -155,15 +162,24 @@ async def publish(
                     pipe.set(overflow_key(response_id, first), body, ex=OVERFLOW_TTL_SECONDS)
             pipe.publish(channel, message)
             await pipe.execute()
-    except Exception:
-        log.warning("could not publish the events of %d responses", len(committed), exc_info=True)
+    except REDIS_DOWN as error:
+        REDIS_LINK.failed("publishing events", error)
+        return False
+    REDIS_LINK.answered()
+    return True
 
 
-async def read_overflow(redis: Redis, response_id: str, notice: Notice) -> list[WireEvent] | None:
-    """The events a notice stands for, of a transient response; None if they are gone."""
-    key = overflow_key(response_id, notice.first)
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.get(key)
-        pipe.delete(key)  # its one follower has them now
-        body, _ = await pipe.execute()
-    return decode_events(body) if body else None
+async def read_overflow(redis: Redis, response_id: str, after: int) -> list[WireEvent]:
+    """The events after `after` that a transient response's worker left in overflow keys, in
+    order, as far as they run on without a gap; each key is read once (its one follower has them)."""
+    events: list[WireEvent] = []
+    while True:
+        key = overflow_key(response_id, after + 1)
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.get(key)
+            pipe.delete(key)
+            body, _ = await pipe.execute()
+        if not body:
+            return events
+        events += decode_events(body)
+        after = events[-1].sequence_number

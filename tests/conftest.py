@@ -67,6 +67,14 @@ def wait_until(condition: Callable[[], object], timeout: float = 20.0) -> None:
         time.sleep(0.05)
 
 
+def answers_200(url: str) -> bool:
+    """Whether `url` answers 200 now (False while nothing listens there yet)."""
+    try:
+        return httpx.get(url).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def wait_for_http(url: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -16,7 +16,8 @@ events the commit dropped because it had already ended elsewhere (reaped, delete
 generation stopped too (`on_dropped`): nothing it still produces can be written.
 
 `store=false` foreground responses never touch Postgres: their events are numbered here and only
-published, to the one API process that follows them.
+published, to the one API process that follows them. While Redis is away their events are held
+(workers/transient_backlog.py) and published once it is back.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ from app.db import responses as responses_db
 from app.db.driver import refused_data
 from app.db.events import Event
 from app.db.held import HeldConnection
+from app.redis_link import Backoff
 from app.side_tasks import SideTasks
 from app.wire import WireEvent
+from workers.transient_backlog import TransientBacklog
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +105,7 @@ class EventWriter:
         self._pause = pause
         self._pending: dict[str, _Pending] = {}
         self._transient_next: dict[str, int] = {}
+        self._backlog = TransientBacklog()
         self._wake = asyncio.Event()
         # Responses whose pending events hold their first output or their end: they skip the pause.
         self._urgent: set[str] = set()
@@ -119,6 +123,7 @@ class EventWriter:
 
     def start(self) -> None:
         self._side_tasks.start("event-writer", self._run)
+        self._side_tasks.start("held-events", self._publish_held)
 
     async def close(self) -> None:
         while self._pending:
@@ -145,6 +150,10 @@ class EventWriter:
     def _hurry(self, response_id: str) -> None:
         self._urgent.add(response_id)
         self._urgent_waiting.set()
+
+    def holds(self, response_id: str) -> bool:
+        """Whether events of this transient response wait for Redis to come back."""
+        return response_id in self._backlog
 
     def refused(self, response_id: str) -> bool:
         """Whether Postgres refused events of this response (it can still be finished)."""
@@ -242,7 +251,21 @@ class EventWriter:
             self._transient_next[rid] += len(pending.events)
             if pending.outcome is not None:
                 del self._transient_next[rid]
-        await wire.publish(self._redis, self._channel, committed, transient=set(transient))
+        to_publish = dict(committed)
+        self._backlog.hold_behind(to_publish)
+        spill = self._backlog.spill(transient)
+        if not await wire.publish(self._redis, self._channel, to_publish, transient=set(transient), spill=spill):
+            self._backlog.hold({rid: to_publish[rid] for rid in transient if rid in to_publish})
+
+    async def _publish_held(self) -> None:
+        """Publishes the transient responses' held events once Redis is back."""
+        backoff = Backoff(most=1.0)  # their followers wait: try often
+        while True:
+            await self._backlog.waiting.wait()
+            await asyncio.sleep(backoff.next())
+            async with self._flushing:  # no commit publishes meanwhile: events keep their order
+                if await self._backlog.publish(self._redis, self._channel):
+                    backoff.reset()
 
     async def _commit_with_retry(self, batch: dict[str, _Pending]) -> dict[str, list[WireEvent]]:
         delay, waited = 0.05, 0.0

@@ -22,6 +22,7 @@ from app.protocol.input_items import Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.response_object import ResponseRecord
 from app.redis_keys import ALIVE_PREFIX, TRANSIENT_CLAIM_PREFIX
+from app.redis_link import REDIS_LINK
 from app.wire import OUTPUT_DELTAS
 from workers.chat_request import chat_request
 from workers.output_items import Event
@@ -122,7 +123,10 @@ async def _finish(
             await _settle_tokens(state, record, outcome.usage)
     if record.id in state.transient:
         state.transient.discard(record.id)
-        await state.redis.delete(ALIVE_PREFIX + record.id)
+        # Kept while its last events wait for Redis: its follower waits for them. Else it expires.
+        if not state.writer.holds(record.id):
+            with REDIS_LINK.tolerated("ending a store=false response"):
+                await state.redis.delete(ALIVE_PREFIX + record.id)
 
 
 async def _settle_tokens(state: WorkerState, record: ResponseRecord, usage: dict[str, Any]) -> None:

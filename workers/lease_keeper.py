@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db import responses as responses_db
 from app.db.engine import create_engine
 from app.redis_keys import ALIVE_PREFIX
+from app.redis_link import REDIS_LINK
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -90,17 +91,24 @@ class LeaseKeeper:
         durable, transient = self._running()
         if not durable and not transient:
             return
-        if transient:  # one round trip for all of them
-            async with redis.pipeline(transaction=False) as pipe:
-                for response_id in transient:
-                    pipe.expire(ALIVE_PREFIX + response_id, int(self._settings.lease_seconds) + 1)
-                await pipe.execute()
+        if transient:
+            await self._say_alive(redis, transient)
         stops: list[str] = []
         if durable:
             async with engine.begin() as conn:
                 stops = await responses_db.renew_leases(conn, durable, self._worker_id, self._settings.lease_seconds)
         for response_id in stops:
             self._loop.call_soon_threadsafe(self._stop, response_id)
+
+    async def _say_alive(self, redis: Redis, transient: frozenset[str]) -> None:
+        """The keys that tell a transient response's follower its worker lives: set, not only
+        extended, so that they are back at once after Redis restarted empty. One round trip for
+        all of them; an outage delays nothing else (the durable leases are in Postgres)."""
+        with REDIS_LINK.tolerated("keeping store=false responses alive"):
+            async with redis.pipeline(transaction=False) as pipe:
+                for response_id in transient:
+                    pipe.set(ALIVE_PREFIX + response_id, self._worker_id, ex=int(self._settings.lease_seconds) + 1)
+                await pipe.execute()
 
     def _answered(self) -> None:
         self._loop_answered = time.monotonic()

@@ -21,6 +21,8 @@ from app.db.engine import create_engine
 from app.db.held import HeldConnection
 from app.reasoning_seal import ReasoningSeal
 from app.redis_keys import STOP_CHANNEL, WORKER_PREFIX, events_channel
+from app.redis_link import REDIS_LINK
+from app.redis_listener import listen_for_ever
 from app.settings import Settings
 from app.side_tasks import SideTasks
 from workers import retention
@@ -106,17 +108,11 @@ class WorkerState:
             task.cancel()
 
     async def _listen_for_stops(self) -> None:
-        while True:
-            try:
-                async with self.redis.pubsub() as pubsub:
-                    await pubsub.subscribe(STOP_CHANNEL)
-                    async for message in pubsub.listen():
-                        if message["type"] == "message":
-                            self.stop_generation(message["data"].decode())
-            except Exception:
-                # The lease keeper also sees stop requests (from Postgres), so a Redis outage only delays them.
-                log.warning("stop listener lost Redis; reconnecting", exc_info=True)
-                await asyncio.sleep(1.0)
+        # Stops missed while Redis is away are not lost: the lease keeper reads them from Postgres.
+        async def stop(response_id: bytes) -> None:
+            self.stop_generation(response_id.decode())
+
+        await listen_for_ever(self.redis, STOP_CHANNEL, stop)
 
     def _running_now(self) -> tuple[frozenset[str], frozenset[str]]:
         """The durable and the transient generations running now; called from the lease keeper's
@@ -142,13 +138,15 @@ class WorkerState:
         }
 
     async def _housekeeping(self) -> None:
-        await self.redis.set(
-            WORKER_PREFIX + self.worker_id,
-            json.dumps(self.heartbeat()),
-            ex=max(15, int(3 * self.settings.housekeeping_seconds)),
-        )
+        with REDIS_LINK.tolerated("worker heartbeat"):
+            await self.redis.set(
+                WORKER_PREFIX + self.worker_id,
+                json.dumps(self.heartbeat()),
+                ex=max(15, int(3 * self.settings.housekeeping_seconds)),
+            )
         channel = events_channel(self.settings.queue_name)
         await reaper.reap_expired_leases(self.engine, self.redis, channel, spare=frozenset(self.running))
-        await reaper.requeue_lost_jobs(
-            self.engine, self.redis, self.catalog, self.settings.queue_name, self.settings.requeue_after_seconds
-        )
+        with REDIS_LINK.tolerated("requeue"):
+            await reaper.requeue_lost_jobs(
+                self.engine, self.redis, self.catalog, self.settings.queue_name, self.settings.requeue_after_seconds
+            )

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from arq.connections import RedisSettings
 from arq.worker import func
 
 from app import gc_tuning
 from app.arq_seam import QueueWorker
 from app.catalog import Catalog
-from app.queue import job_deserializer, job_serializer
+from app.queue import job_deserializer, job_serializer, queue_pool
 from app.redis_keys import COUNT_TOKENS_JOB, GENERATE_JOB
 from app.settings import Settings
 from workers.count_tokens import count_input_tokens
@@ -62,7 +61,7 @@ def build_worker(settings: Settings, hosted_model: str | None = None, **override
             func(count_input_tokens, name=COUNT_TOKENS_JOB, max_tries=1),
         ],
         "queue_name": queue_name,
-        "redis_settings": RedisSettings.from_dsn(settings.redis_url),
+        "redis_pool": queue_pool(settings.redis_url, queue_name),
         "on_startup": _startup,
         "on_shutdown": _shutdown,
         "ctx": {"settings": settings, "catalog": catalog, "hosted_model": hosted_model},

@@ -18,9 +18,12 @@ async def health(request: Request) -> JSONResponse:
 
 
 async def ready(request: Request) -> JSONResponse:
-    """Readiness: Postgres and Redis both answer (load balancers route on this)."""
+    """Readiness: Postgres and Redis both answer, and this process follows the events channel
+    (load balancers route on this; a stream could not start without it)."""
     state: AppState = request.app.state.responses
     checks = await dependency_checks(state.engine, state.redis)
+    if checks["redis"] == "ok" and not state.hub.subscribed:
+        checks["redis"] = "unavailable: subscribing to the events channel again"
     healthy = all(v == "ok" for v in checks.values())
     return JSONResponse({"status": "ok" if healthy else "unavailable", **checks}, status_code=200 if healthy else 503)
 

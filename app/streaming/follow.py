@@ -18,6 +18,7 @@ from app.db import events as events_db
 from app.db import responses as responses_db
 from app.protocol.response_object import TERMINAL_STATUSES
 from app.redis_keys import ALIVE_PREFIX
+from app.redis_link import REDIS_DOWN, REDIS_LINK
 from app.streaming.hub import Idle, Subscription
 from app.wire import TERMINAL_EVENT_TYPES, Notice, WireEvent, read_overflow
 
@@ -31,11 +32,15 @@ class FollowLost(errors.GenerationFailed):
 @dataclass(frozen=True)
 class LogSource:
     """Where a response's events can be re-read: Postgres for durable responses; nowhere (live
-    only) for foreground store=false ones, whose liveness Redis tells."""
+    only) for foreground store=false ones, whose liveness Redis tells. `redis_patience`: how long
+    a store=false follower waits for Redis to come back; `lease_seconds`: how long a live worker
+    may take to say so again once Redis is back."""
 
     engine: AsyncEngine
     redis: Redis
     durable: bool
+    redis_patience: float = 60.0
+    lease_seconds: float = 30.0
 
 
 async def follow(
@@ -134,18 +139,28 @@ async def _resolved(
         return await _after_idle(source, response_id, last, live)
     if isinstance(live, Notice):
         return await _noticed(source, response_id, last, live), False
-    if live[0].sequence_number > last + 1:  # we missed a message: the log has it
-        return (await _catch_up(source, response_id, last))[0], False
+    if live[0].sequence_number > last + 1:  # we missed a message: the log (or an overflow key) has it
+        if source.durable:
+            return (await _catch_up(source, response_id, last))[0], False
+        missed = await read_overflow(source.redis, response_id, last)
+        if (missed[-1].sequence_number if missed else last) + 1 < live[0].sequence_number:
+            raise FollowLost(LOST_ON_THE_WAY)
+        return missed + live, False
     return live, False
+
+
+LOST_ON_THE_WAY = "events of this store=false response were lost on their way through Redis"
 
 
 async def _noticed(source: LogSource, response_id: str, last: int, notice: Notice) -> list[WireEvent]:
     """The events a notice stands for (and, from the log, any this follower missed before them)."""
     if source.durable:
         return [e async for page in _log_pages(source, response_id, last) for e in page]
-    events = await read_overflow(source.redis, response_id, notice)
-    if events is None:
-        raise FollowLost("events of a transient (store=false) response were lost before they were read")
+    if notice.last <= last:  # read already, after a missed message
+        return []
+    events = await read_overflow(source.redis, response_id, last)
+    if not events or events[-1].sequence_number < notice.last:
+        raise FollowLost(LOST_ON_THE_WAY)
     return events
 
 
@@ -159,19 +174,39 @@ async def _after_idle(source: LogSource, response_id: str, last: int, idle: Idle
 async def _catch_up(source: LogSource, response_id: str, last: int) -> tuple[list[WireEvent], bool]:
     """What the log holds after `last`, and whether the response has ended. The status is read
     first: it commits with the terminal event, so an ended response's log read after it holds
-    everything. Used when nothing arrived for a while, it also heals a lost Redis message. For a
-    store=false response: whether a worker still has it or it is still queued."""
-    if source.durable:
-        async with source.engine.connect() as conn:
-            row = await responses_db.get_row(conn, response_id)
-        if row is None:
-            raise FollowLost(f"Response with id '{response_id}' was deleted.")
-        ended = row.status in TERMINAL_STATUSES
-        return [e async for page in _log_pages(source, response_id, last) for e in page], ended
-    alive = await source.redis.exists(ALIVE_PREFIX + response_id)
-    queued = await source.redis.exists(JOB_PREFIX + response_id) and not await source.redis.exists(
-        IN_PROGRESS_PREFIX + response_id
-    )
-    if not alive and not queued:
+    everything. Used when nothing arrived for a while, it also heals a lost Redis message."""
+    if not source.durable:
+        return await _transient_catch_up(source, response_id, last), False
+    async with source.engine.connect() as conn:
+        row = await responses_db.get_row(conn, response_id)
+    if row is None:
+        raise FollowLost(f"Response with id '{response_id}' was deleted.")
+    ended = row.status in TERMINAL_STATUSES
+    return [e async for page in _log_pages(source, response_id, last) for e in page], ended
+
+
+async def _transient_catch_up(source: LogSource, response_id: str, last: int) -> list[WireEvent]:
+    """A store=false response has no log: what its worker left after `last` in overflow keys
+    (events that did not travel on the channel: large ones, and those held back by a Redis
+    outage). With none, whether a worker still has it or it is still queued. While Redis is away
+    it waits, up to `redis_patience`."""
+    try:
+        if events := await read_overflow(source.redis, response_id, last):
+            return events
+        alive = await source.redis.exists(ALIVE_PREFIX + response_id)
+        queued = await source.redis.exists(JOB_PREFIX + response_id) and not await source.redis.exists(
+            IN_PROGRESS_PREFIX + response_id
+        )
+    except REDIS_DOWN as error:
+        REDIS_LINK.failed("following a store=false response", error)
+        if REDIS_LINK.down_for > source.redis_patience:
+            raise FollowLost(
+                f"Redis has been unreachable for over {source.redis_patience:.0f}s: the events of this "
+                "store=false response, which travel only through Redis, cannot reach this stream"
+            ) from error
+        return []
+    REDIS_LINK.answered()
+    # Once Redis is back (perhaps empty), a live worker says so again within a lease.
+    if not alive and not queued and REDIS_LINK.up_for > source.lease_seconds:
         raise FollowLost("the worker generating this store=false response was lost")
-    return [], False
+    return []

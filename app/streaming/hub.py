@@ -12,16 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 from redis.asyncio import Redis
-from redis.asyncio.client import PubSub
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import errors
 from app.db.tables import responses
 from app.protocol.response_object import TERMINAL_STATUSES
+from app.redis_listener import listen_for_ever
 from app.side_tasks import SideTasks
 from app.wire import Notice, WireEvent, decode_message
 
@@ -83,26 +82,22 @@ class EventHub:
         self._engine = engine
         self._channel = channel
         self._tick_seconds = idle_seconds / self.IDLE_TICKS
-        self._pubsub: PubSub | None = None
-        self._opening = asyncio.Lock()
         self._followers: dict[str, set[Subscription]] = {}
         self._subscribed = asyncio.Event()  # Redis confirmed the channel on the current connection
-        self._lost = False  # the connection failed, and has not been subscribed again since
+        self._lost = False  # the subscription broke, and is not back yet
         self._side_tasks = SideTasks()
 
     async def start(self) -> None:
-        try:
-            await self._connection()  # before the reader starts, which would otherwise race to open it
-        except Exception:
-            self._lost = True
-            log.warning("event hub cannot reach Redis yet; it keeps trying", exc_info=True)
         self._side_tasks.start("event-hub", self._read)
         self._side_tasks.start("event-hub-idle", self._watch_idle)
 
     async def close(self) -> None:
         await self._side_tasks.close()
-        if self._pubsub:
-            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    @property
+    def subscribed(self) -> bool:
+        """Whether Redis confirmed the events channel: no event published from now on is missed."""
+        return self._subscribed.is_set()
 
     @property
     def followers(self) -> int:
@@ -131,48 +126,30 @@ class EventHub:
         if not followers:
             del self._followers[subscription.response_id]
 
-    async def _connection(self) -> PubSub:
-        if self._pubsub is not None:
-            return self._pubsub
-        async with self._opening:  # one connection, however many callers find none
-            if self._pubsub is None:
-                pubsub = self._redis.pubsub()
-                await pubsub.subscribe(self._channel)
-                self._pubsub = pubsub
-            return self._pubsub
-
     async def _read(self) -> None:
-        while True:
-            try:
-                pubsub = await self._connection()
-                # listen(), not get_message(timeout=…): no timeout to arm and disarm per message
-                # (it stays subscribed, so it never runs dry).
-                async for message in pubsub.listen():
-                    self._dispatch(message)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                # Followers fall back to reading Postgres while Redis is away.
-                self._lost = True
-                log.warning("event hub lost Redis; reconnecting", exc_info=True)
-            # Also when listen() ran dry: the subscription was still on its way.
-            self._subscribed.clear()
-            await asyncio.sleep(0.5)
+        await listen_for_ever(
+            self._redis, self._channel, self._dispatch, on_subscribed=self._on_subscribed, on_lost=self._on_lost
+        )
 
-    def _dispatch(self, message: dict[str, Any]) -> None:
-        if message["type"] == "message":
-            try:
-                committed = list(decode_message(message["data"], self._followers))
-            except (ValueError, UnicodeDecodeError):  # not ours: followers lose nothing they cannot re-read
-                log.warning("ignored a malformed message on %s: %r", self._channel, message["data"][:200])
-                return
-            for response_id, batch in committed:
-                for subscription in self._followers[response_id]:
-                    subscription.quiet_ticks = 0
-                    subscription.queue.put_nowait(batch)
-        elif message["type"] == "subscribe":  # also after redis-py reconnected and resubscribed
-            self._lost = False
-            self._subscribed.set()
+    def _on_subscribed(self) -> None:
+        self._lost = False
+        self._subscribed.set()
+
+    def _on_lost(self) -> None:
+        # Followers fall back to reading Postgres while Redis is away.
+        self._lost = True
+        self._subscribed.clear()
+
+    async def _dispatch(self, message: bytes) -> None:
+        try:
+            committed = list(decode_message(message, self._followers))
+        except (ValueError, UnicodeDecodeError):  # not ours: followers lose nothing they cannot re-read
+            log.warning("ignored a malformed message on %s: %r", self._channel, message[:200])
+            return
+        for response_id, batch in committed:
+            for subscription in self._followers[response_id]:
+                subscription.quiet_ticks = 0
+                subscription.queue.put_nowait(batch)
 
     async def _watch_idle(self) -> None:
         while True:

@@ -4,7 +4,6 @@ every follower sees it end. Each test runs its own API and workers on a private 
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 import signal
 import subprocess
@@ -21,47 +20,8 @@ import pytest
 import redis
 
 from app.db.migrate import migrate
-from tests.conftest import Environment, FakeRuntime, create_key, free_port, start_api, start_worker, wait_until
-
-SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(200)), "delay": 0.05})
-FAST_HOUSEKEEPING = {
-    "RESPONSES_LEASE_SECONDS": "2",
-    "RESPONSES_HOUSEKEEPING_SECONDS": "0.5",
-    "RESPONSES_REQUEUE_AFTER_SECONDS": "1",
-}
-
-
-class Stack:
-    """One API and any number of workers, sharing a queue no other test reads."""
-
-    def __init__(self, environment: Environment, **env: str) -> None:
-        self.environment = environment
-        self.env = {"RESPONSES_QUEUE": f"responses:crash:{secrets.token_hex(4)}", **FAST_HOUSEKEEPING, **env}
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self.port = free_port()
-        self.api = self.start_api()
-        self.client = openai.OpenAI(
-            base_url=f"http://127.0.0.1:{self.port}/v1",
-            api_key=create_key(environment, "crashes"),
-            max_retries=0,
-            timeout=30,
-        )
-
-    def start_api(self) -> subprocess.Popen[bytes]:
-        process = start_api(self.environment, self.port, **self.env)
-        self.processes.append(process)
-        return process
-
-    def start_worker(self) -> subprocess.Popen[bytes]:
-        process = start_worker(self.environment, **self.env)
-        self.processes.append(process)
-        return process
-
-    def close(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.kill()
-            process.wait(10)
+from tests.conftest import Environment, FakeRuntime, answers_200, free_port, wait_until
+from tests.e2e.processes import SLOW, PrivateRedis, Stack, read_until_deltas
 
 
 @pytest.fixture
@@ -94,16 +54,6 @@ def test_worker_killed_mid_generation_fails_the_response_for_every_follower(stac
     time.sleep(1.5)  # a requeue or redelivery would show up as a second runtime request
     assert len(fake.requests()) == 1  # never re-run
     assert stack.client.responses.retrieve(response_id).status == "failed"
-
-
-def read_until_deltas(stream: openai.Stream[Any], count: int) -> list[Any]:
-    seen = []
-    for event in stream:
-        seen.append(event)
-        if event.type == "response.output_text.delta" and sum(e.type == event.type for e in seen) >= count:
-            break
-    stream.close()
-    return seen
 
 
 def test_with_no_worker_left_a_lost_generation_still_ends_and_keeps_its_output(stack: Stack, fake: FakeRuntime) -> None:
@@ -200,46 +150,13 @@ def test_graceful_shutdown_fails_running_generations_and_leaves_queued_ones(stac
     assert stack.client.responses.retrieve(running.id).status == "failed"  # and is not re-run
 
 
-@pytest.fixture
-def private_redis() -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
-    """A Redis server of the test's own (the shared one is never stopped or flushed); the
-    returned function (re)starts it on the same port."""
-    port = free_port()
-    servers: list[subprocess.Popen[bytes]] = []
-
-    def start() -> subprocess.Popen[bytes]:
-        server = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-        )
-        servers.append(server)
-        wait_until(lambda: _redis_answers(port), timeout=10)
-        return server
-
-    start.port = port  # type: ignore[attr-defined]
-    yield start
-    for server in servers:
-        if server.poll() is None:
-            server.kill()
-        server.wait(10)
-
-
-def _redis_answers(port: int) -> bool:
-    try:
-        return bool(redis.Redis(port=port, socket_timeout=0.2).ping())
-    except redis.RedisError:
-        return False
-
-
 def test_redis_flushed_while_responses_are_queued(
-    environment: Environment, fake: FakeRuntime, private_redis: Callable[[], subprocess.Popen[bytes]]
+    environment: Environment, fake: FakeRuntime, private_redis: PrivateRedis
 ) -> None:
-    private_redis()
-    port = private_redis.port  # type: ignore[attr-defined]
-    stack = Stack(environment, REDIS_URL=f"redis://127.0.0.1:{port}/0")
+    stack = Stack(environment, REDIS_URL=private_redis.url)
     try:
         created = [stack.client.responses.create(model="fake", input=f"flushed {i}", background=True) for i in range(3)]
-        redis.Redis(port=port).flushall()  # everything Redis knew is gone
+        redis.Redis(port=private_redis.port).flushall()  # everything Redis knew is gone
         stack.start_worker()
         for response in created:
             wait_until(lambda r=response: stack.client.responses.retrieve(r.id).status == "completed")  # type: ignore[misc]
@@ -248,17 +165,14 @@ def test_redis_flushed_while_responses_are_queued(
 
 
 def test_redis_down_means_fast_503s_and_nothing_accepted_is_lost(
-    environment: Environment, fake: FakeRuntime, private_redis: Callable[[], subprocess.Popen[bytes]]
+    environment: Environment, fake: FakeRuntime, private_redis: PrivateRedis
 ) -> None:
-    server = private_redis()
-    port = private_redis.port  # type: ignore[attr-defined]
-    stack = Stack(environment, REDIS_URL=f"redis://127.0.0.1:{port}/0")
+    stack = Stack(environment, REDIS_URL=private_redis.url)
     try:
         accepted = stack.client.responses.create(model="fake", input="before the outage", background=True)
         root = f"http://127.0.0.1:{stack.port}"
         assert httpx.get(f"{root}/ready").json() == {"status": "ok", "postgres": "ok", "redis": "ok"}
-        server.kill()
-        server.wait(10)
+        private_redis.kill()
         # Out of the load balancer's rotation, but alive: a process manager must not restart it.
         unready = httpx.get(f"{root}/ready")
         assert unready.status_code == 503 and unready.json()["redis"].startswith("unavailable")
@@ -271,8 +185,8 @@ def test_redis_down_means_fast_503s_and_nothing_accepted_is_lost(
             assert time.monotonic() - started < 6
         refused = environment.query("SELECT 1 FROM items WHERE payload::text LIKE '%during the outage%'")
         assert refused == []  # a refused create leaves nothing behind
-        private_redis()  # Redis comes back, empty
-        wait_until(lambda: httpx.get(f"{root}/ready").status_code == 200)
+        private_redis.start()  # Redis comes back, empty
+        wait_until(lambda: answers_200(f"{root}/ready"))
         stack.start_worker()
         wait_until(lambda: stack.client.responses.retrieve(accepted.id).status == "completed")
         after = stack.client.responses.create(model="fake", input="after the outage")
@@ -454,4 +368,4 @@ def test_ready_says_postgres_is_down_while_it_is_and_recovers(
         assert httpx.get(f"http://127.0.0.1:{stack.port}/health").status_code == 200  # alive all the same
 
     restart(while_down)
-    wait_until(lambda: httpx.get(ready).status_code == 200)
+    wait_until(lambda: answers_200(ready))

@@ -9,7 +9,17 @@ import secrets
 
 import httpx
 
-from tests.conftest import ROOT, Environment, FakeRuntime, api_client, free_port, start_worker, stop, wait_until
+from tests.conftest import (
+    ROOT,
+    Environment,
+    FakeRuntime,
+    answers_200,
+    api_client,
+    free_port,
+    start_worker,
+    stop,
+    wait_until,
+)
 
 DASHBOARD = ROOT / "docs" / "grafana" / "responses-server.json"
 
@@ -34,7 +44,7 @@ def test_metrics_move_as_responses_run_and_the_dashboard_uses_only_served_ones(
     try:
         with api_client(environment, api_key, RESPONSES_QUEUE=queue) as client:
             api_root = str(client.base_url).removesuffix("/v1/")
-            wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/ready").status_code == 200)
+            wait_until(lambda: answers_200(f"http://127.0.0.1:{port}/ready"))
             client.responses.create(model="fake", input="one")
             list(client.responses.create(model="fake", input="two", stream=True))
             background = client.responses.create(model="fake", input="three", background=True)

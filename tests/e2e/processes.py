@@ -1,0 +1,99 @@
+"""Real processes for the fault tests: a stack of one API and any number of workers on a queue
+of its own, and a Redis server of a test's own that it can kill and start again."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from typing import Any
+
+import openai
+import redis
+
+from tests.conftest import Environment, create_key, free_port, start_api, start_worker, wait_until
+
+SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(200)), "delay": 0.05})
+FAST_HOUSEKEEPING = {
+    "RESPONSES_LEASE_SECONDS": "2",
+    "RESPONSES_HOUSEKEEPING_SECONDS": "0.5",
+    "RESPONSES_REQUEUE_AFTER_SECONDS": "1",
+}
+
+
+class Stack:
+    """One API and any number of workers, sharing a queue no other test reads."""
+
+    def __init__(self, environment: Environment, **env: str) -> None:
+        self.environment = environment
+        self.env = {"RESPONSES_QUEUE": f"responses:crash:{secrets.token_hex(4)}", **FAST_HOUSEKEEPING, **env}
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.port = free_port()
+        self.api = self.start_api()
+        self.client = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{self.port}/v1",
+            api_key=create_key(environment, "crashes"),
+            max_retries=0,
+            timeout=30,
+        )
+
+    def start_api(self) -> subprocess.Popen[bytes]:
+        process = start_api(self.environment, self.port, **self.env)
+        self.processes.append(process)
+        return process
+
+    def start_worker(self, **env: str) -> subprocess.Popen[bytes]:
+        process = start_worker(self.environment, **{**self.env, **env})
+        self.processes.append(process)
+        return process
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait(10)
+
+
+class PrivateRedis:
+    """A Redis server of the test's own (the shared one is never stopped or flushed), started
+    again on the same port, empty, after each kill."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._servers: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        server = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+        )
+        self._servers.append(server)
+        wait_until(self.answers, timeout=10)
+
+    def kill(self) -> None:
+        server = self._servers[-1]
+        server.kill()
+        server.wait(10)
+
+    def answers(self) -> bool:
+        try:
+            return bool(redis.Redis(port=self.port, socket_timeout=0.2).ping())
+        except redis.RedisError:
+            return False
+
+    def close(self) -> None:
+        for server in self._servers:
+            if server.poll() is None:
+                server.kill()
+            server.wait(10)
+
+
+def read_until_deltas(stream: openai.Stream[Any], count: int) -> list[Any]:
+    seen = []
+    for event in stream:
+        seen.append(event)
+        if event.type == "response.output_text.delta" and sum(e.type == event.type for e in seen) >= count:
+            break
+    stream.close()
+    return seen
