@@ -24,16 +24,16 @@ from redis.asyncio import Redis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import wire
 from app.catalog import Catalog
 from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.tables import responses
+from app.events import channel
 from app.metrics import REAPED, REQUEUED
 from app.protocol.accumulate import stopped
+from app.protocol.encoding import WireEvent
 from app.protocol.lifecycle import terminal_event
 from app.queue import enqueue_generate
-from app.wire import WireEvent
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ async def reap_expired_leases(
     for response_id in published:
         log.warning("response %s: worker lost; failed", response_id)
     REAPED.inc(len(published))
-    await wire.publish(redis, events_channel, published)
+    await channel.publish(redis, events_channel, published)
     return list(published)
 
 

@@ -16,29 +16,32 @@ import anyio
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app import admission, errors, request_log, wire
+from app import admission, errors, request_log
 from app.admission import Limits
 from app.catalog import ModelEntry
 from app.db import events as events_db
 from app.db import items as items_db
 from app.db import responses as responses_db
 from app.db.driver import foreign_key_violated
+from app.events import channel
+from app.events.follow import follow
 from app.ids import new_id
 from app.image_fetch import check_images
 from app.metrics import HOSTED_TOOLS_NOT_OFFERED
+from app.protocol import encoding
 from app.protocol.create_request import ValidatedCreate, echoed_settings, parse_create_request
+from app.protocol.encoding import WireEvent
 from app.protocol.input_items import TOOL_OUTPUT_TYPES, Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.model_fit import check_fit
 from app.protocol.response_object import ResponseRecord
 from app.protocol.tools import HOSTED_TOOL_TYPES
+from app.protocol.vocabulary import ACTIVE_STATUSES
 from app.queue import GenerateJob, signal_stop
 from app.reasoning_seal import open_sealed_reasoning
 from app.redis_keys import events_channel
 from app.redis_link import REDIS_DOWN
 from app.state import AppState
-from app.streaming.follow import follow
-from app.wire import WireEvent
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +88,7 @@ async def accept(
     opening: list[WireEvent] = []
     if record.background:  # visible (and followable) at once: its first events come with it
         events = [lifecycle_event("response.created", record), lifecycle_event("response.queued", record)]
-        opening = wire.numbered(events, [wire.encode(event) for event in events], 0)
+        opening = encoding.numbered(events, [encoding.encode(event) for event in events], 0)
     accepted = Accepted(record, input_items, opening)
     previous_id = create.request.previous_response_id
     # The previous response may be deleted between its read and this insert: the insert's
@@ -208,7 +211,7 @@ async def chain_link(
     previous = await responses_db.chain_link(conn, account_id, previous_id)
     if previous is None:
         raise _previous_not_found(previous_id)
-    if previous.status in ("queued", "in_progress"):
+    if previous.status in ACTIVE_STATUSES:
         raise errors.InvalidRequest(
             f"Previous response with id '{previous_id}' is still {previous.status}; "
             "continue from it once it has finished.",
@@ -240,13 +243,13 @@ async def stop(state: AppState, response_id: str, durable: bool) -> None:
         async with state.engine.begin() as conn:
             published = await _stop_in(conn, response_id)
         if published:
-            await wire.publish(state.redis, events_channel(state.settings.queue_name), {response_id: published})
+            await channel.publish(state.redis, events_channel(state.settings.queue_name), {response_id: published})
     await signal_stop(state.redis, response_id, durable)
 
 
 async def _stop_in(conn: AsyncConnection, response_id: str) -> list[WireEvent]:
     row = await responses_db.get_row(conn, response_id, for_update=True)
-    if row is None or row.status not in ("queued", "in_progress"):
+    if row is None or row.status not in ACTIVE_STATUSES:
         return []
     if row.status == "in_progress":
         await responses_db.request_stop(conn, response_id)

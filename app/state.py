@@ -17,14 +17,14 @@ from app.db import responses as responses_db
 from app.db.driver import refused_data
 from app.db.engine import create_engine
 from app.db.held import HeldConnection, HeldConnections
+from app.events.follow import LogSource
+from app.events.hub import EventHub
 from app.image_fetch import ImageFetcher
 from app.queue import GenerateJob, enqueue_many, queue_pool
 from app.reasoning_seal import ReasoningSeal
 from app.redis_keys import events_channel
 from app.settings import Settings
 from app.side_tasks import SideTasks
-from app.streaming.follow import LogSource
-from app.streaming.hub import EventHub
 
 INSERT_LANES = 4  # foreground inserts running at once, at most (each lane a held connection)
 

@@ -31,15 +31,17 @@ from redis.asyncio import Redis
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import wire
 from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.driver import refused_data
 from app.db.events import Event
 from app.db.held import HeldConnection
+from app.events import channel
+from app.protocol import encoding
+from app.protocol.encoding import WireEvent
+from app.protocol.vocabulary import MERGEABLE_DELTAS
 from app.redis_link import Backoff
 from app.side_tasks import SideTasks
-from app.wire import WireEvent
 from workers.transient_backlog import TransientBacklog
 
 log = logging.getLogger(__name__)
@@ -65,21 +67,11 @@ class _Pending:
     finished: asyncio.Future[bool] | None = None
 
 
-COALESCIBLE = frozenset(
-    {
-        "response.output_text.delta",
-        "response.reasoning_text.delta",
-        "response.reasoning_summary_text.delta",
-        "response.function_call_arguments.delta",
-    }
-)
-
-
 def _coalesce(pending: list[Event], event: Event) -> bool:
     """Folds a delta into the previous one of the same part while both wait for the same commit:
     under load, fewer and larger deltas (as OpenAI's own are of any size); when idle, one event
     per chunk."""
-    if event["type"] not in COALESCIBLE or not pending:
+    if event["type"] not in MERGEABLE_DELTAS or not pending:
         return False
     last = pending[-1]
     if (
@@ -143,7 +135,7 @@ class EventWriter:
         for event in events:
             if not _coalesce(pending, event):
                 pending.append(event)
-                if event["type"] in COALESCIBLE and response_id not in self._streaming:
+                if event["type"] in MERGEABLE_DELTAS and response_id not in self._streaming:
                     self._hurry(response_id)
         self._wake.set()
 
@@ -224,7 +216,7 @@ class EventWriter:
         for rid, pending in batch.items():
             if pending.outcome is not None:
                 self._streaming.discard(rid)
-            elif rid not in self._streaming and any(event["type"] in COALESCIBLE for event in pending.events):
+            elif rid not in self._streaming and any(event["type"] in MERGEABLE_DELTAS for event in pending.events):
                 self._streaming.add(rid)
             if pending.finished and not pending.finished.done():
                 pending.finished.set_result(rid in committed)
@@ -246,15 +238,15 @@ class EventWriter:
         transient = [rid for rid in batch if rid in self._transient_next]
         for rid in transient:
             pending = batch[rid]
-            encoded = [wire.encode(event) for event in pending.events]
-            committed[rid] = wire.numbered(pending.events, encoded, self._transient_next[rid])
+            encoded = [encoding.encode(event) for event in pending.events]
+            committed[rid] = encoding.numbered(pending.events, encoded, self._transient_next[rid])
             self._transient_next[rid] += len(pending.events)
             if pending.outcome is not None:
                 del self._transient_next[rid]
         to_publish = dict(committed)
         self._backlog.hold_behind(to_publish)
         spill = self._backlog.spill(transient)
-        if not await wire.publish(self._redis, self._channel, to_publish, transient=set(transient), spill=spill):
+        if not await channel.publish(self._redis, self._channel, to_publish, transient=set(transient), spill=spill):
             self._backlog.hold({rid: to_publish[rid] for rid in transient if rid in to_publish})
 
     async def _publish_held(self) -> None:

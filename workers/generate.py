@@ -21,9 +21,9 @@ from app.metrics import FINISHED, INPUT_TOKENS, OUTPUT_TOKENS, TIME_TO_FIRST_TOK
 from app.protocol.input_items import Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.response_object import ResponseRecord
+from app.protocol.vocabulary import OUTPUT_DELTAS
 from app.redis_keys import ALIVE_PREFIX, TRANSIENT_CLAIM_PREFIX
 from app.redis_link import REDIS_LINK
-from app.wire import OUTPUT_DELTAS
 from workers.chat_request import chat_request
 from workers.output_items import Event
 from workers.runtime_errors import RuntimeFailure

@@ -5,7 +5,7 @@ an event that cannot be published during an outage would be lost to its follower
 writer holds them here, in order, and publishes them once Redis answers again; a response with
 events held has its later events held behind them, so that none overtakes another.
 
-Held events are published through overflow keys (app/wire.py) with a notice on the channel: an
+Held events are published through overflow keys (app/events/channel.py) with a notice on the channel: an
 API process that has not subscribed again yet misses the notice, and its follower finds the
 events in the keys at its next gap or idle check. For the same reason every transient response's
 events go through overflow keys for a while after an outage ends (`spill`).
@@ -20,10 +20,10 @@ from collections.abc import Collection, Mapping, Sequence
 
 from redis.asyncio import Redis
 
-from app import wire
+from app.events import channel as events_channel
+from app.protocol.encoding import WireEvent
 from app.redis_keys import OVERFLOW_TTL_SECONDS
 from app.redis_link import REDIS_LINK
-from app.wire import WireEvent
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class TransientBacklog:
             log.warning("response %s: its held events waited past %.0fs for Redis; dropped", response_id, KEEP_SECONDS)
             self._forget(response_id)
         held = set(self._held)
-        if held and not await wire.publish(redis, channel, self._held, transient=held, spill=held):
+        if held and not await events_channel.publish(redis, channel, self._held, transient=held, spill=held):
             return False
         for response_id in held:
             self._forget(response_id)

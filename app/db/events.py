@@ -16,14 +16,13 @@ from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app import wire
 from app.db import items as items_db
 from app.db import output_refs
 from app.db.driver import DriverStatement
 from app.db.responses import Outcome
 from app.db.tables import output_snapshots
-from app.protocol import accumulate
-from app.wire import WireEvent
+from app.protocol import accumulate, encoding
+from app.protocol.encoding import WireEvent
 
 Event = dict[str, Any]
 
@@ -62,7 +61,7 @@ _APPEND = DriverStatement(
         RETURNING r.id, r.next_sequence_number - c.n AS first, f.response_id IS NOT NULL AS ended,
                   r.context_branches[cardinality(r.context_branches)] AS branch_id, r.chain_depth
     ), inserted AS (
-        -- Each event's JSON text with its number spliced in, as wire.numbered does for the
+        -- Each event's JSON text with its number spliced in, as encoding.numbered does for the
         -- followers: a replay sends the very text they got live.
         INSERT INTO response_events (response_id, sequence_number, type, payload, output_at, output_path)
         SELECT b.response_id, a.first + b.position, b.type,
@@ -102,7 +101,7 @@ async def append_many(
     encoded: dict[str, list[str]] = {}
     stored: list[output_refs.Stored] = []
     for response_id, events in events_by_response.items():
-        encoded[response_id] = [wire.encode(event) for event in events]
+        encoded[response_id] = [encoding.encode(event) for event in events]
         ids += [response_id] * len(events)
         positions += range(len(events))
         types += [event["type"] for event in events]
@@ -131,10 +130,10 @@ async def append_many(
             "out_positions": [position for _, position, _ in outputs],
             "out_types": [item["type"] for _, _, item in outputs],
             # As the events encode them: an event that refers to the output reads back the same text.
-            "out_payloads": [wire.encode(items_db.stored_payload(item)) for _, _, item in outputs],
+            "out_payloads": [encoding.encode(items_db.stored_payload(item)) for _, _, item in outputs],
         },
     )
-    return {rid: wire.numbered(events_by_response[rid], encoded[rid], first) for rid, first in rows}
+    return {rid: encoding.numbered(events_by_response[rid], encoded[rid], first) for rid, first in rows}
 
 
 async def append(conn: AsyncConnection, response_id: str, events: Sequence[Event]) -> list[WireEvent]:

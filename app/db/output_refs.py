@@ -18,7 +18,8 @@ from typing import Any
 
 import orjson
 
-from app import wire
+from app.protocol import encoding
+from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
 
 Event = dict[str, Any]
 Path = list[str | int]
@@ -52,7 +53,7 @@ def as_stored(events: Sequence[Event], encoded: Sequence[str], output: list[Even
 def _places(event: Event) -> tuple[list[str], Path] | None:
     """Where a closing event holds a piece of the output, and where the output holds it."""
     kind = event["type"]
-    if kind in wire.TERMINAL_EVENT_TYPES:
+    if kind in TERMINAL_EVENT_TYPES:
         return ["response", "output"], []
     if kind == "response.output_item.done":
         return ["item"], [event["output_index"]]
@@ -81,7 +82,7 @@ def _by_reference(event: Event, output: list[Event]) -> Stored | None:
             return None
     except (LookupError, TypeError):
         return None
-    text = wire.encode(_with(event, in_event, _MARK))
+    text = encoding.encode(_with(event, in_event, _MARK))
     at = text.index(_MARK_JSON)
     return Stored(text[:at] + text[at + len(_MARK_JSON) :], at, ",".join(map(str, in_output)))
 

@@ -20,9 +20,10 @@ from app.db import DbRow
 from app.db import items as items_db
 from app.db.driver import DriverStatement
 from app.db.tables import items, responses
+from app.protocol.encoding import WireEvent
 from app.protocol.input_items import TOOL_CALL_TYPES
-from app.protocol.response_object import ResponseRecord, Status
-from app.wire import WireEvent
+from app.protocol.response_object import ResponseRecord
+from app.protocol.vocabulary import ACTIVE_STATUSES, Status
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,9 +228,7 @@ async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) ->
 async def count_active(conn: AsyncConnection, account_id: str) -> int:
     """The account's responses queued or running (ix_responses_active_by_account)."""
     found = await conn.scalar(
-        select(func.count()).where(
-            responses.c.account_id == account_id, responses.c.status.in_(["queued", "in_progress"])
-        )
+        select(func.count()).where(responses.c.account_id == account_id, responses.c.status.in_(ACTIVE_STATUSES))
     )
     return int(found or 0)
 

@@ -27,6 +27,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB
 
+from app.protocol.vocabulary import STATUSES
+
 metadata = MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -78,7 +80,6 @@ api_keys = Table(
     comment="Bearer keys of accounts, stored as hashes.",
 )
 
-STATUSES = ("queued", "in_progress", "completed", "incomplete", "failed", "cancelled")
 
 responses = Table(
     "responses",

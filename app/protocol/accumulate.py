@@ -8,18 +8,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.protocol.vocabulary import DELTA_TARGETS
+
 Event = dict[str, Any]
 Item = dict[str, Any]
-
-# Where each kind of delta goes: (the item's list and the delta's index into it, or None for a
-# field of the item itself; the field).
-_GROWS: dict[str, tuple[tuple[str, str] | None, str]] = {
-    "response.output_text.delta": (("content", "content_index"), "text"),
-    "response.reasoning_text.delta": (("content", "content_index"), "text"),
-    "response.reasoning_summary_text.delta": (("summary", "summary_index"), "text"),
-    "response.function_call_arguments.delta": (None, "arguments"),
-    "response.custom_tool_call_input.delta": (None, "input"),
-}
 
 
 def output_so_far(events: Iterable[Event], start: Sequence[Item] = ()) -> list[Item]:
@@ -41,8 +33,8 @@ def output_so_far(events: Iterable[Event], start: Sequence[Item] = ()) -> list[I
             items[event["output_index"]].setdefault("content", []).append(part)
         elif kind == "response.reasoning_summary_part.added":
             items[event["output_index"]]["summary"].append(dict(event["part"]))
-        elif kind in _GROWS:
-            where, field = _GROWS[kind]
+        elif kind in DELTA_TARGETS:
+            where, field = DELTA_TARGETS[kind]
             index = event["output_index"]
             holder = items[index] if where is None else items[index][where[0]][event[where[1]]]
             growing = pieces.setdefault((index, id(holder)), _Growing(holder, field, [holder[field]]))

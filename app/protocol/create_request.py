@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from app import errors
 from app.catalog import SamplingDefaults
 from app.protocol.input_items import Item, parse_input
 from app.protocol.text_format import parse_text_format
 from app.protocol.tools import HostedToolsPolicy, Tool, ToolChoice, parse_tool_choice, parse_tools
-from app.protocol.validation import INT32_MAX, validate
+from app.protocol.validation import INT32_MAX, StrictModel, validate
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 LOGPROBS = "message.output_text.logprobs"
@@ -30,22 +30,16 @@ INCLUDABLE = {
 UNSUPPORTED = ("conversation", "prompt", "context_management", "moderation", "prompt_cache_options")
 
 
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class StreamOptions(StrictModel):
     include_obfuscation: bool | None = None
 
 
-class TextOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class TextOptions(StrictModel):
     format: dict[str, Any] | None = None  # checked by text_format.parse_text_format
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
-class ReasoningOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class ReasoningOptions(StrictModel):
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
@@ -71,11 +65,9 @@ def _string_map_limits(value: dict[str, str] | None, value_chars: int) -> dict[s
     return value
 
 
-class SamplingOptions(BaseModel):
+class SamplingOptions(StrictModel):
     """Sampling parameters vLLM takes beyond OpenAI's (SDK users send them as `extra_body`),
     forwarded to the model server as they are."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
 
     top_k: int | None = Field(None, ge=-1, le=INT32_MAX)
     min_p: float | None = Field(None, ge=0, le=1)
@@ -109,8 +101,6 @@ class SamplingOptions(BaseModel):
 
 
 class CreateResponseRequest(SamplingOptions):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
     model: str = Field(min_length=1)
     input: str | list[Any]
     instructions: str | None = None

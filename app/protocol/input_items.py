@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from app import errors
-from app.protocol.validation import validate
+from app.protocol.validation import StrictModel, validate
 
 Item = dict[str, Any]
 
@@ -45,9 +45,7 @@ UNSUPPORTED_ITEM_TYPES = {
 }
 
 
-class _Message(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class _Message(StrictModel):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
     content: str | list[dict[str, Any]]
@@ -56,9 +54,7 @@ class _Message(BaseModel):
     phase: Literal["commentary", "final_answer"] | None = None
 
 
-class _FunctionCall(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class _FunctionCall(StrictModel):
     type: Literal["function_call"]
     call_id: str = Field(min_length=1, max_length=64)
     name: str = Field(min_length=1)
@@ -68,9 +64,7 @@ class _FunctionCall(BaseModel):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
-class _CustomToolCall(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class _CustomToolCall(StrictModel):
     type: Literal["custom_tool_call"]
     call_id: str = Field(min_length=1, max_length=64)
     name: str = Field(min_length=1)
@@ -79,9 +73,7 @@ class _CustomToolCall(BaseModel):
     id: str | None = None
 
 
-class _ToolOutput(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class _ToolOutput(StrictModel):
     type: Literal["function_call_output", "custom_tool_call_output"]
     call_id: str = Field(min_length=1, max_length=64)
     output: str | list[dict[str, Any]]
@@ -89,9 +81,7 @@ class _ToolOutput(BaseModel):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
-class _Reasoning(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class _Reasoning(StrictModel):
     type: Literal["reasoning"]
     summary: list[dict[str, Any]]
     content: list[dict[str, Any]] | None = None
@@ -100,27 +90,21 @@ class _Reasoning(BaseModel):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
-class _TextPart(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class _TextPart(StrictModel):
     type: Literal["input_text", "output_text"]
     text: str
     annotations: list[Any] | None = None
     logprobs: list[Any] | None = None
 
 
-class _ImagePart(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class _ImagePart(StrictModel):
     type: Literal["input_image"]
     detail: Literal["low", "high", "auto", "original"] = "auto"
     image_url: str | None = None
     file_id: str | None = None
 
 
-class _RefusalPart(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class _RefusalPart(StrictModel):
     type: Literal["refusal"]
     refusal: str = Field()
 

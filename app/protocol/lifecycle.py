@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.protocol.response_object import ResponseRecord, Status, render
-
-TERMINAL_EVENT_FOR: dict[Status, str] = {
-    "completed": "response.completed",
-    "incomplete": "response.incomplete",
-    "failed": "response.failed",
-    # OpenAI documents no event for this; ours lets a follower end with the cancelled response.
-    "cancelled": "response.cancelled",
-}
+from app.protocol.response_object import ResponseRecord, render
+from app.protocol.vocabulary import TERMINAL_EVENT_FOR
 
 
 def lifecycle_event(event_type: str, record: ResponseRecord) -> dict[str, Any]:

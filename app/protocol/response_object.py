@@ -6,11 +6,9 @@ Every field is present, null rather than omitted, in the order OpenAI emits them
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
-Status = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
-TERMINAL_STATUSES: tuple[Status, ...] = ("completed", "incomplete", "failed", "cancelled")
-ACTIVE_STATUSES: tuple[Status, ...] = ("queued", "in_progress")
+from app.protocol.vocabulary import TERMINAL_STATUSES, Status
 
 
 @dataclass(frozen=True, slots=True)

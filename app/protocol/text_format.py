@@ -8,23 +8,21 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from app import errors
 from app.protocol.strict_schema import check_strict
-from app.protocol.validation import check_json_schema, validate
+from app.protocol.validation import StrictModel, check_json_schema, validate
 
 PLAIN_TEXT: dict[str, Any] = {"type": "text"}
 
 
-class _Plain(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class _Plain(StrictModel):
     type: Literal["text", "json_object"]
 
 
-class _JsonSchema(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+class _JsonSchema(StrictModel):
+    model_config = ConfigDict(populate_by_name=True)  # (merged with StrictModel's)
 
     type: Literal["json_schema"]
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")

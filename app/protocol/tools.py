@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from app import errors
 from app.protocol.strict_schema import effective_strict
-from app.protocol.validation import check_json_schema, validate
+from app.protocol.validation import StrictModel, check_json_schema, validate
 
 Tool = dict[str, Any]
 ToolChoice = str | dict[str, Any]
@@ -45,9 +45,7 @@ HOSTED_TOOL_TYPES = frozenset(
 NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 
 
-class _FunctionTool(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class _FunctionTool(StrictModel):
     type: Literal["function"]
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
@@ -55,41 +53,31 @@ class _FunctionTool(BaseModel):
     strict: bool | None = None
 
 
-class _TextFormat(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class _TextFormat(StrictModel):
     type: Literal["text"]
 
 
-class _GrammarFormat(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class _GrammarFormat(StrictModel):
     type: Literal["grammar"]
     syntax: Literal["lark", "regex"]
     definition: str = Field(min_length=1)
 
 
-class _CustomTool(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class _CustomTool(StrictModel):
     type: Literal["custom"]
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
     format: dict[str, Any] | None = None
 
 
-class _NamespaceTool(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class _NamespaceTool(StrictModel):
     type: Literal["namespace"]
     name: str = Field(pattern=NAME_PATTERN)
     description: str
     tools: list[Any] = Field(min_length=1)
 
 
-class _NamedChoice(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class _NamedChoice(StrictModel):
     type: Literal["function", "custom"]
     name: str
 

@@ -6,9 +6,17 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import jsonschema
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from app import errors
+
+
+class StrictModel(BaseModel):
+    """A part of a request: no parameter we do not know (400 unknown_parameter), no coercion
+    (a string is not a number), as OpenAI's API refuses them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 

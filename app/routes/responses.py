@@ -12,14 +12,15 @@ from starlette.types import ASGIApp
 
 from app import errors, input_tokens, request_log, service
 from app.auth import authenticate
+from app.events.final_response import FinalResponse
+from app.events.follow import follow
+from app.events.sse import EventStreamResponse
 from app.http import json_body, query_bool, query_int, response_id_in_path
 from app.metrics import CREATED
-from app.protocol.response_object import ACTIVE_STATUSES, render
+from app.protocol.encoding import WireEvent
+from app.protocol.response_object import render
+from app.protocol.vocabulary import ACTIVE_STATUSES
 from app.state import AppState
-from app.streaming.final_response import FinalResponse
-from app.streaming.follow import follow
-from app.streaming.sse import EventStreamResponse
-from app.wire import WireEvent
 
 CANCEL_WAIT_SECONDS = 10.0
 

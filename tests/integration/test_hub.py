@@ -15,13 +15,13 @@ from redis.asyncio import Redis
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app import wire
 from app.db import events as events_db
 from app.errors import ServiceUnavailable
+from app.events import channel
+from app.events.follow import LogSource, follow
+from app.events.hub import EventHub, Idle, LogState
+from app.protocol.encoding import WireEvent
 from app.state import AppState
-from app.streaming.follow import LogSource, follow
-from app.streaming.hub import EventHub, Idle, LogState
-from app.wire import WireEvent
 from tests.integration.conftest import in_progress
 
 IDLE = 0.4
@@ -56,7 +56,7 @@ async def test_followers_of_a_busy_response_get_every_batch_and_no_idle_signal(h
     first, second = await hub.subscribe(response_id, durable=False), await hub.subscribe(response_id, durable=False)
     batches = 8
     for number in range(batches):  # a batch every quarter of the idle period, for twice its length
-        await wire.publish(state.redis, CHANNEL, {response_id: [delta(number)]})
+        await channel.publish(state.redis, CHANNEL, {response_id: [delta(number)]})
         await asyncio.sleep(IDLE / 4)
     for subscription in (first, second):
         received = [await asyncio.wait_for(subscription.next_batch(), IDLE) for _ in range(batches)]
@@ -67,14 +67,14 @@ async def test_followers_of_a_busy_response_get_every_batch_and_no_idle_signal(h
 async def test_one_commit_reaches_each_follower_with_its_own_events_only(hub: EventHub, state: AppState) -> None:
     followed, other = f"resp_one_{secrets.token_hex(3)}", f"resp_two_{secrets.token_hex(3)}"
     first, second = await hub.subscribe(followed, durable=False), await hub.subscribe(other, durable=False)
-    await wire.publish(
+    await channel.publish(
         state.redis, CHANNEL, {followed: [delta(0), delta(1)], other: [delta(7)], "resp_nobody": [delta(3)]}
     )
     assert await asyncio.wait_for(first.next_batch(), IDLE) == [delta(0), delta(1)]
     assert await asyncio.wait_for(second.next_batch(), IDLE) == [delta(7)]
     # Another deployment's commits (another events channel) reach nobody here.
-    await wire.publish(state.redis, CHANNEL + "-elsewhere", {followed: [delta(2)]})
-    await wire.publish(state.redis, CHANNEL, {followed: [delta(3)]})
+    await channel.publish(state.redis, CHANNEL + "-elsewhere", {followed: [delta(2)]})
+    await channel.publish(state.redis, CHANNEL, {followed: [delta(3)]})
     assert await asyncio.wait_for(first.next_batch(), IDLE) == [delta(3)]
     for subscription in (first, second):
         await subscription.close()
@@ -98,7 +98,7 @@ async def test_a_malformed_message_on_the_channel_is_skipped_and_following_goes_
     subscription = await hub.subscribe(response_id, durable=False)
     for junk in (b"no header line", b"resp_x notanumber\n1 a {}", b"resp_y 99\nshort", b"\xff\xfe 3\nabc"):
         await state.redis.publish(CHANNEL, junk)
-    await wire.publish(state.redis, CHANNEL, {response_id: [delta(0)]})
+    await channel.publish(state.redis, CHANNEL, {response_id: [delta(0)]})
     assert await asyncio.wait_for(subscription.next_batch(), IDLE) == [delta(0)]
     later = await asyncio.wait_for(hub.subscribe(f"resp_later_{secrets.token_hex(3)}", durable=False), 1)  # still live
     for each in (subscription, later):

@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from app import reaper, wire
+from app import reaper
 from app.db import accounts as accounts_db
 from app.db import events as events_db
 from app.db import responses as responses_db
 from app.db.tables import responses
-from app.protocol.response_object import Status
+from app.protocol.vocabulary import Status
+from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
 from app.redis_keys import events_channel
 from app.state import AppState
 from tests.conftest import Environment, FakeRuntime
@@ -49,7 +50,7 @@ async def test_same_job_delivered_twice_generates_once(
     events = await events_of(state, response_id)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert [e["type"] for e in events].count("response.created") == 1
-    assert sum(e["type"] in wire.TERMINAL_EVENT_TYPES for e in events) == 1
+    assert sum(e["type"] in TERMINAL_EVENT_TYPES for e in events) == 1
     assert await status_of(state, response_id) == "completed"
 
 

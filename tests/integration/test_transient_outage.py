@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app import wire
+from app.events import channel
+from app.events.follow import FollowLost, follow
+from app.events.hub import EventHub
+from app.protocol.encoding import WireEvent
 from app.state import AppState
-from app.streaming.follow import FollowLost, follow
-from app.streaming.hub import EventHub
-from app.wire import WireEvent
 from workers.transient_backlog import TransientBacklog
 
 CHANNEL = f"responses:events:test-transient-{secrets.token_hex(3)}"
@@ -43,15 +43,15 @@ async def test_held_events_go_out_in_order_through_overflow_keys(state: AppState
     assert to_publish == {"resp_other": [delta(7)]}
     assert await backlog.publish(state.redis, CHANNEL)
     assert response_id not in backlog and not backlog.waiting.is_set()
-    assert await wire.read_overflow(state.redis, response_id, -1) == [delta(0), delta(1), delta(2)]
-    assert await wire.read_overflow(state.redis, response_id, -1) == []  # read once
+    assert await channel.read_overflow(state.redis, response_id, -1) == [delta(0), delta(1), delta(2)]
+    assert await channel.read_overflow(state.redis, response_id, -1) == []  # read once
 
 
 async def test_overflow_keys_are_read_as_far_as_they_run_on_without_a_gap(state: AppState) -> None:
     response_id = f"resp_chain_{secrets.token_hex(3)}"
     for events in ([delta(3), delta(4)], [delta(5)], [delta(9)]):
-        await wire.publish(state.redis, CHANNEL, {response_id: events}, transient={response_id}, spill={response_id})
-    assert await wire.read_overflow(state.redis, response_id, 2) == [delta(3), delta(4), delta(5)]
+        await channel.publish(state.redis, CHANNEL, {response_id: events}, transient={response_id}, spill={response_id})
+    assert await channel.read_overflow(state.redis, response_id, 2) == [delta(3), delta(4), delta(5)]
 
 
 async def test_a_follower_that_missed_a_message_finds_its_events_in_the_overflow_keys(
@@ -60,12 +60,12 @@ async def test_a_follower_that_missed_a_message_finds_its_events_in_the_overflow
     response_id = f"resp_gap_{secrets.token_hex(3)}"
     events = follow(state.log_source(False), await hub.subscribe(response_id, durable=False), response_id, -1)
     try:
-        await wire.publish(state.redis, CHANNEL, {response_id: [delta(0)]})
+        await channel.publish(state.redis, CHANNEL, {response_id: [delta(0)]})
         assert await asyncio.wait_for(anext(events), 2) == [delta(0)]
         # Published while this API process was not subscribed: the notice is lost, the key stays.
         spilled = {response_id: [delta(1), delta(2)]}
-        await wire.publish(state.redis, CHANNEL + "-missed", spilled, transient={response_id}, spill={response_id})
-        await wire.publish(state.redis, CHANNEL, {response_id: [delta(3)]})
+        await channel.publish(state.redis, CHANNEL + "-missed", spilled, transient={response_id}, spill={response_id})
+        await channel.publish(state.redis, CHANNEL, {response_id: [delta(3)]})
         assert await asyncio.wait_for(anext(events), 2) == [delta(1), delta(2), delta(3)]
     finally:
         await events.aclose()  # type: ignore[attr-defined]
@@ -75,9 +75,9 @@ async def test_a_follower_whose_missed_events_are_nowhere_ends_naming_redis(stat
     response_id = f"resp_lost_{secrets.token_hex(3)}"
     events = follow(state.log_source(False), await hub.subscribe(response_id, durable=False), response_id, -1)
     try:
-        await wire.publish(state.redis, CHANNEL, {response_id: [delta(0)]})
+        await channel.publish(state.redis, CHANNEL, {response_id: [delta(0)]})
         assert await asyncio.wait_for(anext(events), 2) == [delta(0)]
-        await wire.publish(state.redis, CHANNEL, {response_id: [delta(3)]})  # 1 and 2 never came
+        await channel.publish(state.redis, CHANNEL, {response_id: [delta(3)]})  # 1 and 2 never came
         with pytest.raises(FollowLost, match="Redis"):
             await asyncio.wait_for(anext(events), 2)
     finally:

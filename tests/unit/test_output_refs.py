@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app import wire
 from app.db import output_refs
+from app.protocol import encoding
 from workers.translate import StreamTranslator
 
 
@@ -30,12 +30,12 @@ def put_back(stored: output_refs.Stored, output: list[dict[str, Any]]) -> str:
     for step in (stored.output_path or "").split(","):
         if step:
             value = value[int(step)] if isinstance(value, list) else value[step]
-    return stored.payload[: stored.output_at] + wire.encode(value) + stored.payload[stored.output_at :]
+    return stored.payload[: stored.output_at] + encoding.encode(value) + stored.payload[stored.output_at :]
 
 
 def test_a_large_answers_closing_events_leave_their_output_out_and_read_back_whole() -> None:
     events, output = answered("x" * output_refs.REFERENCE_FROM_BYTES, reasoning="thinking " * 100)
-    encoded = [wire.encode(e) for e in events]
+    encoded = [encoding.encode(e) for e in events]
     stored = output_refs.as_stored(events, encoded, output)
     referring = [(e["type"], s.output_path) for e, s in zip(events, stored, strict=True) if s.output_at is not None]
     assert referring == [
@@ -53,18 +53,18 @@ def test_a_large_answers_closing_events_leave_their_output_out_and_read_back_who
 
 def test_a_small_answer_and_a_response_still_running_are_stored_whole() -> None:
     events, output = answered("a short answer")
-    encoded = [wire.encode(e) for e in events]
+    encoded = [encoding.encode(e) for e in events]
     assert [s.payload for s in output_refs.as_stored(events, encoded, output)] == encoded
     assert all(s.output_at is None for s in output_refs.as_stored(events, encoded, output))
     big, _ = answered("x" * output_refs.REFERENCE_FROM_BYTES)
-    big_encoded = [wire.encode(e) for e in big]
+    big_encoded = [encoding.encode(e) for e in big]
     assert all(s.output_at is None for s in output_refs.as_stored(big, big_encoded, None))  # not ending
 
 
 def test_an_event_that_differs_from_the_output_is_stored_whole() -> None:
     events, output = answered("x" * output_refs.REFERENCE_FROM_BYTES)
     altered = [{**output[0], "status": "incomplete"}]  # what the items say is not what the events said
-    encoded = [wire.encode(e) for e in events]
+    encoded = [encoding.encode(e) for e in events]
     stored = output_refs.as_stored(events, encoded, altered)
     kinds = [e["type"] for e, s in zip(events, stored, strict=True) if s.output_at is not None]
     assert "response.output_item.done" not in kinds and "response.completed" not in kinds

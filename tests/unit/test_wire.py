@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import json
 
-from app.streaming.sse import encode
-from app.wire import INLINE_BYTES, MESSAGE_BYTES, Notice, WireEvent, decode_events, decode_message, encode_message
+from app.events.channel import INLINE_BYTES, MESSAGE_BYTES, Notice, decode_events, decode_message, encode_message
+from app.events.sse import encode
+from app.protocol.encoding import WireEvent
 
 
 def test_a_commit_of_many_responses_survives_the_trip_and_each_reader_takes_its_own() -> None:

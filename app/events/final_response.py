@@ -12,8 +12,9 @@ from starlette.types import Receive, Scope, Send
 
 from app import errors, request_log
 from app.error_reporting import task_group
-from app.streaming.sse import wait_for_disconnect
-from app.wire import OUTPUT_DELTAS, TERMINAL_EVENT_TYPES, WireEvent
+from app.events.sse import wait_for_disconnect
+from app.protocol.encoding import WireEvent
+from app.protocol.vocabulary import OUTPUT_DELTAS, TERMINAL_EVENT_TYPES
 
 Event = dict[str, Any]
 CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"

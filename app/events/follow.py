@@ -16,11 +16,12 @@ from app import errors
 from app.arq_seam import IN_PROGRESS_PREFIX, JOB_PREFIX
 from app.db import events as events_db
 from app.db import responses as responses_db
-from app.protocol.response_object import TERMINAL_STATUSES
+from app.events.channel import Notice, read_overflow
+from app.events.hub import Idle, Subscription
+from app.protocol.encoding import WireEvent
+from app.protocol.vocabulary import TERMINAL_EVENT_TYPES, TERMINAL_STATUSES
 from app.redis_keys import ALIVE_PREFIX
 from app.redis_link import REDIS_DOWN, REDIS_LINK
-from app.streaming.hub import Idle, Subscription
-from app.wire import TERMINAL_EVENT_TYPES, Notice, WireEvent, read_overflow
 
 LOG_PAGE = 1000
 

@@ -15,7 +15,7 @@ from starlette.types import Receive, Scope, Send
 
 from app import errors
 from app.error_reporting import client_error, request_id_of, task_group
-from app.wire import WireEvent
+from app.protocol.encoding import WireEvent
 
 _OBFUSCATION_TARGET = 16  # pad short deltas so event sizes do not reveal token lengths
 

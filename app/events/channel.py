@@ -1,5 +1,4 @@
-"""Events as they travel: each one's JSON is encoded once, where it is numbered, and passed
-through as text to every follower — followers never decode and re-encode it.
+"""The events channel: how committed events reach the API processes that follow them.
 
 On Redis, what one commit stored is one message on the deployment's events channel, whatever
 the number of responses in it: per response a header line `<response_id> <byte length>`, then
@@ -18,53 +17,21 @@ cut every API process off the live events.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import orjson
 from redis.asyncio import Redis
 
+from app.protocol.encoding import WireEvent
 from app.redis_keys import OVERFLOW_PREFIX, OVERFLOW_TTL_SECONDS
 from app.redis_link import REDIS_DOWN, REDIS_LINK
 
 log = logging.getLogger(__name__)
 
-Event = dict[str, Any]
-
-TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.incomplete", "response.failed", "response.cancelled"})
-
-# The events that carry generated tokens: the first of them is a response's first token.
-OUTPUT_DELTAS = frozenset(
-    {
-        "response.output_text.delta",
-        "response.reasoning_text.delta",
-        "response.reasoning_summary_text.delta",
-        "response.function_call_arguments.delta",
-        "response.custom_tool_call_input.delta",
-    }
-)
-
 INLINE_BYTES = 64 * 1024  # one response's events in one message
 MESSAGE_BYTES = 512 * 1024  # all of them
 _NOTICE = "*"
-
-
-@dataclass(frozen=True, slots=True)
-class WireEvent:
-    sequence_number: int
-    type: str
-    json: str  # the whole event, sequence_number included
-
-    @classmethod
-    def of(cls, event: Event) -> WireEvent:
-        return cls(event.get("sequence_number", -1), event["type"], encode(event))
-
-    def data(self) -> Event:
-        decoded: Event = json.loads(self.json)
-        return decoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,19 +44,6 @@ class Notice:
 
 def overflow_key(response_id: str, first: int) -> str:
     return f"{OVERFLOW_PREFIX}{response_id}:{first}"
-
-
-def encode(event: Event) -> str:
-    return orjson.dumps(event).decode()
-
-
-def numbered(events: Sequence[Event], encoded: Sequence[str], first: int) -> list[WireEvent]:
-    """Encoded, unnumbered events with their sequence numbers from `first`, spliced into the
-    text: numbering never costs a second encoding."""
-    return [
-        WireEvent(first + i, event["type"], f'{text[:-1]},"sequence_number":{first + i}}}')
-        for i, (event, text) in enumerate(zip(events, encoded, strict=True))
-    ]
 
 
 def _body(events: Sequence[WireEvent]) -> bytes:
