@@ -5,8 +5,8 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from app import errors, request_log
-from app.db import accounts as accounts_db
 from app.state import AppState
+from app.storage import accounts as accounts_db
 
 
 async def authenticate(state: AppState, request: Request) -> str:

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = Settings()
     request_log.configure(settings.log_format)
     if args.command == "migrate":
-        from app.db.migrate import migrate
+        from app.storage.migrate import migrate
 
         migrate(settings)
     elif args.command == "api":
@@ -135,7 +135,7 @@ def _run_worker(settings: Settings, hosted_model: str | None) -> None:
 
 
 async def _gc(settings: Settings) -> int:
-    from app.db.engine import create_engine
+    from app.storage.engine import create_engine
     from workers import retention
 
     engine = create_engine(settings)

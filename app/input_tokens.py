@@ -20,11 +20,11 @@ from redis.exceptions import RedisError
 
 from app import errors
 from app.arq_seam import JOB_PREFIX
-from app.db import items as items_db
 from app.ids import new_id
 from app.redis_keys import COUNT_TOKENS_JOB, TOKEN_COUNT_PREFIX, wake_channel
 from app.service import chain_link, new_record, validated
 from app.state import AppState
+from app.storage import items as items_db
 
 
 async def count(state: AppState, account_id: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def run(data_dir: Path, host: str, port: int) -> int:
             env["RESPONSES_ENCRYPTION_KEY_FILE"] = str(_encryption_key(data_dir / "encryption.key"))
         settings = Settings()
         from app.catalog import Catalog
-        from app.db.migrate import migrate
+        from app.storage.migrate import migrate
 
         models = Catalog.load(settings.models_path).entries
         migrate(settings)
@@ -142,8 +142,8 @@ def _encryption_key(key_file: Path) -> Path:
 
 async def _api_key(settings: Settings, key_file: Path) -> str:
     """The data folder's key: the one made at the first start while it still works, else a new one."""
-    from app.db import accounts as accounts_db
-    from app.db.engine import create_engine
+    from app.storage import accounts as accounts_db
+    from app.storage.engine import create_engine
 
     engine = create_engine(settings)
     try:

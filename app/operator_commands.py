@@ -11,9 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import status_report
 from app.admission import Limits
-from app.db import accounts as accounts_db
-from app.db.engine import create_engine
 from app.settings import Settings
+from app.storage import accounts as accounts_db
+from app.storage.engine import create_engine
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:

@@ -25,15 +25,15 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.catalog import Catalog
-from app.db import events as events_db
-from app.db import responses as responses_db
-from app.db.tables import responses
 from app.events import channel
 from app.metrics import REAPED, REQUEUED
 from app.protocol.accumulate import stopped
 from app.protocol.encoding import WireEvent
 from app.protocol.lifecycle import terminal_event
 from app.queue import enqueue_generate
+from app.storage import events as events_db
+from app.storage import responses as responses_db
+from app.storage.tables import responses
 
 log = logging.getLogger(__name__)
 

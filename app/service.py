@@ -19,10 +19,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app import admission, errors, request_log
 from app.admission import Limits
 from app.catalog import ModelEntry
-from app.db import events as events_db
-from app.db import items as items_db
-from app.db import responses as responses_db
-from app.db.driver import foreign_key_violated
 from app.events import channel
 from app.events.follow import follow
 from app.ids import new_id
@@ -42,6 +38,10 @@ from app.reasoning_seal import open_sealed_reasoning
 from app.redis_keys import events_channel
 from app.redis_link import REDIS_DOWN
 from app.state import AppState
+from app.storage import events as events_db
+from app.storage import items as items_db
+from app.storage import responses as responses_db
+from app.storage.driver import foreign_key_violated
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _for_asyncpg(cls, url: str) -> str:
-        """The hot statements talk to asyncpg itself (app/db/driver.py): a plain postgresql://
+        """The hot statements talk to asyncpg itself (app/storage/driver.py): a plain postgresql://
         URL means asyncpg's, and any other driver is refused here rather than deep in a request."""
         scheme, separator, rest = url.partition("://")
         if separator and scheme in ("postgresql", "postgres"):

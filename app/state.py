@@ -12,11 +12,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app import reaper
 from app.batching import Batched
 from app.catalog import Catalog
-from app.db import accounts as accounts_db
-from app.db import responses as responses_db
-from app.db.driver import refused_data
-from app.db.engine import create_engine
-from app.db.held import HeldConnection, HeldConnections
 from app.events.follow import LogSource
 from app.events.hub import EventHub
 from app.image_fetch import ImageFetcher
@@ -25,6 +20,11 @@ from app.reasoning_seal import ReasoningSeal
 from app.redis_keys import events_channel
 from app.settings import Settings
 from app.side_tasks import SideTasks
+from app.storage import accounts as accounts_db
+from app.storage import responses as responses_db
+from app.storage.driver import refused_data
+from app.storage.engine import create_engine
+from app.storage.held import HeldConnection, HeldConnections
 
 INSERT_LANES = 4  # foreground inserts running at once, at most (each lane a held connection)
 

@@ -8,8 +8,8 @@ from alembic import context
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.db.tables import metadata
 from app.settings import Settings
+from app.storage.tables import metadata
 
 config = context.config
 

@@ -24,8 +24,8 @@ import httpx
 import openai
 import pytest
 
-from app.db.migrate import migrate
 from app.settings import Settings
+from app.storage.migrate import migrate
 
 PG_ADMIN_URL = os.environ.get("TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_BASE_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379")

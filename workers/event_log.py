@@ -31,17 +31,17 @@ from redis.asyncio import Redis
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db import events as events_db
-from app.db import responses as responses_db
-from app.db.driver import refused_data
-from app.db.events import Event
-from app.db.held import HeldConnection
 from app.events import channel
 from app.protocol import encoding
 from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import MERGEABLE_DELTAS
 from app.redis_link import Backoff
 from app.side_tasks import SideTasks
+from app.storage import events as events_db
+from app.storage import responses as responses_db
+from app.storage.driver import refused_data
+from app.storage.events import Event
+from app.storage.held import HeldConnection
 from workers.transient_backlog import TransientBacklog
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,6 @@ from typing import Any
 
 from app import admission
 from app.catalog import ModelEntry
-from app.db import items as items_db
-from app.db import responses as responses_db
 from app.metrics import FINISHED, INPUT_TOKENS, OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
 from app.protocol.input_items import Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
@@ -24,6 +22,8 @@ from app.protocol.response_object import ResponseRecord
 from app.protocol.vocabulary import OUTPUT_DELTAS
 from app.redis_keys import ALIVE_PREFIX, TRANSIENT_CLAIM_PREFIX
 from app.redis_link import REDIS_LINK
+from app.storage import items as items_db
+from app.storage import responses as responses_db
 from workers.chat_request import chat_request
 from workers.output_items import Event
 from workers.runtime_errors import RuntimeFailure

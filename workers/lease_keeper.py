@@ -25,11 +25,11 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db import responses as responses_db
-from app.db.engine import create_engine
 from app.redis_keys import ALIVE_PREFIX
 from app.redis_link import REDIS_LINK
 from app.settings import Settings
+from app.storage import responses as responses_db
+from app.storage.engine import create_engine
 
 log = logging.getLogger(__name__)
 

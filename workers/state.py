@@ -16,15 +16,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app import reaper
 from app.batching import Batched
 from app.catalog import Catalog, OpenAIModel
-from app.db import responses as responses_db
-from app.db.engine import create_engine
-from app.db.held import HeldConnection
 from app.reasoning_seal import ReasoningSeal
 from app.redis_keys import STOP_CHANNEL, WORKER_PREFIX, events_channel
 from app.redis_link import REDIS_LINK
 from app.redis_listener import listen_for_ever
 from app.settings import Settings
 from app.side_tasks import SideTasks
+from app.storage import responses as responses_db
+from app.storage.engine import create_engine
+from app.storage.held import HeldConnection
 from workers import retention
 from workers.event_log import EventWriter
 from workers.lease_keeper import LeaseKeeper

@@ -14,14 +14,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import errors
 from app.arq_seam import IN_PROGRESS_PREFIX, JOB_PREFIX
-from app.db import events as events_db
-from app.db import responses as responses_db
 from app.events.channel import Notice, read_overflow
 from app.events.hub import Idle, Subscription
 from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import TERMINAL_EVENT_TYPES, TERMINAL_STATUSES
 from app.redis_keys import ALIVE_PREFIX
 from app.redis_link import REDIS_DOWN, REDIS_LINK
+from app.storage import events as events_db
+from app.storage import responses as responses_db
 
 LOG_PAGE = 1000
 

@@ -18,12 +18,12 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import errors
-from app.db.tables import responses
 from app.events.channel import Notice, decode_message
 from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import TERMINAL_STATUSES
 from app.redis_listener import listen_for_ever
 from app.side_tasks import SideTasks
+from app.storage.tables import responses
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ Revises: 0007
 
 A poll of a running response folded its whole event log into the output so far (half a second
 at 12,000 events). A poll now saves what it folded, and the next one folds only the events
-after it (app/db/events.py, output_so_far).
+after it (app/storage/events.py, output_so_far).
 Create Date: 2026-12-01 11:10:00
 """
 

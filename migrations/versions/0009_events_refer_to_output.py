@@ -6,7 +6,7 @@ Revises: 0008
 The closing events of a response repeat its output (the text, the part, the item, and the
 whole output in the terminal event), which the same statement stores as items: a long answer
 was stored five times in its events. A closing event of a large answer is now stored with that
-piece left out, and where and what it was (app/db/output_refs.py); reads put it back. Rows
+piece left out, and where and what it was (app/storage/output_refs.py); reads put it back. Rows
 written before keep their payloads whole (both columns null).
 Create Date: 2026-12-01 11:40:00
 """

@@ -19,7 +19,7 @@ import openai
 import pytest
 import redis
 
-from app.db.migrate import migrate
+from app.storage.migrate import migrate
 from tests.conftest import Environment, FakeRuntime, answers_200, free_port, wait_until
 from tests.e2e.processes import SLOW, PrivateRedis, Stack, read_until_deltas
 

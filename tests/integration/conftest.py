@@ -15,10 +15,10 @@ from sqlalchemy import update
 
 from app import service
 from app.catalog import Catalog
-from app.db import accounts as accounts_db
-from app.db.tables import responses
 from app.queue import job_deserializer, job_serializer
 from app.state import AppState
+from app.storage import accounts as accounts_db
+from app.storage.tables import responses
 from tests.conftest import Environment, new_environment
 from workers.generate import generate
 from workers.state import WorkerState

@@ -11,11 +11,11 @@ from typing import Any, Literal
 import pytest
 
 from app import errors, service
-from app.db import events as events_db
-from app.db import items as items_db
-from app.db import responses as responses_db
 from app.protocol.lifecycle import terminal_event
 from app.state import AppState
+from app.storage import events as events_db
+from app.storage import items as items_db
+from app.storage import responses as responses_db
 from tests.integration.conftest import accept
 
 

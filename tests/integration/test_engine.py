@@ -1,7 +1,7 @@
 """The connection pool honours its settings: a process never holds more Postgres connections
 than RESPONSES_DB_POOL_SIZE + RESPONSES_DB_MAX_OVERFLOW; past that, callers wait their turn.
-A held connection (app/db/held.py) is kept between statements and replaced once in doubt; so is
-one whose driver statement (app/db/driver.py) found it broken or was interrupted."""
+A held connection (app/storage/held.py) is kept between statements and replaced once in doubt; so is
+one whose driver statement (app/storage/driver.py) found it broken or was interrupted."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.driver import DriverStatement
-from app.db.engine import create_engine
-from app.db.held import HeldConnection
+from app.storage.driver import DriverStatement
+from app.storage.engine import create_engine
+from app.storage.held import HeldConnection
 from tests.conftest import Environment
 
 

@@ -11,9 +11,9 @@ import secrets
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.db import responses as responses_db
-from app.db.tables import response_events
 from app.state import AppState
+from app.storage import responses as responses_db
+from app.storage.tables import response_events
 from tests.conftest import FakeRuntime
 from tests.integration.conftest import OpenWorker, accept, in_progress, run_job
 from workers.event_log import EventWriter

@@ -15,13 +15,13 @@ from redis.asyncio import Redis
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.db import events as events_db
 from app.errors import ServiceUnavailable
 from app.events import channel
 from app.events.follow import LogSource, follow
 from app.events.hub import EventHub, Idle, LogState
 from app.protocol.encoding import WireEvent
 from app.state import AppState
+from app.storage import events as events_db
 from tests.integration.conftest import in_progress
 
 IDLE = 0.4

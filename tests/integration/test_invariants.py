@@ -12,14 +12,13 @@ import pytest
 from sqlalchemy import select, update
 
 from app import reaper
-from app.db import accounts as accounts_db
-from app.db import events as events_db
-from app.db import responses as responses_db
-from app.db.tables import responses
-from app.protocol.vocabulary import Status
-from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
+from app.protocol.vocabulary import TERMINAL_EVENT_TYPES, Status
 from app.redis_keys import events_channel
 from app.state import AppState
+from app.storage import accounts as accounts_db
+from app.storage import events as events_db
+from app.storage import responses as responses_db
+from app.storage.tables import responses
 from tests.conftest import Environment, FakeRuntime
 from tests.integration.conftest import OpenWorker, accept, run_job
 from workers.translate import StreamTranslator

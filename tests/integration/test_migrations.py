@@ -1,4 +1,4 @@
-"""The migrations are the schema: `upgrade head` on an empty database matches app/db/tables.py,
+"""The migrations are the schema: `upgrade head` on an empty database matches app/storage/tables.py,
 and `downgrade base` removes everything it made."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.db import responses as responses_db
-from app.db.migrate import migrate
-from app.db.tables import metadata
 from app.protocol.response_object import ResponseRecord
 from app.settings import Settings
+from app.storage import responses as responses_db
+from app.storage.migrate import migrate
+from app.storage.tables import metadata
 from tests.conftest import admin_sql
 
 
@@ -114,7 +114,7 @@ async def test_chains_stored_before_0006_keep_their_contexts_as_branches(empty_d
     from alembic.config import Config
 
     import migrations
-    from app.db import items as items_db
+    from app.storage import items as items_db
 
     config = Config()
     config.set_main_option("script_location", migrations.__path__[0])
@@ -175,8 +175,8 @@ async def test_downgrade_from_0009_puts_the_left_out_output_back_into_the_events
     from alembic.config import Config
 
     import migrations
-    from app.db import events as events_db
-    from app.db import output_refs
+    from app.storage import events as events_db
+    from app.storage import output_refs
     from tests.unit.test_output_refs import answered
 
     config = Config()

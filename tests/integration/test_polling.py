@@ -8,9 +8,9 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from app import service
-from app.db import events as events_db
-from app.db.tables import output_snapshots, response_events
 from app.state import AppState
+from app.storage import events as events_db
+from app.storage.tables import output_snapshots, response_events
 from tests.integration.conftest import in_progress
 from workers.translate import StreamTranslator
 

@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, insert, select, text, update
 
-from app.db import responses as responses_db
-from app.db.tables import output_snapshots, response_events, responses
 from app.state import AppState
+from app.storage import responses as responses_db
+from app.storage.tables import output_snapshots, response_events, responses
 from tests.conftest import FakeRuntime
 from tests.integration.conftest import OpenWorker, accept, run_job
 from workers import retention

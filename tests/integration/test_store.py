@@ -12,9 +12,9 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app import errors, service
-from app.db import responses as responses_db
-from app.db.tables import items, responses
 from app.state import AppState
+from app.storage import responses as responses_db
+from app.storage.tables import items, responses
 from tests.integration.conftest import accept
 
 

@@ -14,11 +14,11 @@ import pytest
 from sqlalchemy import select, update
 
 from app import reaper
-from app.db import responses as responses_db
-from app.db.tables import responses
 from app.redis_keys import events_channel
 from app.side_tasks import SideTasks
 from app.state import AppState
+from app.storage import responses as responses_db
+from app.storage.tables import responses
 from tests.conftest import Environment, wait_until
 from tests.integration.conftest import accept
 from workers import lease_keeper

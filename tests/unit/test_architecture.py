@@ -44,7 +44,7 @@ def test_no_import_cycle_among_the_services_modules() -> None:
     graph = {}
     for name, path in modules.items():
         imported = set(imported_modules(path))
-        # `from app.db import events` imports the module app.db.events.
+        # `from app.storage import events` imports the module app.storage.events.
         imported |= {f"{module}.{alias.name}" for module, alias in _from_imports(path)}
         graph[name] = (imported & modules.keys()) - {name}
     assert len(graph) > 50 and any(graph.values())  # the walk found the modules and their imports

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.db import output_refs
 from app.protocol import encoding
+from app.storage import output_refs
 from workers.translate import StreamTranslator
 
 
@@ -23,7 +23,7 @@ def answered(text: str, reasoning: str = "") -> tuple[list[dict[str, Any]], list
 
 
 def put_back(stored: output_refs.Stored, output: list[dict[str, Any]]) -> str:
-    """What the read in app/db/events.py does, in Python."""
+    """What the read in app/storage/events.py does, in Python."""
     if stored.output_at is None:
         return stored.payload
     value: Any = output

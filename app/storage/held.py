@@ -4,8 +4,8 @@ The event writer and the batched statements (authentication, claims) run one sta
 time, hundreds of times a second. Checking a connection out of the pool and back in for each
 cost more CPU than the statement's own client side; these callers keep theirs. A connection
 whose statement found it broken or was interrupted is invalidated (by SQLAlchemy, or by
-app/db/driver.py for the statements sent through the driver); so is one the server closed while
-it was idle (app/db/engine.py). The next use then takes a fresh one from the pool.
+app/storage/driver.py for the statements sent through the driver); so is one the server closed while
+it was idle (app/storage/engine.py). The next use then takes a fresh one from the pool.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.db.engine import driver_closed
+from app.storage.engine import driver_closed
 
 
 class HeldConnection:

@@ -16,14 +16,14 @@ import orjson
 from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db import DbRow
-from app.db import items as items_db
-from app.db.driver import DriverStatement
-from app.db.tables import items, responses
 from app.protocol.encoding import WireEvent
 from app.protocol.input_items import TOOL_CALL_TYPES
 from app.protocol.response_object import ResponseRecord
 from app.protocol.vocabulary import ACTIVE_STATUSES, Status
+from app.storage import DbRow
+from app.storage import items as items_db
+from app.storage.driver import DriverStatement
+from app.storage.tables import items, responses
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +157,7 @@ _INSERT_WITH_INPUT = DriverStatement(
 """)
 )
 # The claims, in one statement for any number of responses; JSON comes back as text, decoded here
-# (the statement goes through the driver: app/db/driver.py).
+# (the statement goes through the driver: app/storage/driver.py).
 _CLAIM = DriverStatement(
     text(
         """

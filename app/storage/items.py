@@ -16,10 +16,10 @@ import orjson
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db import DbRow
-from app.db.driver import DriverStatement
-from app.db.tables import items
 from app.ids import new_id
+from app.storage import DbRow
+from app.storage.driver import DriverStatement
+from app.storage.tables import items
 
 Item = dict[str, Any]
 Side = Literal["input", "output"]

@@ -16,13 +16,13 @@ from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db import items as items_db
-from app.db import output_refs
-from app.db.driver import DriverStatement
-from app.db.responses import Outcome
-from app.db.tables import output_snapshots
 from app.protocol import accumulate, encoding
 from app.protocol.encoding import WireEvent
+from app.storage import items as items_db
+from app.storage import output_refs
+from app.storage.driver import DriverStatement
+from app.storage.responses import Outcome
+from app.storage.tables import output_snapshots
 
 Event = dict[str, Any]
 
@@ -179,7 +179,7 @@ async def output_so_far(conn: AsyncConnection, response_id: str) -> list[dict[st
     return output
 
 
-# A closing event stored with a piece of the output left out (app/db/output_refs.py) gets it back
+# A closing event stored with a piece of the output left out (app/storage/output_refs.py) gets it back
 # from the response's output items, as text: the very text the followers got live.
 _EVENTS_AFTER = text("""
     SELECT e.sequence_number, e.type,

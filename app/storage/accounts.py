@@ -13,9 +13,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.admission import Limits
-from app.db.driver import DriverStatement
-from app.db.tables import accounts, api_keys
 from app.ids import new_id
+from app.storage.driver import DriverStatement
+from app.storage.tables import accounts, api_keys
 
 KEY_PREFIX = "sk-rs-"
 

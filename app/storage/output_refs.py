@@ -6,7 +6,7 @@ output, which the same statement stores as items. A long answer was stored five 
 events. A closing event of a large answer is stored with that value left out, and where it was
 (`output_at`, a character offset) and what it was (`output_path`, its path in the output array:
 `{}` the whole array, `{2}` item 2, `{2,content,0,text}` its text); a read puts it back from the
-items (app/db/events.py), as the very text the followers got live. Small answers are stored
+items (app/storage/events.py), as the very text the followers got live. Small answers are stored
 whole: a reference costs the read more than it saves.
 """
 
