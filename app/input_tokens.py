@@ -11,17 +11,13 @@ waits on. Nothing is stored.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Awaitable
 from dataclasses import asdict
-from typing import Any, cast
-
-from redis.exceptions import RedisError
+from typing import Any
 
 from app import errors
-from app.arq_seam import JOB_PREFIX
 from app.ids import new_id
-from app.redis_keys import COUNT_TOKENS_JOB, TOKEN_COUNT_PREFIX, wake_channel
+from app.queue import token_counts
+from app.queue.redis_link import REDIS_DOWN
 from app.service import chain_link, new_record, validated
 from app.state import AppState
 from app.storage import items as items_db
@@ -45,20 +41,13 @@ async def count(state: AppState, account_id: str, body: dict[str, Any]) -> dict[
     job = {"record": asdict(new_record(create, model)), "context": context + create.input_items}
     queue_name = state.catalog.queue_for(model.id, state.settings.queue_name)
     try:
-        await state.redis.enqueue_job(COUNT_TOKENS_JOB, count_id, job, _job_id=count_id, _queue_name=queue_name)
-        await state.redis.publish(wake_channel(queue_name), count_id)  # started at once, not at a poll
-        waiting = state.redis.blpop([TOKEN_COUNT_PREFIX + count_id], timeout=state.settings.count_timeout)
-        answer = await cast(Awaitable[list[bytes] | None], waiting)
-        if answer is None:  # nobody waits for it any more: out of the queue
-            await state.redis.zrem(queue_name, count_id)
-            await state.redis.delete(JOB_PREFIX + count_id)
-    except (RedisError, OSError) as exc:
+        counted = await token_counts.ask(state.redis, queue_name, count_id, job, state.settings.count_timeout)
+    except REDIS_DOWN as exc:
         raise errors.ServiceUnavailable("The job queue (Redis) is unavailable; please retry.") from exc
-    if answer is None:
+    if counted is None:
         raise errors.ServiceUnavailable(
             f"No worker of the model '{model.id}' counted the tokens in time; please retry."
         )
-    counted: dict[str, Any] = json.loads(answer[1])
     if "error" in counted:
         raise errors.GenerationFailed(f"The model server could not count the tokens: {counted['error']}")
     return {"object": "response.input_tokens", "input_tokens": counted["input_tokens"]}

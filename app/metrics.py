@@ -85,7 +85,7 @@ REAPED = Counter("responses_reaped", "Running responses failed because their wor
 REQUEUED = Counter("responses_requeued", "Queued responses enqueued again after Redis lost them.", registry=REGISTRY)
 REDIS_UP = Gauge(
     "responses_redis_up",
-    "1 while this process reaches Redis, 0 during an outage (app/redis_link.py).",
+    "1 while this process reaches Redis, 0 during an outage (app/queue/redis_link.py).",
     registry=REGISTRY,
 )
 REDIS_OUTAGES = Counter(

@@ -30,7 +30,7 @@ from app.metrics import REAPED, REQUEUED
 from app.protocol.accumulate import stopped
 from app.protocol.encoding import WireEvent
 from app.protocol.lifecycle import terminal_event
-from app.queue import enqueue_generate
+from app.queue.jobs import enqueue_generate
 from app.storage import events as events_db
 from app.storage import responses as responses_db
 from app.storage.tables import responses

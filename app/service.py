@@ -33,10 +33,10 @@ from app.protocol.model_fit import check_fit
 from app.protocol.response_object import ResponseRecord
 from app.protocol.tools import HOSTED_TOOL_TYPES
 from app.protocol.vocabulary import ACTIVE_STATUSES
-from app.queue import GenerateJob, signal_stop
+from app.queue.jobs import GenerateJob, signal_stop
+from app.queue.redis_keys import events_channel
+from app.queue.redis_link import REDIS_DOWN
 from app.reasoning_seal import open_sealed_reasoning
-from app.redis_keys import events_channel
-from app.redis_link import REDIS_DOWN
 from app.state import AppState
 from app.storage import events as events_db
 from app.storage import items as items_db

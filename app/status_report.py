@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.redis_keys import WORKER_PREFIX
+from app.queue.redis_keys import WORKER_PREFIX
 
 
 async def workers_alive(redis: Redis) -> list[dict[str, Any]]:

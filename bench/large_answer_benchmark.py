@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.protocol import accumulate
-from app.redis_keys import events_channel
+from app.queue.redis_keys import events_channel
 from app.storage import events as events_db
 from bench.measure import percentiles
 from bench.stack import Stack, running_stack

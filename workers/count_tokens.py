@@ -4,12 +4,11 @@ failure goes there too, as the message the client gets."""
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from app.protocol.response_object import ResponseRecord
-from app.redis_keys import TOKEN_COUNT_PREFIX, TOKEN_COUNT_TTL_SECONDS
+from app.queue import token_counts
 from workers.chat_request import chat_request
 from workers.runtime_errors import RuntimeFailure
 from workers.state import WorkerState
@@ -31,8 +30,4 @@ async def count_input_tokens(ctx: dict[str, Any], count_id: str, job: dict[str, 
         answer = {"input_tokens": tokens} if tokens is not None else {"error": "this model server cannot count"}
     except RuntimeFailure as exc:
         answer = {"error": str(exc)}
-    key = TOKEN_COUNT_PREFIX + count_id
-    async with state.redis.pipeline(transaction=True) as pipe:
-        pipe.lpush(key, json.dumps(answer))
-        pipe.expire(key, TOKEN_COUNT_TTL_SECONDS)
-        await pipe.execute()
+    await token_counts.answer(state.redis, count_id, answer)

@@ -35,7 +35,7 @@ from app.events import channel
 from app.protocol import encoding
 from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import MERGEABLE_DELTAS
-from app.redis_link import Backoff
+from app.queue.redis_link import Backoff
 from app.side_tasks import SideTasks
 from app.storage import events as events_db
 from app.storage import responses as responses_db

@@ -20,8 +20,8 @@ from app.protocol.input_items import Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.response_object import ResponseRecord
 from app.protocol.vocabulary import OUTPUT_DELTAS
-from app.redis_keys import ALIVE_PREFIX, TRANSIENT_CLAIM_PREFIX
-from app.redis_link import REDIS_LINK
+from app.queue.redis_keys import ALIVE_PREFIX, TRANSIENT_CLAIM_PREFIX
+from app.queue.redis_link import REDIS_LINK
 from app.storage import items as items_db
 from app.storage import responses as responses_db
 from workers.chat_request import chat_request

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.redis_keys import ALIVE_PREFIX
-from app.redis_link import REDIS_LINK
+from app.queue.redis_keys import ALIVE_PREFIX
+from app.queue.redis_link import REDIS_LINK
 from app.settings import Settings
 from app.storage import responses as responses_db
 from app.storage.engine import create_engine

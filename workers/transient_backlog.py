@@ -22,8 +22,8 @@ from redis.asyncio import Redis
 
 from app.events import channel as events_channel
 from app.protocol.encoding import WireEvent
-from app.redis_keys import OVERFLOW_TTL_SECONDS
-from app.redis_link import REDIS_LINK
+from app.queue.redis_keys import OVERFLOW_TTL_SECONDS
+from app.queue.redis_link import REDIS_LINK
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ from typing import Any
 from arq.worker import func
 
 from app import gc_tuning
-from app.arq_seam import QueueWorker
 from app.catalog import Catalog
-from app.queue import job_deserializer, job_serializer, queue_pool
-from app.redis_keys import COUNT_TOKENS_JOB, GENERATE_JOB
+from app.queue.arq_seam import QueueWorker
+from app.queue.jobs import job_deserializer, job_serializer, queue_pool
+from app.queue.redis_keys import COUNT_TOKENS_JOB, GENERATE_JOB
 from app.settings import Settings
 from workers.count_tokens import count_input_tokens
 from workers.generate import generate

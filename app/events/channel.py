@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from app.protocol.encoding import WireEvent
-from app.redis_keys import OVERFLOW_PREFIX, OVERFLOW_TTL_SECONDS
-from app.redis_link import REDIS_DOWN, REDIS_LINK
+from app.queue.redis_keys import OVERFLOW_PREFIX, OVERFLOW_TTL_SECONDS
+from app.queue.redis_link import REDIS_DOWN, REDIS_LINK
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,12 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import errors
-from app.arq_seam import IN_PROGRESS_PREFIX, JOB_PREFIX
 from app.events.channel import Notice, read_overflow
 from app.events.hub import Idle, Subscription
 from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import TERMINAL_EVENT_TYPES, TERMINAL_STATUSES
-from app.redis_keys import ALIVE_PREFIX
-from app.redis_link import REDIS_DOWN, REDIS_LINK
+from app.queue.jobs import still_coming
+from app.queue.redis_link import REDIS_DOWN, REDIS_LINK
 from app.storage import events as events_db
 from app.storage import responses as responses_db
 
@@ -194,10 +193,7 @@ async def _transient_catch_up(source: LogSource, response_id: str, last: int) ->
     try:
         if events := await read_overflow(source.redis, response_id, last):
             return events
-        alive = await source.redis.exists(ALIVE_PREFIX + response_id)
-        queued = await source.redis.exists(JOB_PREFIX + response_id) and not await source.redis.exists(
-            IN_PROGRESS_PREFIX + response_id
-        )
+        coming = await still_coming(source.redis, response_id)
     except REDIS_DOWN as error:
         REDIS_LINK.failed("following a store=false response", error)
         if REDIS_LINK.down_for > source.redis_patience:
@@ -208,6 +204,6 @@ async def _transient_catch_up(source: LogSource, response_id: str, last: int) ->
         return []
     REDIS_LINK.answered()
     # Once Redis is back (perhaps empty), a live worker says so again within a lease.
-    if not alive and not queued and REDIS_LINK.up_for > source.lease_seconds:
+    if not coming and REDIS_LINK.up_for > source.lease_seconds:
         raise FollowLost("the worker generating this store=false response was lost")
     return []

@@ -21,7 +21,7 @@ from app import errors
 from app.events.channel import Notice, decode_message
 from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import TERMINAL_STATUSES
-from app.redis_listener import listen_for_ever
+from app.queue.redis_listener import listen_for_ever
 from app.side_tasks import SideTasks
 from app.storage.tables import responses
 

@@ -13,7 +13,7 @@ import openai
 import pytest
 import redis
 
-from app.redis_keys import events_channel
+from app.queue.redis_keys import events_channel
 from tests.conftest import Environment, FakeRuntime
 
 ANSWER_BYTES = 10 * 1024 * 1024

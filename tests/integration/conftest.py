@@ -15,7 +15,7 @@ from sqlalchemy import update
 
 from app import service
 from app.catalog import Catalog
-from app.queue import job_deserializer, job_serializer
+from app.queue.jobs import job_deserializer, job_serializer
 from app.state import AppState
 from app.storage import accounts as accounts_db
 from app.storage.tables import responses

@@ -1,4 +1,4 @@
-"""The contract with arq's internals (app/arq_seam.py), against the installed arq and real Redis.
+"""The contract with arq's internals (app/queue/arq_seam.py), against the installed arq and real Redis.
 If an arq release changes anything the seam relies on, a test here fails: what our enqueue
 stores must be what arq's own `enqueue_job` stores, read by arq's own `Job` and run by arq's own
 `Worker`; a job arq enqueued must be run by ours; the Worker internals we extend must still be
@@ -19,9 +19,9 @@ from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_pre
 from arq.jobs import Job, JobStatus, deserialize_job_raw
 from arq.worker import Worker, func
 
-from app import arq_seam
-from app.queue import GenerateJob, enqueue_many, job_deserializer, job_serializer
-from app.redis_keys import GENERATE_JOB
+from app.queue import arq_seam
+from app.queue.jobs import GenerateJob, enqueue_many, job_deserializer, job_serializer
+from app.queue.redis_keys import GENERATE_JOB
 from tests.conftest import Environment
 
 

@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 
 from app import reaper
 from app.protocol.vocabulary import TERMINAL_EVENT_TYPES, Status
-from app.redis_keys import events_channel
+from app.queue.redis_keys import events_channel
 from app.state import AppState
 from app.storage import accounts as accounts_db
 from app.storage import events as events_db
@@ -254,7 +254,7 @@ async def test_bad_input_persists_nothing(state: AppState, account_id: str, bad:
 async def test_enqueueing_a_response_twice_queues_one_job(
     state: AppState, account_id: str, environment: Environment
 ) -> None:
-    from app.queue import enqueue_generate
+    from app.queue.jobs import enqueue_generate
 
     response_id = await accept(state, account_id, input="once in the queue")
     queue = environment.queue_name + ":enqueue-test"

@@ -16,9 +16,9 @@ from arq.jobs import deserialize_job_raw
 from arq.utils import timestamp_ms
 from arq.worker import func
 
-from app.arq_seam import QueueWorker
-from app.queue import GenerateJob, enqueue_generate, enqueue_many, job_deserializer, job_serializer
-from app.redis_keys import GENERATE_JOB
+from app.queue.arq_seam import QueueWorker
+from app.queue.jobs import GenerateJob, enqueue_generate, enqueue_many, job_deserializer, job_serializer
+from app.queue.redis_keys import GENERATE_JOB
 from app.state import AppState
 from tests.conftest import Environment, eventually
 

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select, update
 
 from app import reaper
-from app.redis_keys import events_channel
+from app.queue.redis_keys import events_channel
 from app.side_tasks import SideTasks
 from app.state import AppState
 from app.storage import responses as responses_db

@@ -8,7 +8,7 @@ import logging
 import pytest
 from redis.exceptions import ConnectionError
 
-from app.redis_link import Backoff, RedisLink
+from app.queue.redis_link import Backoff, RedisLink
 
 
 def test_an_outage_is_logged_once_when_it_begins_and_once_when_it_ends(caplog: pytest.LogCaptureFixture) -> None:

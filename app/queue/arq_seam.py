@@ -51,9 +51,9 @@ from arq.utils import timestamp_ms
 from arq.worker import Worker
 
 from app.batching import Batched
-from app.redis_keys import wake_channel
-from app.redis_link import REDIS_DOWN, REDIS_LINK, Backoff
-from app.redis_listener import listen_for_ever
+from app.queue.redis_keys import wake_channel
+from app.queue.redis_link import REDIS_DOWN, REDIS_LINK, Backoff
+from app.queue.redis_listener import listen_for_ever
 from app.side_tasks import SideTasks
 
 log = logging.getLogger(__name__)

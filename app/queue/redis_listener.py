@@ -2,7 +2,7 @@
 API's event hub, a worker's wake-up and stop listeners) listens through `listen_for_ever`.
 
 It subscribes on a connection of its own, hands each message on, and when Redis goes away it
-reports the outage (app/redis_link.py) and subscribes again with backoff until Redis is back.
+reports the outage (app/queue/redis_link.py) and subscribes again with backoff until Redis is back.
 Messages published while it was away are gone (pub/sub keeps none): each subscriber has its own
 way to catch up (the event log, the queue's poll, the lease keeper's read of stop requests).
 """
@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from redis.asyncio import Redis
 
-from app.redis_link import REDIS_DOWN, REDIS_LINK, Backoff
+from app.queue.redis_link import REDIS_DOWN, REDIS_LINK, Backoff
 
 
 async def listen_for_ever(
