@@ -5,12 +5,12 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from app import errors, request_log
-from app.state import AppState
+from app.service.state import AppState
 from app.storage import accounts as accounts_db
 
 
-async def authenticate(state: AppState, request: Request) -> str:
-    """The caller's account id, or a 401."""
+async def authenticate(state: AppState, request: Request) -> accounts_db.Caller:
+    """The caller (its account and that account's limits), or a 401."""
     scheme, _, key = request.headers.get("authorization", "").partition(" ")
     key = key.strip()
     if scheme.lower() != "bearer" or not key:
@@ -24,5 +24,4 @@ async def authenticate(state: AppState, request: Request) -> str:
         masked = f"{key[:6]}***{key[-4:]}" if len(key) > 12 else "***"
         raise errors.AuthenticationFailed(f"Incorrect API key provided: {masked}.")
     request_log.note(account=caller.account_id)
-    request.state.limits = caller.limits  # for admission (app/admission.py)
-    return caller.account_id
+    return caller

@@ -10,6 +10,7 @@ body recurse into it.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -19,7 +20,13 @@ from app import errors, request_log
 from app.protocol.validation import INT32_MAX
 
 
-async def json_body(request: Request, max_bytes: int) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class JsonBody:
+    data: dict[str, Any]
+    size: int  # in bytes, as sent (admission estimates a request's tokens from it)
+
+
+async def json_body(request: Request, max_bytes: int) -> JsonBody:
     content_type = request.headers.get("content-type", "")
     if "application/json" not in content_type.lower():
         raise errors.UnsupportedMediaType(
@@ -41,14 +48,13 @@ async def json_body(request: Request, max_bytes: int) -> dict[str, Any]:
         ) from None
     if not isinstance(body, dict):
         raise errors.InvalidRequest("The request body must be a JSON object.", code="invalid_json")
-    request.state.body_bytes = len(raw)  # (admission estimates a request's tokens from it)
     # JSON carries NUL only escaped, and cannot nest deeper than it has brackets: two scans of
     # the bytes spare the walk for nearly every body.
     if b"\\u0000" in raw or raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
         if (found := _refused_at(body, "", 1)) is not None:
             where, what = found
             raise errors.InvalidRequest(f"Invalid '{where}': {what}.", param=where, code="invalid_value")
-    return body
+    return JsonBody(body, len(raw))
 
 
 MAX_DEPTH = 100  # levels of objects and arrays, the body's own included

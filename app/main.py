@@ -14,12 +14,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import errors, gc_tuning, metrics, request_log
 from app.error_reporting import REQUEST_ID, client_error
-from app.ids import new_id
 from app.metrics import HTTP_REQUESTS
+from app.protocol.ids import new_id
 from app.request_log import RequestLog
 from app.routes import input_items, meta, responses
+from app.service.state import AppState
 from app.settings import Settings
-from app.state import AppState
 
 
 def create_app(settings: Settings | None = None) -> Starlette:

@@ -10,9 +10,9 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import status_report
-from app.admission import Limits
 from app.settings import Settings
 from app.storage import accounts as accounts_db
+from app.storage.accounts import Limits
 from app.storage.engine import create_engine
 
 

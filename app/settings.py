@@ -49,7 +49,7 @@ class Settings(BaseSettings):
     db_max_overflow: int = Field(10, alias="RESPONSES_DB_MAX_OVERFLOW")
     # How long a request waits for a free connection before it is answered 503 (with Retry-After).
     db_pool_timeout: float = Field(5.0, alias="RESPONSES_DB_POOL_TIMEOUT")
-    # The window of accounts' requests and tokens per minute (app/admission.py): a minute, but tests shorten it.
+    # The window of accounts' requests and tokens per minute (app/service/admission.py): a minute, but tests shorten it.
     limit_window_seconds: int = Field(60, gt=0, alias="RESPONSES_LIMIT_WINDOW_SECONDS")
     # Log lines as text (a person reads them) or one JSON object each (a collector parses them).
     log_format: Literal["text", "json"] = Field("text", alias="RESPONSES_LOG_FORMAT")
@@ -62,13 +62,13 @@ class Settings(BaseSettings):
     hosted_tools: Literal["ignore", "refuse"] = Field("ignore", alias="RESPONSES_HOSTED_TOOLS")
 
     # The keys that seal reasoning for clients (include reasoning.encrypted_content): Fernet keys,
-    # comma-separated, or one per line in a file; the first seals, all open (app/reasoning_seal.py).
+    # comma-separated, or one per line in a file; the first seals, all open (app/protocol/reasoning_seal.py).
     # With none, encrypted_content stays null.
     encryption_keys: str | None = Field(None, alias="RESPONSES_ENCRYPTION_KEYS")
     encryption_key_file: Path | None = Field(None, alias="RESPONSES_ENCRYPTION_KEY_FILE")
 
     # Image URLs (input_image image_url http(s)://…): `fetch` them here, through the egress guard
-    # (app/image_fetch.py), or `off` (only data: URLs are taken). ALLOW: networks (CIDR,
+    # (app/service/image_fetch.py), or `off` (only data: URLs are taken). ALLOW: networks (CIDR,
     # comma-separated) fetched from although not public, such as an internal image store.
     image_urls: Literal["fetch", "off"] = Field("fetch", alias="RESPONSES_IMAGE_URLS")
     image_fetch_allow: str = Field("", alias="RESPONSES_IMAGE_FETCH_ALLOW")

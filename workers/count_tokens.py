@@ -1,5 +1,5 @@
 """The `count_input_tokens` job: a request's input tokens as its model server counts them
-(app/input_tokens.py asks). The answer goes to a Redis key the asking API process waits on; a
+(app/service/input_tokens.py asks). The answer goes to a Redis key the asking API process waits on; a
 failure goes there too, as the message the client gets."""
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from app import admission
 from app.catalog import ModelEntry
 from app.metrics import FINISHED, INPUT_TOKENS, OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
 from app.protocol.input_items import Item
@@ -22,6 +21,7 @@ from app.protocol.response_object import ResponseRecord
 from app.protocol.vocabulary import OUTPUT_DELTAS
 from app.queue.redis_keys import ALIVE_PREFIX, TRANSIENT_CLAIM_PREFIX
 from app.queue.redis_link import REDIS_LINK
+from app.service import admission
 from app.storage import items as items_db
 from app.storage import responses as responses_db
 from workers.chat_request import chat_request

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.ids import new_id
+from app.protocol.ids import new_id
 from workers.runtime_tools import custom_input
 
 Event = dict[str, Any]

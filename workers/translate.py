@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.ids import new_id
 from app.protocol.create_request import ENCRYPTED_REASONING
+from app.protocol.ids import new_id
+from app.protocol.reasoning_seal import ReasoningSeal
 from app.protocol.response_object import usage_object
-from app.reasoning_seal import ReasoningSeal
 from workers.output_items import (
     CustomToolCallOutput,
     Event,

@@ -22,7 +22,7 @@ CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 
 class FinalResponse:
     def __init__(
-        self, events: AsyncIterator[list[WireEvent] | None], on_disconnect: Callable[[], Awaitable[None]]
+        self, events: AsyncIterator[list[WireEvent] | None], on_disconnect: Callable[[], Awaitable[None]] | None
     ) -> None:
         self.events = events
         self.on_disconnect = on_disconnect
@@ -43,8 +43,9 @@ class FinalResponse:
                 with anyio.CancelScope(shield=True):
                     await self.events.aclose()  # type: ignore[attr-defined]
         if terminal is None:  # the client left
-            with anyio.CancelScope(shield=True):
-                await self.on_disconnect()
+            if self.on_disconnect is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.on_disconnect()
             return
         status, body = _answer(terminal)
         await send(

@@ -8,20 +8,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from app import service
 from app.auth import authenticate
 from app.http import query_choice, query_int, response_id_in_path
-from app.state import AppState
+from app.service import reading
+from app.service.state import AppState
 
 
 async def list_input_items(request: Request) -> JSONResponse:
     state: AppState = request.app.state.responses
-    account_id = await authenticate(state, request)
+    caller = await authenticate(state, request)
     order = cast(Literal["asc", "desc"], query_choice(request, "order", ("asc", "desc"), "desc"))
     limit = query_int(request, "limit", default=20, low=1, high=100) or 20
-    page = await service.input_items(
+    page = await reading.input_items(
         state,
-        account_id,
+        caller.account_id,
         response_id_in_path(request),
         order=order,
         limit=limit,

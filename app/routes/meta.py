@@ -8,7 +8,7 @@ from starlette.routing import Route
 
 from app.auth import authenticate
 from app.readiness import dependency_checks
-from app.state import AppState
+from app.service.state import AppState
 
 
 async def health(request: Request) -> JSONResponse:

@@ -12,12 +12,24 @@ from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.admission import Limits
-from app.ids import new_id
+from app.protocol.ids import new_id
 from app.storage.driver import DriverStatement
 from app.storage.tables import accounts, api_keys
 
 KEY_PREFIX = "sk-rs-"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """An account's admission limits (app/service/admission.py); None: unlimited."""
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    max_concurrent: int | None = None  # stored or background responses queued or running at once
+
+    @property
+    def any(self) -> bool:
+        return bool(self.requests_per_minute or self.tokens_per_minute)
 
 
 @dataclass(frozen=True, slots=True)

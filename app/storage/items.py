@@ -16,7 +16,7 @@ import orjson
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.ids import new_id
+from app.protocol.ids import new_id
 from app.storage import DbRow
 from app.storage.driver import DriverStatement
 from app.storage.tables import items

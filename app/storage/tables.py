@@ -167,7 +167,7 @@ responses = Table(
     ),
     # The failures_by_code view's (migration 0010): failures are few, so this stays small.
     Index("ix_responses_failed", "completed_at", postgresql_where=text("status = 'failed'")),
-    # The accounts' concurrency limit counts their active responses (app/admission.py).
+    # The accounts' concurrency limit counts their active responses (app/service/admission.py).
     Index("ix_responses_active_by_account", "account_id", postgresql_where=text("status IN ('queued', 'in_progress')")),
     Index(
         "ix_responses_active",

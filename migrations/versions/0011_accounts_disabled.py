@@ -6,7 +6,7 @@ Revises: 0010
 `responses-server accounts disable NAME` refuses every key of the account at once, keeping its
 keys and responses (`accounts enable` lets them in again). `responses-server limits set` gives
 an account requests and tokens per minute and a cap on its responses queued or running at once
-(app/admission.py, counted through a partial index); the authentication statement reads them with
+(app/service/admission.py, counted through a partial index); the authentication statement reads them with
 the key.
 Create Date: 2026-12-01 12:10:00
 """

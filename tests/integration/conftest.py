@@ -13,10 +13,10 @@ import pytest
 from arq.connections import ArqRedis, RedisSettings, create_pool
 from sqlalchemy import update
 
-from app import service
 from app.catalog import Catalog
 from app.queue.jobs import job_deserializer, job_serializer
-from app.state import AppState
+from app.service import creation
+from app.service.state import AppState
 from app.storage import accounts as accounts_db
 from app.storage.tables import responses
 from tests.conftest import Environment, new_environment
@@ -75,7 +75,7 @@ async def run_job(state: WorkerState, response_id: str) -> None:
 
 
 async def accept(state: AppState, account_id: str, **body: object) -> str:
-    accepted = await service.accept(state, account_id, {"model": "fake", **body})
+    accepted = await creation.accept(state, account_id, {"model": "fake", **body})
     return accepted.record.id
 
 

@@ -10,9 +10,10 @@ from typing import Any, Literal
 
 import pytest
 
-from app import errors, service
+from app import errors
 from app.protocol.lifecycle import terminal_event
-from app.state import AppState
+from app.service import reading
+from app.service.state import AppState
 from app.storage import events as events_db
 from app.storage import items as items_db
 from app.storage import responses as responses_db
@@ -62,7 +63,7 @@ async def page(
     after: str | None = None,
     before: str | None = None,
 ) -> dict[str, Any]:
-    return await service.input_items(
+    return await reading.input_items(
         state, account_id, response_id, order=order, limit=limit, after=after, before=before
     )
 

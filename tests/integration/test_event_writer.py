@@ -11,7 +11,7 @@ import secrets
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.state import AppState
+from app.service.state import AppState
 from app.storage import responses as responses_db
 from app.storage.tables import response_events
 from tests.conftest import FakeRuntime

@@ -20,7 +20,7 @@ from app.events import channel
 from app.events.follow import LogSource, follow
 from app.events.hub import EventHub, Idle, LogState
 from app.protocol.encoding import WireEvent
-from app.state import AppState
+from app.service.state import AppState
 from app.storage import events as events_db
 from tests.integration.conftest import in_progress
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from app import reaper
 from app.protocol.vocabulary import TERMINAL_EVENT_TYPES, Status
 from app.queue.redis_keys import events_channel
-from app.state import AppState
+from app.service import reaper
+from app.service.state import AppState
 from app.storage import accounts as accounts_db
 from app.storage import events as events_db
 from app.storage import responses as responses_db
@@ -152,9 +152,9 @@ async def test_stopping_a_running_generation_cancels_it_with_its_partial_output(
     job = asyncio.create_task(run_job(worker, response_id))
     while not any(e["type"] == "response.output_text.delta" for e in await events_of(state, response_id)):
         await asyncio.sleep(0.02)
-    from app import service
+    from app.service import stopping
 
-    await service.stop(state, response_id, durable=True)
+    await stopping.stop(state, response_id, durable=True)
     await asyncio.wait_for(job, 10)
     events = await events_of(state, response_id)
     assert events[-1]["type"] == "response.cancelled"
@@ -184,10 +184,10 @@ async def test_a_generation_whose_outcome_cannot_be_made_still_ends_failed(
 async def test_a_queued_response_stopped_before_it_runs_never_runs(
     state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime
 ) -> None:
-    from app import service
+    from app.service import stopping
 
     response_id = await accept(state, account_id, input="never")
-    await service.stop(state, response_id, durable=True)
+    await stopping.stop(state, response_id, durable=True)
     await run_job(await open_worker(), response_id)
     assert fake.requests() == []
     events = await events_of(state, response_id)
@@ -241,12 +241,13 @@ async def test_queued_responses_redis_lost_are_requeued_from_postgres(
 
 @pytest.mark.parametrize("bad", [{"input": []}, {"input": "x", "temperature": 9}, {"input": "x", "tools": [{}]}])
 async def test_bad_input_persists_nothing(state: AppState, account_id: str, bad: dict[str, object]) -> None:
-    from app import errors, service
+    from app import errors
+    from app.service import creation
 
     async with state.engine.connect() as conn:
         before = (await conn.execute(select(responses.c.id))).all()
     with pytest.raises(errors.InvalidRequest):
-        await service.accept(state, account_id, {"model": "fake", **bad})
+        await creation.accept(state, account_id, {"model": "fake", **bad})
     async with state.engine.connect() as conn:
         assert (await conn.execute(select(responses.c.id))).all() == before
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from app.state import AppState
+from app.service.state import AppState
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from typing import Any
 
 from sqlalchemy import delete, select
 
-from app import service
-from app.state import AppState
+from app.service import reading, stopping
+from app.service.state import AppState
 from app.storage import events as events_db
 from app.storage.tables import output_snapshots, response_events
 from tests.integration.conftest import in_progress
@@ -38,7 +38,7 @@ async def test_a_poll_folds_only_the_events_after_the_last_snapshot(state: AppSt
     words = [f" w{n}" for n in range(260 + events_db.SNAPSHOT_AFTER_EVENTS)]
     await append(state, response_id, [e for w in words[:250] for e in translator.on_chunk(text_chunk(w))])
 
-    polled = await service.retrieve(state, account_id, response_id)
+    polled = await reading.retrieve(state, account_id, response_id)
     assert polled.output[0]["content"][0]["text"] == "".join(words[:250])
     saved = await snapshot_at(state, response_id)
     assert saved is not None
@@ -50,12 +50,12 @@ async def test_a_poll_folds_only_the_events_after_the_last_snapshot(state: AppSt
             )
         )
     await append(state, response_id, [e for w in words[250:260] for e in translator.on_chunk(text_chunk(w))])
-    polled = await service.retrieve(state, account_id, response_id)
+    polled = await reading.retrieve(state, account_id, response_id)
     assert polled.output[0]["content"][0]["text"] == "".join(words[:260])
     assert await snapshot_at(state, response_id) == saved  # ten events: not worth a new snapshot
 
     await append(state, response_id, [e for w in words[260:] for e in translator.on_chunk(text_chunk(w))])
-    polled = await service.retrieve(state, account_id, response_id)
+    polled = await reading.retrieve(state, account_id, response_id)
     assert polled.output[0]["content"][0]["text"] == "".join(words)
     assert (await snapshot_at(state, response_id) or 0) > saved
 
@@ -65,7 +65,7 @@ async def test_snapshots_go_with_their_response(state: AppState, account_id: str
     translator = StreamTranslator()
     chunks = [text_chunk(f" w{n}") for n in range(events_db.SNAPSHOT_AFTER_EVENTS)]
     await append(state, response_id, [e for c in chunks for e in translator.on_chunk(c)])
-    await service.retrieve(state, account_id, response_id)
+    await reading.retrieve(state, account_id, response_id)
     assert await snapshot_at(state, response_id) is not None
-    await service.delete(state, account_id, response_id)
+    await stopping.delete(state, account_id, response_id)
     assert await snapshot_at(state, response_id) is None

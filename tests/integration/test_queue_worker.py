@@ -19,7 +19,7 @@ from arq.worker import func
 from app.queue.arq_seam import QueueWorker
 from app.queue.jobs import GenerateJob, enqueue_generate, enqueue_many, job_deserializer, job_serializer
 from app.queue.redis_keys import GENERATE_JOB
-from app.state import AppState
+from app.service.state import AppState
 from tests.conftest import Environment, eventually
 
 

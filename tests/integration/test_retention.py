@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, insert, select, text, update
 
-from app.state import AppState
+from app.service.state import AppState
 from app.storage import responses as responses_db
 from app.storage.tables import output_snapshots, response_events, responses
 from tests.conftest import FakeRuntime

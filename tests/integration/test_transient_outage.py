@@ -15,7 +15,7 @@ from app.events import channel
 from app.events.follow import FollowLost, follow
 from app.events.hub import EventHub
 from app.protocol.encoding import WireEvent
-from app.state import AppState
+from app.service.state import AppState
 from workers.transient_backlog import TransientBacklog
 
 CHANNEL = f"responses:events:test-transient-{secrets.token_hex(3)}"

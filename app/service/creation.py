@@ -1,46 +1,48 @@
-"""The stored lifecycle: accept (validate → persist → enqueue), retrieve, stop, delete, list items.
+"""Creating a response: validate → admit → persist → enqueue, and what its client follows.
 
-The service owns every transaction; repository functions never commit.
+Nothing reaches Postgres or the queue before the whole request is checked (design invariant 6);
+a create whose hand-over to the workers fails is withdrawn, so the client's error leaves nothing
+behind that could still run later. The service owns every transaction; repository functions
+never commit.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from functools import partial
+from typing import Any
 
-import anyio
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app import admission, errors, request_log
-from app.admission import Limits
+from app import errors, request_log
 from app.catalog import ModelEntry
-from app.events import channel
 from app.events.follow import follow
-from app.ids import new_id
-from app.image_fetch import check_images
-from app.metrics import HOSTED_TOOLS_NOT_OFFERED
+from app.metrics import CREATED, HOSTED_TOOLS_NOT_OFFERED
 from app.protocol import encoding
 from app.protocol.create_request import ValidatedCreate, echoed_settings, parse_create_request
 from app.protocol.encoding import WireEvent
+from app.protocol.ids import new_id
 from app.protocol.input_items import TOOL_OUTPUT_TYPES, Item
-from app.protocol.lifecycle import lifecycle_event, terminal_event
+from app.protocol.lifecycle import lifecycle_event
 from app.protocol.model_fit import check_fit
+from app.protocol.reasoning_seal import open_sealed_reasoning
 from app.protocol.response_object import ResponseRecord
 from app.protocol.tools import HOSTED_TOOL_TYPES
 from app.protocol.vocabulary import ACTIVE_STATUSES
-from app.queue.jobs import GenerateJob, signal_stop
-from app.queue.redis_keys import events_channel
+from app.queue.jobs import GenerateJob
 from app.queue.redis_link import REDIS_DOWN
-from app.reasoning_seal import open_sealed_reasoning
-from app.state import AppState
-from app.storage import events as events_db
+from app.service import admission
+from app.service.image_fetch import check_images
+from app.service.state import AppState
+from app.service.stopping import stop
 from app.storage import items as items_db
 from app.storage import responses as responses_db
+from app.storage.accounts import Caller, Limits
 from app.storage.driver import foreign_key_violated
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,43 @@ class Accepted:
         return self.record.store or self.record.background
 
 
+@dataclass(frozen=True)
+class Created:
+    """A response accepted and handed to the workers, with what its client follows."""
+
+    record: ResponseRecord
+    # Its events from the first, for a stream or a JSON answer that waits for the end; None for a
+    # background response created without stream, which is answered at once.
+    events: AsyncIterator[list[WireEvent] | None] | None
+    # Stops the generation when its client leaves; None for a background one, which outlives it.
+    on_disconnect: Callable[[], Awaitable[None]] | None
+
+
+async def create(state: AppState, caller: Caller, body: dict[str, Any], body_bytes: int) -> Created:
+    accepted = await accept(state, caller.account_id, body, caller.limits, body_bytes)
+    record = accepted.record
+    request_log.note(model=record.model, response_id=record.id)
+    CREATED.labels(record.model, "background" if record.background else "stream" if record.stream else "json").inc()
+    subscription = None
+    try:
+        if record.stream or not record.background:  # before enqueueing: a transient response's events exist only live
+            subscription = await state.hub.subscribe(record.id, accepted.durable)
+        await enqueue(state, accepted)
+    except BaseException:
+        if subscription is not None:
+            await subscription.close()
+        await withdraw(state, accepted)
+        raise
+    request_log.phase("queue")
+    if subscription is None:
+        return Created(record, None, None)
+    # Before its job runs, a response's log holds what its create stored: nothing, or a background
+    # one's first two events.
+    events = follow(state.log_source(accepted.durable), subscription, record.id, -1, known_log=accepted.opening)
+    on_disconnect = None if record.background else partial(stop, state, record.id, accepted.durable)
+    return Created(record, events, on_disconnect)
+
+
 async def validated(
     state: AppState, body: dict[str, Any], *, input_optional: bool = False
 ) -> tuple[ValidatedCreate, ModelEntry]:
@@ -76,7 +115,11 @@ async def validated(
 
 
 async def accept(
-    state: AppState, account_id: str, body: dict[str, Any], limits: Limits | None = None, body_bytes: int = 0
+    state: AppState,
+    account_id: str,
+    body: dict[str, Any],
+    limits: Limits | None = None,
+    body_bytes: int = 0,
 ) -> Accepted:
     create, model = await validated(state, body)
     request_log.phase("validate")
@@ -108,7 +151,7 @@ async def accept(
 async def _admit(
     state: AppState, account_id: str, record: ResponseRecord, model: ModelEntry, limits: Limits, body_bytes: int
 ) -> None:
-    """Refuses the create (429) over its account's limits or its model's queue (app/admission.py)."""
+    """Refuses the create (429) over its account's limits or its model's queue (app/service/admission.py)."""
     counted = record.background or record.store  # (a transient response is counted nowhere)
     if counted and (model.max_queued is not None or limits.max_concurrent is not None):
         async with state.engine.connect() as conn:
@@ -223,105 +266,3 @@ async def chain_link(
         if call_id not in answered:  # OpenAI's words for it
             raise errors.InvalidRequest(f"No tool output found for function call {call_id}.", param="input")
     return responses_db.ChainLink(previous.id, previous.chain_depth + 1)
-
-
-async def retrieve(state: AppState, account_id: str, response_id: str) -> ResponseRecord:
-    async with state.engine.connect() as conn:
-        record = await responses_db.get_record(conn, response_id, account_id)
-        if record is not None and record.status == "in_progress":  # its output so far, from its log
-            record = record.evolve(output=await events_db.output_so_far(conn, response_id))
-            await conn.commit()  # the snapshot it may have saved
-    if record is None:
-        raise errors.response_not_found(response_id)
-    return record
-
-
-async def stop(state: AppState, response_id: str, durable: bool) -> None:
-    """Stops an active response (cancel, client gone, delete): a queued one is cancelled here
-    with its terminal event; a running one is flagged and its worker told."""
-    if durable:
-        async with state.engine.begin() as conn:
-            published = await _stop_in(conn, response_id)
-        if published:
-            await channel.publish(state.redis, events_channel(state.settings.queue_name), {response_id: published})
-    await signal_stop(state.redis, response_id, durable)
-
-
-async def _stop_in(conn: AsyncConnection, response_id: str) -> list[WireEvent]:
-    row = await responses_db.get_row(conn, response_id, for_update=True)
-    if row is None or row.status not in ACTIVE_STATUSES:
-        return []
-    if row.status == "in_progress":
-        await responses_db.request_stop(conn, response_id)
-        return []
-    cancelled = responses_db.record_from_row(row, []).evolve(status="cancelled", completed_at=time.time())
-    published = await events_db.append(conn, response_id, [terminal_event(cancelled)])
-    await responses_db.cancel_queued(conn, response_id)
-    return published
-
-
-async def delete(state: AppState, account_id: str, response_id: str) -> None:
-    async with state.engine.begin() as conn:
-        status = await responses_db.delete_response(conn, response_id, account_id)
-    if status is None:
-        raise errors.response_not_found(response_id)
-    if status == "in_progress":
-        await signal_stop(state.redis, response_id, durable=True)
-
-
-async def input_items(
-    state: AppState,
-    account_id: str,
-    response_id: str,
-    *,
-    order: Literal["asc", "desc"],
-    limit: int,
-    after: str | None,
-    before: str | None,
-) -> dict[str, Any]:
-    async with state.engine.connect() as conn:
-        response = await responses_db.get_row(conn, response_id, account_id)
-        if response is None:
-            raise errors.response_not_found(response_id)
-        cursors: dict[str, items_db.Key | None] = {}
-        for name, item_id in (("after", after), ("before", before)):
-            found = None if item_id is None else await items_db.find_input_item(conn, response, item_id)
-            if item_id is not None and found is None:
-                raise errors.InvalidRequest(
-                    f"Invalid '{name}': no input item with id '{item_id}' in response '{response_id}'.",
-                    param=name,
-                    code="invalid_value",
-                )
-            cursors[name] = found
-        page = await items_db.input_items_page(
-            conn, response, order=order, limit=limit, after=cursors["after"], before=cursors["before"]
-        )
-    return {
-        "object": "list",
-        "data": page.data,
-        "first_id": page.data[0]["id"] if page.data else None,
-        "last_id": page.data[-1]["id"] if page.data else None,
-        "has_more": page.has_more,
-    }
-
-
-async def cancel_and_wait(state: AppState, response_id: str, timeout: float) -> None:
-    """Stops a background response and waits (up to `timeout`) for its worker to end it."""
-    async with state.engine.connect() as conn:
-        row = await responses_db.get_row(conn, response_id)
-    if row is None:
-        return
-    subscription = await state.hub.subscribe(response_id, durable=True)
-    events = follow(
-        state.log_source(True),
-        subscription,
-        response_id,
-        row.next_sequence_number - 1,
-    )
-    try:
-        await stop(state, response_id, durable=True)
-        with anyio.move_on_after(timeout):
-            async for _ in events:
-                pass
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]

@@ -15,11 +15,11 @@ from dataclasses import asdict
 from typing import Any
 
 from app import errors
-from app.ids import new_id
+from app.protocol.ids import new_id
 from app.queue import token_counts
 from app.queue.redis_link import REDIS_DOWN
-from app.service import chain_link, new_record, validated
-from app.state import AppState
+from app.service.creation import chain_link, new_record, validated
+from app.service.state import AppState
 from app.storage import items as items_db
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from app import errors
+from app.storage.accounts import Limits
 
 LIMIT_PREFIX = "responses:limits:"
 
@@ -53,17 +54,6 @@ return {refused, requests, tokens, ttl}
 _SETTLE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], ARGV[1]) end
 """
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    requests_per_minute: int | None = None
-    tokens_per_minute: int | None = None
-    max_concurrent: int | None = None  # stored or background responses queued or running at once
-
-    @property
-    def any(self) -> bool:
-        return bool(self.requests_per_minute or self.tokens_per_minute)
 
 
 @dataclass(frozen=True, slots=True)

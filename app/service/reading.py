@@ -1,0 +1,87 @@
+"""Reading a response: as it is now (a running one with its output so far), its input items page
+by page, and its event stream replayed from any point (resume)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from app import errors
+from app.events.follow import follow
+from app.protocol.encoding import WireEvent
+from app.protocol.response_object import ResponseRecord
+from app.service.state import AppState
+from app.storage import events as events_db
+from app.storage import items as items_db
+from app.storage import responses as responses_db
+
+
+async def retrieve(state: AppState, account_id: str, response_id: str) -> ResponseRecord:
+    async with state.engine.connect() as conn:
+        record = await responses_db.get_record(conn, response_id, account_id)
+        if record is not None and record.status == "in_progress":  # its output so far, from its log
+            record = record.evolve(output=await events_db.output_so_far(conn, response_id))
+            await conn.commit()  # the snapshot it may have saved
+    if record is None:
+        raise errors.response_not_found(response_id)
+    return record
+
+
+async def resume(
+    state: AppState, account_id: str, response_id: str, after: int
+) -> AsyncIterator[list[WireEvent] | None]:
+    """The response's events after `after`, replayed from its log, then live until its end."""
+    record = await retrieve(state, account_id, response_id)
+    for flag, how in ((record.background, "background=true"), (record.stream, "stream=true")):
+        if not flag:
+            raise errors.InvalidRequest(
+                f"This response cannot be streamed because it was not created with {how}.",
+                param="stream",
+                code="invalid_request_error",
+            )
+    window = state.settings.stream_log_hours
+    if record.events_purged or (record.completed_at and record.completed_at < time.time() - window * 3600):
+        raise errors.InvalidRequest(
+            f"This response can no longer be streamed because it ended more than {window:g} hours ago.",
+            param="stream",
+            code="invalid_request_error",
+        )
+    subscription = await state.hub.subscribe(record.id, durable=True)
+    return follow(state.log_source(True), subscription, record.id, after)
+
+
+async def input_items(
+    state: AppState,
+    account_id: str,
+    response_id: str,
+    *,
+    order: Literal["asc", "desc"],
+    limit: int,
+    after: str | None,
+    before: str | None,
+) -> dict[str, Any]:
+    async with state.engine.connect() as conn:
+        response = await responses_db.get_row(conn, response_id, account_id)
+        if response is None:
+            raise errors.response_not_found(response_id)
+        cursors: dict[str, items_db.Key | None] = {}
+        for name, item_id in (("after", after), ("before", before)):
+            found = None if item_id is None else await items_db.find_input_item(conn, response, item_id)
+            if item_id is not None and found is None:
+                raise errors.InvalidRequest(
+                    f"Invalid '{name}': no input item with id '{item_id}' in response '{response_id}'.",
+                    param=name,
+                    code="invalid_value",
+                )
+            cursors[name] = found
+        page = await items_db.input_items_page(
+            conn, response, order=order, limit=limit, after=cursors["after"], before=cursors["before"]
+        )
+    return {
+        "object": "list",
+        "data": page.data,
+        "first_id": page.data[0]["id"] if page.data else None,
+        "last_id": page.data[-1]["id"] if page.data else None,
+        "has_more": page.has_more,
+    }
