@@ -7,7 +7,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from app import request_log
+from app.process import request_log
 from app.settings import Settings
 
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "probe":
         sys.exit(_probe(args.port, args.path, args.timeout))
     if args.command == "dev":
-        from app import local_stack
+        from app.ops import local_stack
 
         request_log.configure("text")
         sys.exit(local_stack.run(args.data, args.host, args.port))
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "gc":
         sys.exit(asyncio.run(_gc(settings)))
     else:
-        from app import operator_commands
+        from app.ops import commands as operator_commands
 
         sys.exit(asyncio.run(operator_commands.run(settings, args)))
 
@@ -107,7 +107,7 @@ def _serve_api(host: str, port: int, workers: int) -> None:
     import uvicorn
 
     uvicorn.run(
-        "app.main:create_app",
+        "app.api.app:create_app",
         factory=True,
         host=host,
         port=port,
@@ -115,7 +115,7 @@ def _serve_api(host: str, port: int, workers: int) -> None:
         proxy_headers=True,
         log_level="info",
         log_config=None,  # uvicorn's loggers go through ours (text or JSON)
-        access_log=False,  # each request's line is ours (app/request_log.py), with what it was about
+        access_log=False,  # each request's line is ours (app/process/request_log.py), with what it was about
     )
 
 

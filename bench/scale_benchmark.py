@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app import gc_tuning
+from app.process import gc_tuning
 from app.storage import items as items_db
 from bench.measure import percentiles
 from bench.scale_data import Size, chain_turn, fill

@@ -32,11 +32,11 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.events import channel
+from app.process.side_tasks import SideTasks
 from app.protocol import encoding
 from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import MERGEABLE_DELTAS
 from app.queue.redis_link import Backoff
-from app.side_tasks import SideTasks
 from app.storage import events as events_db
 from app.storage import responses as responses_db
 from app.storage.driver import refused_data

@@ -21,8 +21,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from app.metrics import REGISTRY
-from app.readiness import dependency_checks
+from app.process.metrics import REGISTRY
+from app.process.readiness import dependency_checks
 from workers.state import WorkerState
 
 log = logging.getLogger(__name__)

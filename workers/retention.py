@@ -17,7 +17,7 @@ from datetime import timedelta
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.metrics import RETENTION_BEHIND, RETENTION_REMOVED
+from app.process.metrics import RETENTION_BEHIND, RETENTION_REMOVED
 from app.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 from arq.connections import ArqRedis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.batching import Batched
 from app.catalog import Catalog, OpenAIModel
+from app.process.batching import Batched
+from app.process.side_tasks import SideTasks
 from app.protocol.reasoning_seal import ReasoningSeal
 from app.queue.redis_keys import STOP_CHANNEL, WORKER_PREFIX, events_channel
 from app.queue.redis_link import REDIS_LINK
 from app.queue.redis_listener import listen_for_ever
 from app.service import reaper
 from app.settings import Settings
-from app.side_tasks import SideTasks
 from app.storage import responses as responses_db
 from app.storage.engine import create_engine
 from app.storage.held import HeldConnection

@@ -17,7 +17,7 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.child_process import die_with_parent
+from app.process.child_process import die_with_parent
 from workers.http_client import HttpClient, HttpError, RequestTimeouts
 from workers.runtime_errors import RuntimeFailure
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from arq.worker import func
 
-from app import gc_tuning
 from app.catalog import Catalog
+from app.process import gc_tuning
 from app.queue.arq_seam import QueueWorker
 from app.queue.jobs import job_deserializer, job_serializer, queue_pool
 from app.queue.redis_keys import COUNT_TOKENS_JOB, GENERATE_JOB

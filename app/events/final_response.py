@@ -10,9 +10,10 @@ from typing import Any
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from app import errors, request_log
+from app import errors
 from app.error_reporting import task_group
 from app.events.sse import wait_for_disconnect
+from app.process import request_log
 from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import OUTPUT_DELTAS, TERMINAL_EVENT_TYPES
 

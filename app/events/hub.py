@@ -19,10 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import errors
 from app.events.channel import Notice, decode_message
+from app.process.side_tasks import SideTasks
 from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import TERMINAL_STATUSES
 from app.queue.redis_listener import listen_for_ever
-from app.side_tasks import SideTasks
 from app.storage.tables import responses
 
 log = logging.getLogger(__name__)

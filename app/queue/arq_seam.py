@@ -33,7 +33,7 @@ The worker, adapted to hundreds of long jobs and to token latency:
   in-progress key, the try counter, the job removed from the queue when it ends), and its
   function runs inside the task that took it. Jobs start side by side, never one after another.
 - Jobs that start or end while a take or a removal is in flight are taken or removed together,
-  by one script call (app/batching.py).
+  by one script call (app/process/batching.py).
 """
 
 from __future__ import annotations
@@ -50,11 +50,11 @@ from arq.jobs import deserialize_job_raw, serialize_job
 from arq.utils import timestamp_ms
 from arq.worker import Worker
 
-from app.batching import Batched
+from app.process.batching import Batched
+from app.process.side_tasks import SideTasks
 from app.queue.redis_keys import wake_channel
 from app.queue.redis_link import REDIS_DOWN, REDIS_LINK, Backoff
 from app.queue.redis_listener import listen_for_ever
-from app.side_tasks import SideTasks
 
 log = logging.getLogger(__name__)
 

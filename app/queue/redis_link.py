@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 from redis.exceptions import RedisError
 
-from app.metrics import REDIS_OUTAGES, REDIS_UP
+from app.process.metrics import REDIS_OUTAGES, REDIS_UP
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,4 @@
+"""The lifecycle of a response, owned here: creation (validate, admit, persist, enqueue), reading
+(retrieve, input items, resume), stopping (stop, cancel, delete), the token count, and the
+reaper; and what an API process holds (state.py).
+"""

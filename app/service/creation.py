@@ -19,10 +19,11 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app import errors, request_log
+from app import errors
 from app.catalog import ModelEntry
 from app.events.follow import follow
-from app.metrics import CREATED, HOSTED_TOOLS_NOT_OFFERED
+from app.process import request_log
+from app.process.metrics import CREATED, HOSTED_TOOLS_NOT_OFFERED
 from app.protocol import encoding
 from app.protocol.create_request import ValidatedCreate, echoed_settings, parse_create_request
 from app.protocol.encoding import WireEvent

@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.catalog import Catalog
 from app.events import channel
-from app.metrics import REAPED, REQUEUED
+from app.process.metrics import REAPED, REQUEUED
 from app.protocol.accumulate import stopped
 from app.protocol.encoding import WireEvent
 from app.protocol.lifecycle import terminal_event

@@ -9,17 +9,17 @@ from arq.connections import ArqRedis
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.batching import Batched
 from app.catalog import Catalog
 from app.events.follow import LogSource
 from app.events.hub import EventHub
+from app.process.batching import Batched
+from app.process.side_tasks import SideTasks
 from app.protocol.reasoning_seal import ReasoningSeal
 from app.queue.jobs import GenerateJob, enqueue_many, queue_pool
 from app.queue.redis_keys import events_channel
 from app.service import reaper
 from app.service.image_fetch import ImageFetcher
 from app.settings import Settings
-from app.side_tasks import SideTasks
 from app.storage import accounts as accounts_db
 from app.storage import responses as responses_db
 from app.storage.driver import refused_data

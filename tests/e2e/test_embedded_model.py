@@ -13,7 +13,7 @@ import openai
 import pytest
 from openai.types.responses import FunctionToolParam
 
-from app.local_stack import WELCOME_QUESTION
+from app.ops.local_stack import WELCOME_QUESTION
 from tests.conftest import Environment, Server, start_worker, stop
 
 

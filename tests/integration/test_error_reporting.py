@@ -17,11 +17,11 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from app import errors
+from app.api.app import RequestIdMiddleware, _api_error
+from app.api.routes.responses import _error_event
 from app.events.final_response import FinalResponse
 from app.events.sse import EventStreamResponse
-from app.main import RequestIdMiddleware, _api_error
 from app.protocol.encoding import WireEvent
-from app.routes.responses import _error_event
 
 SECRET_SQL = "SELECT payload FROM response_events WHERE response_id = 'resp_secret'"
 

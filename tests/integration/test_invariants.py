@@ -304,7 +304,7 @@ async def test_one_statement_claims_many_each_with_its_own_context(state: AppSta
 
 
 async def test_requests_authenticated_together_each_get_their_own_account(state: AppState) -> None:
-    """Keys checked by one statement (app/batching.py) answer as if checked alone: each its own
+    """Keys checked by one statement (app/process/batching.py) answer as if checked alone: each its own
     account, nothing for a revoked or unknown key."""
     names = [f"together-{secrets.token_hex(3)}" for _ in range(2)]
     async with state.engine.begin() as conn:

@@ -13,10 +13,10 @@ import time
 import pytest
 from sqlalchemy import select, update
 
+from app.process.side_tasks import SideTasks
 from app.queue.redis_keys import events_channel
 from app.service import reaper
 from app.service.state import AppState
-from app.side_tasks import SideTasks
 from app.storage import responses as responses_db
 from app.storage.tables import responses
 from tests.conftest import Environment, wait_until

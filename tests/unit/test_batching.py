@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from app.batching import Batched
+from app.process.batching import Batched
 
 
 async def settle() -> None:

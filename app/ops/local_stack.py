@@ -21,7 +21,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from app.child_process import die_with_parent, free_local_port
+from app.process.child_process import die_with_parent, free_local_port
 from app.settings import Settings
 
 DATABASE = "responses"

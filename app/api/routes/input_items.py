@@ -8,8 +8,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from app.auth import authenticate
-from app.http import query_choice, query_int, response_id_in_path
+from app.api.auth import authenticate
+from app.api.http import query_choice, query_int, response_id_in_path
 from app.service import reading
 from app.service.state import AppState
 

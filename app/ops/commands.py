@@ -9,7 +9,7 @@ import sys
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app import status_report
+from app.ops import status as status_report
 from app.settings import Settings
 from app.storage import accounts as accounts_db
 from app.storage.accounts import Limits

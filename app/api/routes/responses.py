@@ -11,10 +11,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from app import errors
-from app.auth import authenticate
+from app.api.auth import authenticate
+from app.api.http import json_body, query_bool, query_int, response_id_in_path
 from app.events.final_response import FinalResponse
 from app.events.sse import EventStreamResponse
-from app.http import json_body, query_bool, query_int, response_id_in_path
 from app.protocol.encoding import WireEvent
 from app.protocol.response_object import render
 from app.service import creation, input_tokens, reading, stopping

@@ -6,8 +6,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from app.auth import authenticate
-from app.readiness import dependency_checks
+from app.api.auth import authenticate
+from app.process.readiness import dependency_checks
 from app.service.state import AppState
 
 

@@ -16,7 +16,8 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
-from app import errors, request_log
+from app import errors
+from app.process import request_log
 from app.protocol.validation import INT32_MAX
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from app import errors, request_log
+from app import errors
+from app.process import request_log
 from app.service.state import AppState
 from app.storage import accounts as accounts_db
 
