@@ -114,7 +114,7 @@ class ModelEntry(BaseModel):
 
     @property
     def prompt_measure(self) -> Literal["none", "tokenize", "probe"]:
-        """How the worker measures a prompt that might not fit (workers/prompt_length.py), if it
+        """How the worker measures a prompt that might not fit (workers/runtimes/prompt_length.py), if it
         can: an external server's endpoints are unknown, so it enforces its context itself."""
         return "none"
 

@@ -123,9 +123,9 @@ def _run_worker(settings: Settings, hosted_model: str | None) -> None:
     import uvloop
 
     from app.catalog import CatalogError
-    from workers.launch import LaunchError
-    from workers.runtime_errors import RuntimeFailure
-    from workers.worker_process import build_worker
+    from workers.process import build_worker
+    from workers.runtimes.errors import RuntimeFailure
+    from workers.runtimes.launch import LaunchError
 
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     try:

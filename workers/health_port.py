@@ -13,13 +13,19 @@ as a dead process.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Iterator
 
-from aiohttp import web
+import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from app.process.metrics import REGISTRY
 from app.process.readiness import dependency_checks
@@ -35,38 +41,56 @@ class WorkerHealth:
         self.state: WorkerState | None = None  # set once the worker is ready to take jobs
         self.registry = CollectorRegistry()
         self.registry.register(_WorkerCollector(self))
-        self._runner: web.AppRunner | None = None
+        app = Starlette(
+            routes=[
+                Route("/health", self._health, methods=["GET"]),
+                Route("/ready", self._ready, methods=["GET"]),
+                Route("/metrics", self._metrics, methods=["GET"]),
+            ]
+        )
+        config = uvicorn.Config(app, host=host, port=port, lifespan="off", access_log=False, log_config=None)
+        self._server = _InsideServer(config)
+        self._serving: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get("/health", self._health)
-        app.router.add_get("/ready", self._ready)
-        app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
+        self._serving = asyncio.create_task(self._server.serve(), name="health-port")
+        while not self._server.started:
+            if self._serving.done():  # the port could not be bound: say why
+                await self._serving
+                raise RuntimeError(f"the worker's port {self.port} could not be opened")
+            await asyncio.sleep(0.01)
         log.info("worker health port on %s:%d (/health, /ready, /metrics)", self.host, self.port)
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._serving is not None:
+            self._server.should_exit = True
+            await self._serving
 
-    async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+    async def _health(self, request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
 
-    async def _ready(self, request: web.Request) -> web.Response:
+    async def _ready(self, request: Request) -> JSONResponse:
         state = self.state
         if state is None:
-            return web.json_response({"status": "starting"}, status=503)
+            return JSONResponse({"status": "starting"}, status_code=503)
         checks = await dependency_checks(state.engine, state.redis)
         if state.supervisor is not None:
             checks["runtime"] = "ok" if state.supervisor.healthy else "unavailable: restarting"
         ready = all(value == "ok" for value in checks.values())
-        return web.json_response({"status": "ok" if ready else "unavailable", **checks}, status=200 if ready else 503)
+        return JSONResponse({"status": "ok" if ready else "unavailable", **checks}, status_code=200 if ready else 503)
 
-    async def _metrics(self, request: web.Request) -> web.Response:
+    async def _metrics(self, request: Request) -> Response:
         body = generate_latest(REGISTRY) + generate_latest(self.registry)  # the shared metrics, then its own
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return Response(body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+class _InsideServer(uvicorn.Server):
+    """uvicorn serving on the worker's own event loop, beside arq: the worker's signal handlers
+    stay in charge (uvicorn's would take SIGTERM from arq), and it is shut down by `close`."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 class _WorkerCollector(Collector):

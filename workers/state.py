@@ -26,10 +26,10 @@ from app.storage import responses as responses_db
 from app.storage.engine import create_engine
 from app.storage.held import HeldConnection
 from workers import retention
-from workers.event_log import EventWriter
-from workers.lease_keeper import LeaseKeeper
-from workers.runtime import ChatRuntimeClient
-from workers.supervisor import RuntimeSupervisor
+from workers.generation.event_writer import EventWriter
+from workers.generation.lease_keeper import LeaseKeeper
+from workers.runtimes.client import ChatRuntimeClient
+from workers.runtimes.supervisor import RuntimeSupervisor
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from app.storage import responses as responses_db
 from app.storage.tables import responses
 from tests.conftest import Environment, FakeRuntime
 from tests.integration.conftest import OpenWorker, accept, run_job
-from workers.translate import StreamTranslator
+from workers.runtimes.translate import StreamTranslator
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(40)), "delay": 0.05})
 
@@ -224,7 +224,7 @@ async def test_queued_responses_redis_lost_are_requeued_from_postgres(
     queue = environment.queue_name + ":requeue-test"  # a queue no other worker of the session reads
     requeued = await reaper.requeue_lost_jobs(state.engine, state.redis, state.catalog, queue, 10)
     assert response_id in requeued
-    from workers.worker_process import build_worker
+    from workers.process import build_worker
 
     worker = build_worker(environment.settings(), queue_name=queue, burst=True, poll_delay=0, handle_signals=False)
     await worker.main()

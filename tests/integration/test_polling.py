@@ -12,7 +12,7 @@ from app.service.state import AppState
 from app.storage import events as events_db
 from app.storage.tables import output_snapshots, response_events
 from tests.integration.conftest import in_progress
-from workers.translate import StreamTranslator
+from workers.runtimes.translate import StreamTranslator
 
 
 def text_chunk(text: str) -> dict[str, Any]:

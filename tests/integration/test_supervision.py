@@ -21,9 +21,9 @@ from app.storage import responses as responses_db
 from app.storage.tables import responses
 from tests.conftest import Environment, wait_until
 from tests.integration.conftest import accept
-from workers import lease_keeper
-from workers.event_log import EventWriter
-from workers.lease_keeper import LeaseKeeper
+from workers.generation import lease_keeper
+from workers.generation.event_writer import EventWriter
+from workers.generation.lease_keeper import LeaseKeeper
 
 LEASE = 1.5
 

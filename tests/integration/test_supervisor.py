@@ -16,9 +16,9 @@ import pytest
 
 from app.catalog import LlamaCppModel
 from tests.conftest import ROOT, eventually, free_port
-from workers.launch import llamacpp_command
-from workers.runtime_errors import RuntimeFailure
-from workers.supervisor import RuntimeSupervisor
+from workers.runtimes.errors import RuntimeFailure
+from workers.runtimes.launch import llamacpp_command
+from workers.runtimes.supervisor import RuntimeSupervisor
 
 
 def stand_in(port: int, *, prefix: str = "") -> list[str]:
@@ -114,7 +114,7 @@ async def test_the_real_llama_cpp_server_is_started_restarted_and_stopped() -> N
 
 SUPERVISING_PROCESS = """
 import asyncio, sys
-from workers.supervisor import RuntimeSupervisor
+from workers.runtimes.supervisor import RuntimeSupervisor
 
 async def main():
     port = int(sys.argv[1])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.catalog import LlamaCppModel, OpenAIModel, VllmModel
-from workers.launch import LaunchError, embedded_model_path, llamacpp_command, server_command, vllm_command
+from workers.runtimes.launch import LaunchError, embedded_model_path, llamacpp_command, server_command, vllm_command
 
 
 def test_vllm_serves_the_model_under_its_catalog_id_with_the_catalogs_engine_settings() -> None:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from workers.prompt_length import TEMPLATE_ALLOWANCE, fit_to_context, surely_fits
-from workers.runtime_errors import RuntimeFailure
+from workers.runtimes.errors import RuntimeFailure
+from workers.runtimes.prompt_length import TEMPLATE_ALLOWANCE, fit_to_context, surely_fits
 
 
 def body(text: str, max_tokens: int = 100, **extra: Any) -> dict[str, Any]:

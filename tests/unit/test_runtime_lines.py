@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from workers.runtime import EventStreamReader, _parse_line
-from workers.runtime_errors import RuntimeFailure
-from workers.translate import StreamTranslator
+from workers.runtimes.client import EventStreamReader, _parse_line
+from workers.runtimes.errors import RuntimeFailure
+from workers.runtimes.translate import StreamTranslator
 
 
 @pytest.mark.parametrize(

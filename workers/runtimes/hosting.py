@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from app.catalog import Catalog, SupervisedModel, model_queue
-from workers.launch import LaunchError, server_command, server_port
-from workers.supervisor import RuntimeSupervisor
+from workers.runtimes.launch import LaunchError, server_command, server_port
+from workers.runtimes.supervisor import RuntimeSupervisor
 
 
 def hosted_model(catalog: Catalog, model_name: str) -> SupervisedModel:

@@ -8,7 +8,7 @@ from app.catalog import ModelEntry
 from app.protocol.input_items import TOOL_OUTPUT_TYPES, Item, item_text
 from app.protocol.response_object import ResponseRecord
 from app.protocol.tools import Tool
-from workers.runtime_tools import RuntimeTools, custom_arguments, forced_grammar_tool
+from workers.runtimes.tools import RuntimeTools, custom_arguments, forced_grammar_tool
 
 # Chat servers treat top_p 0 as invalid or as "off"; OpenAI means "most likely token only".
 TOP_P_ZERO = 1e-9

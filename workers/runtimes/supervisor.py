@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from app.process.child_process import die_with_parent
-from workers.http_client import HttpClient, HttpError, RequestTimeouts
-from workers.runtime_errors import RuntimeFailure
+from workers.runtimes.errors import RuntimeFailure
+from workers.runtimes.http_client import HttpClient, HttpError, RequestTimeouts
 
 log = logging.getLogger(__name__)
 

@@ -24,11 +24,11 @@ from app.queue.redis_link import REDIS_LINK
 from app.service import admission
 from app.storage import items as items_db
 from app.storage import responses as responses_db
-from workers.chat_request import chat_request
-from workers.output_items import Event
-from workers.runtime_errors import RuntimeFailure
+from workers.runtimes.chat_request import chat_request
+from workers.runtimes.errors import RuntimeFailure
+from workers.runtimes.output_items import Event
+from workers.runtimes.translate import StreamTranslator
 from workers.state import WorkerState
-from workers.translate import StreamTranslator
 
 log = logging.getLogger(__name__)
 

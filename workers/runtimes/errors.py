@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from workers.http_client import Answer
+from workers.runtimes.http_client import Answer
 
 
 class RuntimeFailure(Exception):

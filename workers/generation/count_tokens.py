@@ -9,8 +9,8 @@ from typing import Any
 
 from app.protocol.response_object import ResponseRecord
 from app.queue import token_counts
-from workers.chat_request import chat_request
-from workers.runtime_errors import RuntimeFailure
+from workers.runtimes.chat_request import chat_request
+from workers.runtimes.errors import RuntimeFailure
 from workers.state import WorkerState
 
 log = logging.getLogger(__name__)

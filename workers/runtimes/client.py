@@ -15,10 +15,10 @@ from typing import Any
 import orjson
 
 from app.catalog import ModelEntry
-from workers import prompt_length
-from workers.http_client import HttpClient, HttpError, RequestTimeouts
-from workers.runtime_errors import RuntimeFailure, refusal_of
-from workers.translate import chunk_carries_output
+from workers.runtimes import prompt_length
+from workers.runtimes.errors import RuntimeFailure, refusal_of
+from workers.runtimes.http_client import HttpClient, HttpError, RequestTimeouts
+from workers.runtimes.translate import chunk_carries_output
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ ChunkConsumer = Callable[[dict[str, Any]], None]
 
 
 class ChatRuntimeClient:
-    """One connection pool per worker (workers/http_client.py)."""
+    """One connection pool per worker (workers/runtimes/http_client.py)."""
 
     def __init__(self, connect_timeout: float, read_timeout: float) -> None:
         self._connect_timeout = connect_timeout

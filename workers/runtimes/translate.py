@@ -20,7 +20,8 @@ from app.protocol.create_request import ENCRYPTED_REASONING
 from app.protocol.ids import new_id
 from app.protocol.reasoning_seal import ReasoningSeal
 from app.protocol.response_object import usage_object
-from workers.output_items import (
+from workers.runtimes.errors import RuntimeFailure
+from workers.runtimes.output_items import (
     CustomToolCallOutput,
     Event,
     FunctionCallOutput,
@@ -30,8 +31,7 @@ from workers.output_items import (
     OutputItem,
     ReasoningOutput,
 )
-from workers.runtime_errors import RuntimeFailure
-from workers.runtime_tools import RuntimeTools, forced_grammar_tool
+from workers.runtimes.tools import RuntimeTools, forced_grammar_tool
 
 FINISH_TO_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.protocol.ids import new_id
-from workers.runtime_tools import custom_input
+from workers.runtimes.tools import custom_input
 
 Event = dict[str, Any]
 Item = dict[str, Any]
