@@ -1,2 +1,3 @@
-"""The worker process (`responses-server worker`): arq's worker with its jobs (process.py), what it
-holds (state.py), its own HTTP port (health_port.py), generation/ and runtimes/, and retention."""
+"""The worker process (`responses-server worker`), from the top: process.py (arq's worker with its
+jobs), jobs/ (what arq runs), state.py (what a worker holds and keeps running), health_port.py;
+below them event_log/ (the writer), leases.py, retention.py and runtimes/ (the model servers)."""

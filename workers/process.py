@@ -13,9 +13,9 @@ from app.queue.arq_seam import QueueWorker
 from app.queue.jobs import job_deserializer, job_serializer, queue_pool
 from app.queue.redis_keys import COUNT_TOKENS_JOB, GENERATE_JOB
 from app.settings import Settings
-from workers.generation.count_tokens import count_input_tokens
-from workers.generation.generate import generate
 from workers.health_port import WorkerHealth
+from workers.jobs.count_tokens import count_input_tokens
+from workers.jobs.generate import generate
 from workers.runtimes.hosting import hosted_queue, start_model_server
 from workers.state import WorkerState
 

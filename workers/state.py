@@ -26,8 +26,8 @@ from app.storage import responses as responses_db
 from app.storage.engine import create_engine
 from app.storage.held import HeldConnection
 from workers import retention
-from workers.generation.event_writer import EventWriter
-from workers.generation.lease_keeper import LeaseKeeper
+from workers.event_log.writer import EventWriter
+from workers.leases import LeaseKeeper
 from workers.runtimes.client import ChatRuntimeClient
 from workers.runtimes.supervisor import RuntimeSupervisor
 

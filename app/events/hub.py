@@ -1,6 +1,6 @@
 """One Redis pub/sub connection per API process, fanned out to every follower in it.
 
-The process stays subscribed to the deployment's events channel (app/wire.py) and
+The process stays subscribed to the deployment's events channel (app/events/channel.py) and
 hands each follower the events of its response. Following starts once the channel is
 subscribed, so a follower that registers and then reads Postgres misses nothing in between.
 This is a cache of live signals, not state: any replica can follow any response (design

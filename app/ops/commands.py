@@ -9,7 +9,7 @@ import sys
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.ops import status as status_report
+from app.ops import status
 from app.settings import Settings
 from app.storage import accounts as accounts_db
 from app.storage.accounts import Limits
@@ -27,7 +27,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             return await _limits(engine, args)
         redis = Redis.from_url(settings.redis_url)
         try:
-            print(await status_report.report(engine, redis))
+            print(await status.report(engine, redis))
         finally:
             await redis.aclose()
         return 0

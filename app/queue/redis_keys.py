@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # Committed events, published after their commit: one message per commit, carrying every
-# response's events (app/wire.py), on one channel per deployment (its queue name).
+# response's events (app/events/channel.py), on one channel per deployment (its queue name).
 EVENTS_CHANNEL_PREFIX = "responses:events:"
 # Ask the worker running a response to stop it (cancel, client disconnect, delete); payload: the id.
 STOP_CHANNEL = "responses:stop"
@@ -21,7 +21,7 @@ def events_channel(queue_name: str) -> str:
 
 
 # The events of a transient response too large for the events channel, under
-# `<prefix><response_id>:<first sequence number>`, read once by its follower (app/wire.py).
+# `<prefix><response_id>:<first sequence number>`, read once by its follower (app/events/channel.py).
 OVERFLOW_PREFIX = "responses:overflow:"
 OVERFLOW_TTL_SECONDS = 300
 

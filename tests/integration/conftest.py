@@ -20,7 +20,7 @@ from app.service.state import AppState
 from app.storage import accounts as accounts_db
 from app.storage.tables import responses
 from tests.conftest import Environment, new_environment
-from workers.generation.generate import generate
+from workers.jobs.generate import generate
 from workers.state import WorkerState
 
 

@@ -16,7 +16,7 @@ from app.storage import responses as responses_db
 from app.storage.tables import response_events
 from tests.conftest import FakeRuntime
 from tests.integration.conftest import OpenWorker, accept, in_progress, run_job
-from workers.generation.event_writer import EventWriter
+from workers.event_log.writer import EventWriter
 
 PACE_SECONDS = 30.0  # far longer than the test: what is not urgent must not go out at all
 

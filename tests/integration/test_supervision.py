@@ -21,9 +21,9 @@ from app.storage import responses as responses_db
 from app.storage.tables import responses
 from tests.conftest import Environment, wait_until
 from tests.integration.conftest import accept
-from workers.generation import lease_keeper
-from workers.generation.event_writer import EventWriter
-from workers.generation.lease_keeper import LeaseKeeper
+from workers import leases
+from workers.event_log.writer import EventWriter
+from workers.leases import LeaseKeeper
 
 LEASE = 1.5
 
@@ -78,7 +78,7 @@ async def test_leases_are_renewed_while_the_workers_loop_is_busy(
 async def test_a_loop_that_never_answers_gets_no_more_renewals(
     state: AppState, account_id: str, environment: Environment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(lease_keeper, "HUNG_LOOP_SECONDS", LEASE)
+    monkeypatch.setattr(leases, "HUNG_LOOP_SECONDS", LEASE)
     worker_id = f"hung-{secrets.token_hex(3)}"
     response_id = await running_response(state, account_id, worker_id)
     keeper = keeper_for(environment, worker_id, {response_id}, [])

@@ -16,7 +16,7 @@ from app.events.follow import FollowLost, follow
 from app.events.hub import EventHub
 from app.protocol.encoding import WireEvent
 from app.service.state import AppState
-from workers.generation.transient_backlog import TransientBacklog
+from workers.event_log.transient_backlog import TransientBacklog
 
 CHANNEL = f"responses:events:test-transient-{secrets.token_hex(3)}"
 

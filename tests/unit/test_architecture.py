@@ -2,6 +2,9 @@
 
 - No import cycle among the service's modules: a cycle makes import order matter and hides which
   concept depends on which.
+- The packages are the system's parts and data flows down through them: each package imports
+  only the packages below it (`MAY_IMPORT`), and app/'s own top holds only the ground every part
+  stands on (settings, errors, the catalog) and the entry points.
 - workers import app; app never imports workers. The one exception is the command line
   (`app/cli.py`), the composition root that starts either an API or a worker process; it
   imports the worker lazily, inside the `worker` command.
@@ -58,6 +61,63 @@ def _from_imports(path: Path) -> Iterator[tuple[str, ast.alias]]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             yield from ((node.module, alias) for alias in node.names)
+
+
+# What each package may import of the service's own packages, besides itself and the ground.
+GROUND = {"app.settings", "app.errors", "app.error_reporting", "app.catalog"}
+ENTRY_POINTS = {"app.cli", "app.main"}  # the command line (the composition root), a deprecated alias
+_APP_BELOW_SERVICE = {"app.process", "app.protocol", "app.queue", "app.storage", "app.events"}
+MAY_IMPORT: dict[str, set[str]] = {
+    "app.process": set(),
+    "app.protocol": set(),
+    "app.queue": {"app.process"},
+    "app.storage": {"app.protocol"},
+    "app.events": {"app.process", "app.protocol", "app.queue", "app.storage"},
+    "app.service": _APP_BELOW_SERVICE,
+    "app.api": _APP_BELOW_SERVICE | {"app.service"},
+    "app.ops": {"app.process", "app.protocol", "app.queue", "app.storage"},
+    "workers.runtimes": {"app.process", "app.protocol"},
+    "workers.event_log": {"app.process", "app.protocol", "app.queue", "app.storage", "app.events"},
+    "workers.leases": {"app.process", "app.queue", "app.storage"},
+    "workers.retention": {"app.process", "app.storage"},
+    "workers.state": _APP_BELOW_SERVICE
+    | {"app.service", "workers.event_log", "workers.leases", "workers.retention", "workers.runtimes"},
+    "workers.jobs": _APP_BELOW_SERVICE | {"app.service", "workers.state", "workers.runtimes"},
+    "workers.health_port": {"app.process", "workers.state"},
+    "workers.process": {"app.process", "app.queue", "workers.state", "workers.jobs", "workers.health_port"}
+    | {"workers.runtimes"},
+}
+
+
+def part_of(module: str) -> str:
+    """The package a module belongs to (`app.storage.items` → `app.storage`), or the module
+    itself for one at the top of app/ or workers/."""
+    top, _, rest = module.partition(".")
+    first = rest.split(".")[0]
+    if first and (ROOT / top / first).is_dir():
+        return f"{top}.{first}"
+    return module
+
+
+def test_app_holds_at_its_top_only_the_ground_and_the_entry_points() -> None:
+    tops = {name for name, path in own_modules().items() if name.count(".") == 1 and path.name != "__init__.py"}
+    assert {name for name in tops if name.startswith("app.")} == GROUND | ENTRY_POINTS
+
+
+def test_each_package_imports_only_the_packages_below_it() -> None:
+    modules = own_modules()
+    crossings = set()
+    for name, path in modules.items():
+        part = part_of(name)
+        if part in GROUND | ENTRY_POINTS | {"app", "workers"}:
+            continue
+        imported = set(imported_modules(path)) | {f"{m}.{a.name}" for m, a in _from_imports(path)}
+        for target in imported & modules.keys():
+            other = part_of(target)
+            if other not in {part, "app", "workers"} | GROUND and other not in MAY_IMPORT[part]:
+                crossings.add(f"{name} imports {target}: {part} may not import {other}")
+    assert MAY_IMPORT.keys() == {part_of(n) for n in modules} - GROUND - ENTRY_POINTS - {"app", "workers"}
+    assert sorted(crossings) == []
 
 
 def test_app_never_imports_workers() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.generation.event_writer import _coalesce
+from workers.event_log.writer import _coalesce
 
 
 def delta(text: str, item: str = "msg_1", content_index: int = 0) -> dict[str, Any]:

@@ -17,7 +17,7 @@ generation stopped too (`on_dropped`): nothing it still produces can be written.
 
 `store=false` foreground responses never touch Postgres: their events are numbered here and only
 published, to the one API process that follows them. While Redis is away their events are held
-(workers/generation/transient_backlog.py) and published once it is back.
+(workers/event_log/transient_backlog.py) and published once it is back.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from app.storage import responses as responses_db
 from app.storage.driver import refused_data
 from app.storage.events import Event
 from app.storage.held import HeldConnection
-from workers.generation.transient_backlog import TransientBacklog
+from workers.event_log.transient_backlog import TransientBacklog
 
 log = logging.getLogger(__name__)
 
