@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,24 @@ class Environment:
             RESPONSES_QUEUE=self.queue_name,
             RESPONSES_MODELS=self.models_path,
         )
+
+
+def write_mark(environment: Environment) -> datetime:
+    """The database clock now: rows a request writes after this are counted by `rows_written_since`."""
+    [row] = environment.query("SELECT clock_timestamp() AS now")
+    return row["now"]  # type: ignore[no-any-return]
+
+
+def rows_written_since(environment: Environment, mark: datetime) -> tuple[int, int, int]:
+    """Responses, items and events written after `mark` (counted by age, not totals: retention deletes
+    old event logs while tests run)."""
+    [row] = environment.query(
+        "SELECT (SELECT count(*) FROM responses WHERE created_at >= $1) a, "
+        "(SELECT count(*) FROM items JOIN responses r ON r.id = items.response_id WHERE r.created_at >= $1) b, "
+        "(SELECT count(*) FROM response_events WHERE created_at >= $1) c",
+        mark,
+    )
+    return (row["a"], row["b"], row["c"])
 
 
 @pytest.fixture(scope="session")

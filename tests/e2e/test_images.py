@@ -17,8 +17,7 @@ import pytest
 from PIL import Image
 
 from app.protocol.images import data_url
-from tests.conftest import Environment, FakeRuntime, api_client
-from tests.e2e.test_errors import rows_written_since, write_mark
+from tests.conftest import Environment, FakeRuntime, api_client, rows_written_since, write_mark
 from tests.fake_runtime import png
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
-import httpx
 import openai
 import pytest
 
-from tests.conftest import Environment, FakeRuntime, Server
+from tests.api.conftest import InProcess
+from tests.conftest import Environment, FakeRuntime
 
 EVERY_FIELD = [
     "id",
@@ -47,11 +48,11 @@ EVERY_FIELD = [
 ]
 
 
-def raw_create(server: Server, key: str, **body: object) -> httpx.Response:
-    return httpx.post(f"{server.base_url}/responses", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+def raw_create(server: InProcess, key: str, **body: object) -> Any:
+    return server.http.post(f"{server.base_url}/responses", json=body, headers={"Authorization": f"Bearer {key}"})
 
 
-def test_create_returns_every_field_of_a_completed_response(server: Server, api_key: str, fake: FakeRuntime) -> None:
+def test_create_returns_every_field_of_a_completed_response(server: InProcess, api_key: str, fake: FakeRuntime) -> None:
     body = raw_create(server, api_key, model="fake", input="hello world", metadata={"k": "v"}).json()
     assert list(body) == EVERY_FIELD
     assert body["id"].startswith("resp_")
@@ -170,8 +171,8 @@ def test_a_nul_character_from_the_model_streams_and_is_stored_as_u_fffd(client: 
     assert client.responses.retrieve(events[-1].response.id).output_text == "a\ufffdb"
 
 
-def test_sse_wire_format(server: Server, api_key: str, fake: FakeRuntime) -> None:
-    with httpx.stream(
+def test_sse_wire_format(server: InProcess, api_key: str, fake: FakeRuntime) -> None:
+    with server.http.stream(
         "POST",
         f"{server.base_url}/responses",
         headers={"Authorization": f"Bearer {api_key}"},

@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
-from tests.conftest import Environment, FakeRuntime, Server
+from tests.api.conftest import InProcess
+from tests.conftest import Environment, FakeRuntime, rows_written_since, write_mark
 
 BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
     ({"input": "x"}, 400, "model", "missing_required_parameter"),
@@ -124,30 +123,12 @@ BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
 ]
 
 
-def post(server: Server, key: str, content: bytes, content_type: str = "application/json") -> httpx.Response:
-    return httpx.post(
+def post(server: InProcess, key: str, content: bytes, content_type: str = "application/json") -> Any:
+    return server.http.post(
         f"{server.base_url}/responses",
         content=content,
         headers={"Authorization": f"Bearer {key}", "Content-Type": content_type},
     )
-
-
-def write_mark(environment: Environment) -> datetime:
-    """The database clock now: rows a request writes after this are counted by `rows_written_since`."""
-    [row] = environment.query("SELECT clock_timestamp() AS now")
-    return row["now"]  # type: ignore[no-any-return]
-
-
-def rows_written_since(environment: Environment, mark: datetime) -> tuple[int, int, int]:
-    """Responses, items and events written after `mark` (counted by age, not totals: retention deletes
-    old event logs while tests run)."""
-    [row] = environment.query(
-        "SELECT (SELECT count(*) FROM responses WHERE created_at >= $1) a, "
-        "(SELECT count(*) FROM items JOIN responses r ON r.id = items.response_id WHERE r.created_at >= $1) b, "
-        "(SELECT count(*) FROM response_events WHERE created_at >= $1) c",
-        mark,
-    )
-    return (row["a"], row["b"], row["c"])
 
 
 @pytest.mark.parametrize(("body", "status", "param", "code"), BAD_BODIES)
@@ -156,7 +137,7 @@ def test_bad_body_is_refused_naming_the_parameter_and_persists_nothing(
     status: int,
     param: str | None,
     code: str | None,
-    server: Server,
+    server: InProcess,
     api_key: str,
     environment: Environment,
     fake: FakeRuntime,
@@ -183,8 +164,8 @@ def test_bad_body_is_refused_naming_the_parameter_and_persists_nothing(
         ("DELETE", "/responses/resp_%00"),
     ],
 )
-def test_an_id_with_a_nul_character_is_unknown(method: str, path: str, server: Server, api_key: str) -> None:
-    answer = httpx.request(method, server.base_url + path, headers={"Authorization": f"Bearer {api_key}"})
+def test_an_id_with_a_nul_character_is_unknown(method: str, path: str, server: InProcess, api_key: str) -> None:
+    answer = server.http.request(method, server.base_url + path, headers={"Authorization": f"Bearer {api_key}"})
     assert answer.status_code == 404, answer.text
     assert answer.json()["error"] == {
         "message": "Response with id 'resp_\x00' not found.",
@@ -195,10 +176,10 @@ def test_an_id_with_a_nul_character_is_unknown(method: str, path: str, server: S
 
 
 def test_an_input_items_cursor_with_a_nul_character_is_in_no_context(
-    server: Server, api_key: str, client: openai.OpenAI
+    server: InProcess, api_key: str, client: openai.OpenAI
 ) -> None:
     response = client.responses.create(model="fake", input="hello")
-    answer = httpx.get(
+    answer = server.http.get(
         f"{server.base_url}/responses/{response.id}/input_items?after=msg_%00",
         headers={"Authorization": f"Bearer {api_key}"},
     )
@@ -222,11 +203,11 @@ def test_an_input_items_cursor_with_a_nul_character_is_in_no_context(
     ],
 )
 def test_a_number_in_the_query_is_ascii_digits_in_range_or_400(
-    path: str, param: str, server: Server, api_key: str, client: openai.OpenAI
+    path: str, param: str, server: InProcess, api_key: str, client: openai.OpenAI
 ) -> None:
     with client.responses.create(model="fake", input="hello", background=True, stream=True) as stream:
         response_id = next(iter(stream)).response.id
-    answer = httpx.get(
+    answer = server.http.get(
         f"{server.base_url}/responses/{response_id}{path}", headers={"Authorization": f"Bearer {api_key}"}
     )
     assert answer.status_code == 400, answer.text
@@ -235,7 +216,7 @@ def test_a_number_in_the_query_is_ascii_digits_in_range_or_400(
     assert param in error["message"]
 
 
-def test_invalid_json_is_400(server: Server, api_key: str) -> None:
+def test_invalid_json_is_400(server: InProcess, api_key: str) -> None:
     answer = post(server, api_key, b"{not json")
     assert answer.status_code == 400
     assert answer.json()["error"]["code"] == "invalid_json"
@@ -253,7 +234,7 @@ def test_invalid_json_is_400(server: Server, api_key: str) -> None:
     ids=["nan", "infinity", "overflow", "lone-surrogate", "2000-levels"],
 )
 def test_what_is_not_strict_json_is_400_and_persists_nothing(
-    raw: bytes, server: Server, api_key: str, environment: Environment
+    raw: bytes, server: InProcess, api_key: str, environment: Environment
 ) -> None:
     """Python's parser took NaN and Infinity (then Postgres refused them: a 503 'please retry')
     and ran out of stack on deep nesting (a 500)."""
@@ -273,7 +254,7 @@ def nested_schema(levels: int) -> dict[str, Any]:
 
 
 def test_a_body_nested_past_the_limit_is_refused_naming_where(
-    server: Server, api_key: str, environment: Environment, client: openai.OpenAI
+    server: InProcess, api_key: str, environment: Environment, client: openai.OpenAI
 ) -> None:
     tool = {"type": "function", "name": "f", "parameters": nested_schema(60)}
     mark = write_mark(environment)
@@ -288,26 +269,26 @@ def test_a_body_nested_past_the_limit_is_refused_naming_where(
     assert client.responses.create(model="fake", input="x", tools=[deep]).status == "completed"  # type: ignore[list-item]
 
 
-def test_non_json_content_type_is_415(server: Server, api_key: str) -> None:
+def test_non_json_content_type_is_415(server: InProcess, api_key: str) -> None:
     answer = post(server, api_key, b"model=fake", "application/x-www-form-urlencoded")
     assert answer.status_code == 415
     assert answer.json()["error"]["type"] == "invalid_request_error"
 
 
-def test_body_over_the_limit_is_413(server: Server, api_key: str) -> None:
+def test_body_over_the_limit_is_413(server: InProcess, api_key: str) -> None:
     answer = post(server, api_key, json.dumps({"model": "fake", "input": "x" * (17 * 1024 * 1024)}).encode())
     assert answer.status_code == 413
     assert "limit" in answer.json()["error"]["message"]
 
 
-def test_every_answer_has_a_request_id(server: Server, api_key: str) -> None:
+def test_every_answer_has_a_request_id(server: InProcess, api_key: str) -> None:
     for answer in (
-        httpx.get(f"{server.base_url}/responses/resp_x", headers={"Authorization": f"Bearer {api_key}"}),
-        httpx.get(f"{server.base_url}/nowhere"),
-        httpx.get(server.base_url.removesuffix("/v1") + "/health"),
+        server.http.get(f"{server.base_url}/responses/resp_x", headers={"Authorization": f"Bearer {api_key}"}),
+        server.http.get(f"{server.base_url}/nowhere"),
+        server.http.get(server.base_url.removesuffix("/v1") + "/health"),
     ):
         assert answer.headers["x-request-id"].startswith("req_")
-    nowhere = httpx.get(f"{server.base_url}/nowhere").json()
+    nowhere = server.http.get(f"{server.base_url}/nowhere").json()
     assert set(nowhere["error"]) == {"message", "type", "param", "code"}
 
 

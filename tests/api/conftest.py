@@ -1,0 +1,64 @@
+"""The fast layer: the API application served in this process by Starlette's TestClient (no
+socket, no subprocess) with a worker on the same event loop, against the real Postgres and Redis
+and the fake runtime. Protocol and route tests live here; what needs real processes (crashes,
+restarts, the command line, deployment) stays in tests/e2e."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from concurrent.futures import CancelledError
+from dataclasses import dataclass
+
+import openai
+import pytest
+from starlette.testclient import TestClient
+
+from app.api.app import create_app
+from app.queue.arq_seam import QueueWorker
+from app.settings import Settings
+from tests.conftest import TEST_ENCRYPTION_KEY, Environment
+from workers.process import build_worker
+
+
+@dataclass(frozen=True)
+class InProcess:
+    """What tests of e2e shape need of a server: where it answers, and a client of it."""
+
+    http: TestClient
+    base_url: str = "http://testserver/v1"
+
+
+@pytest.fixture(scope="session")
+def server(environment: Environment) -> Iterator[InProcess]:
+    settings = environment.settings().model_copy(
+        update={
+            "queue_name": f"responses:api:{secrets.token_hex(4)}",
+            "follow_idle_seconds": 1.0,
+            "encryption_keys": TEST_ENCRYPTION_KEY,
+        }
+    )
+    # What the test catalog's keyed model reads its server's key from (as Environment.env sets it).
+    os.environ.setdefault("FAKE_UPSTREAM_KEY", "upstream-secret")
+    with TestClient(create_app(settings), base_url="http://testserver") as http:
+        worker = http.portal.call(_worker, settings)  # made on the application's loop, where it runs
+        running = http.portal.start_task_soon(worker.main)
+        try:
+            yield InProcess(http)
+        finally:
+            running.cancel()
+            try:
+                running.result()
+            except CancelledError:
+                pass
+            http.portal.call(worker.close)
+
+
+async def _worker(settings: Settings) -> QueueWorker:
+    return build_worker(settings, handle_signals=False)
+
+
+@pytest.fixture
+def client(server: InProcess, api_key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url, api_key=api_key, max_retries=0, timeout=30, http_client=server.http)
