@@ -1,7 +1,7 @@
 """The model catalog: which models this deployment serves and which runtime serves each one.
 
 A TOML file (path in RESPONSES_MODELS) with one `[[models]]` table per model; see
-`models.example.toml` and the README. Runtimes:
+`models.example.toml` and docs/models.md. Runtimes:
 - `openai`: an external OpenAI-compatible Chat Completions server at `base_url`; any worker serves it.
 - `vllm`, `llamacpp`: a server the worker starts itself (`responses-server worker --model ID`),
   so each such model has its own queue, read only by the workers that host it.

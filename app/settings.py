@@ -1,4 +1,4 @@
-"""Configuration, read from the environment (see README, "Configuration")."""
+"""Configuration, read from the environment (docs/configuration.md lists every variable)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Retention: expired data is deleted from Postgres, not hidden (README, "Configuration").
+"""Retention: expired data is deleted from Postgres, not hidden (docs/configuration.md).
 
 Every worker runs it periodically. Each step is one statement over a small batch, found through
 an index of its own in the order it came due and locked with SKIP LOCKED: it commits in
