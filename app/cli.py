@@ -113,6 +113,12 @@ def _serve_api(host: str, port: int, workers: int) -> None:
         port=port,
         workers=workers,
         proxy_headers=True,
+        # The stdlib loop, not uvloop: under load (thousands of streams written to), uvloop
+        # accepted new connections at about ten a second while its accept queue held hundreds,
+        # so a burst of followers waited up to 15 s for its answer (bench/follower_burst_benchmark.py:
+        # p99 14.7 s against 1.4 s). The API's CPU per token is the same with either
+        # (bench/stream_benchmark.py, 256 streams: 1.40 against 1.36 s). Workers keep uvloop.
+        loop="asyncio",
         log_level="info",
         log_config=None,  # uvicorn's loggers go through ours (text or JSON)
         access_log=False,  # each request's line is ours (app/process/request_log.py), with what it was about

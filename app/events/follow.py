@@ -10,19 +10,16 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import errors
 from app.events.channel import Notice, read_overflow
 from app.events.hub import Idle, Subscription
+from app.events.log_reader import PAGE, LogReader
 from app.protocol.encoding import WireEvent
-from app.protocol.vocabulary import TERMINAL_EVENT_TYPES, TERMINAL_STATUSES
+from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
 from app.queue.jobs import still_coming
 from app.queue.redis_link import REDIS_DOWN, REDIS_LINK
-from app.storage import events as events_db
-from app.storage import responses as responses_db
-
-LOG_PAGE = 1000
+from app.storage.events import LogPage
 
 
 class FollowLost(errors.GenerationFailed):
@@ -31,12 +28,12 @@ class FollowLost(errors.GenerationFailed):
 
 @dataclass(frozen=True)
 class LogSource:
-    """Where a response's events can be re-read: Postgres for durable responses; nowhere (live
-    only) for foreground store=false ones, whose liveness Redis tells. `redis_patience`: how long
-    a store=false follower waits for Redis to come back; `lease_seconds`: how long a live worker
-    may take to say so again once Redis is back."""
+    """Where a response's events can be re-read: Postgres (through the process's log reader)
+    for durable responses; nowhere (live only) for foreground store=false ones, whose liveness
+    Redis tells. `redis_patience`: how long a store=false follower waits for Redis to come back;
+    `lease_seconds`: how long a live worker may take to say so again once Redis is back."""
 
-    engine: AsyncEngine
+    reader: LogReader
     redis: Redis
     durable: bool
     redis_patience: float = 60.0
@@ -50,6 +47,7 @@ async def follow(
     after: int,
     *,
     known_log: Sequence[WireEvent] | None = None,
+    first_page: LogPage | None = None,
 ) -> AsyncIterator[list[WireEvent] | None]:
     """Yields the events after `after` in order, in batches as they come (a page of the log, a
     commit's worth of live events), and None after each idle period (a keep-alive moment); ends
@@ -57,14 +55,14 @@ async def follow(
 
     `known_log`: the whole log when the caller subscribed, because nothing else could have
     written to it yet (the caller created the response and has not enqueued it): the log is
-    not read."""
+    not read. `first_page`: the log after `after`, read by the caller once it had subscribed."""
     cursor = _Cursor(after)
     try:
         if known_log is not None:
             if ready := cursor.next_of(list(known_log)):
                 yield ready
         elif source.durable:
-            async for ready in _stored(source, response_id, cursor):
+            async for ready in _stored(source, response_id, cursor, first_page):
                 yield ready
         while not cursor.done:
             live = await subscription.next_batch()
@@ -85,18 +83,40 @@ async def follow(
         await subscription.close()
 
 
-async def _stored(source: LogSource, response_id: str, cursor: _Cursor) -> AsyncIterator[list[WireEvent]]:
-    """What the log holds after the cursor, then what came meanwhile; the cursor is done if the
-    response ended (with or without a terminal event after it: nothing is left to follow)."""
-    async for page in _log_pages(source, response_id, cursor.last):
-        if ready := cursor.next_of(page):
+async def _stored(
+    source: LogSource, response_id: str, cursor: _Cursor, first_page: LogPage | None
+) -> AsyncIterator[list[WireEvent]]:
+    """What the log holds after the cursor, a page at a time (the first byte need not wait for the
+    last); the cursor is done if the response ended (with or without a terminal event after it:
+    nothing is left to follow)."""
+    page = first_page or await _read(source, response_id, cursor.last)
+    while True:
+        if ready := cursor.next_of(page.events):
             yield ready
         if cursor.done:
             return
-    rest, ended = await _catch_up(source, response_id, cursor.last)
-    if ready := cursor.next_of(rest):
-        yield ready
-    cursor.done = cursor.done or ended
+        if len(page.events) < PAGE:
+            cursor.done = page.ended  # (the read saw its status with its events)
+            return
+        page = await _read(source, response_id, cursor.last)
+
+
+async def _read(source: LogSource, response_id: str, after: int) -> LogPage:
+    page = await source.reader.read(response_id, after)
+    if not page.found:
+        raise FollowLost(f"Response with id '{response_id}' was deleted.")
+    return page
+
+
+async def _read_all(source: LogSource, response_id: str, after: int) -> tuple[list[WireEvent], bool]:
+    """Every event the log holds after `after`, and whether the response has ended."""
+    events: list[WireEvent] = []
+    while True:
+        page = await _read(source, response_id, after)
+        events += page.events
+        if len(page.events) < PAGE:
+            return events, page.ended
+        after = page.events[-1].sequence_number
 
 
 class _Cursor:
@@ -115,19 +135,6 @@ class _Cursor:
             self.last = event.sequence_number
             self.done = event.type in TERMINAL_EVENT_TYPES
         return ready
-
-
-async def _log_pages(source: LogSource, response_id: str, after: int) -> AsyncIterator[list[WireEvent]]:
-    """The stored events after `after`, a page at a time (the first byte need not wait for the last)."""
-    if not source.durable:
-        raise FollowLost("events of a transient (store=false) response were lost: they are kept nowhere")
-    while True:
-        async with source.engine.connect() as conn:
-            page = await events_db.events_after(conn, response_id, after, LOG_PAGE)
-        yield page
-        if len(page) < LOG_PAGE:
-            return
-        after = page[-1].sequence_number
 
 
 async def _resolved(
@@ -155,7 +162,7 @@ LOST_ON_THE_WAY = "events of this store=false response were lost on their way th
 async def _noticed(source: LogSource, response_id: str, last: int, notice: Notice) -> list[WireEvent]:
     """The events a notice stands for (and, from the log, any this follower missed before them)."""
     if source.durable:
-        return [e async for page in _log_pages(source, response_id, last) for e in page]
+        return (await _read_all(source, response_id, last))[0]
     if notice.last <= last:  # read already, after a missed message
         return []
     events = await read_overflow(source.redis, response_id, last)
@@ -172,17 +179,12 @@ async def _after_idle(source: LogSource, response_id: str, last: int, idle: Idle
 
 
 async def _catch_up(source: LogSource, response_id: str, last: int) -> tuple[list[WireEvent], bool]:
-    """What the log holds after `last`, and whether the response has ended. The status is read
-    first: it commits with the terminal event, so an ended response's log read after it holds
-    everything. Used when nothing arrived for a while, it also heals a lost Redis message."""
+    """What the log holds after `last`, and whether the response has ended (read with its events,
+    so an ended response's log holds everything). Used when nothing arrived for a while, it also
+    heals a lost Redis message."""
     if not source.durable:
         return await _transient_catch_up(source, response_id, last), False
-    async with source.engine.connect() as conn:
-        row = await responses_db.get_row(conn, response_id)
-    if row is None:
-        raise FollowLost(f"Response with id '{response_id}' was deleted.")
-    ended = row.status in TERMINAL_STATUSES
-    return [e async for page in _log_pages(source, response_id, last) for e in page], ended
+    return await _read_all(source, response_id, last)
 
 
 async def _transient_catch_up(source: LogSource, response_id: str, last: int) -> list[WireEvent]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
@@ -56,14 +57,35 @@ class Subscription:
     hub: EventHub
     response_id: str
     durable: bool
-    # Batches as they are published (a Notice for one too large to travel); Idle when nothing
-    # came for the hub's idle period.
-    queue: asyncio.Queue[list[WireEvent] | Notice | Idle] = field(default_factory=asyncio.Queue)
+    # Batches as they are published (a Notice for one too large to travel), and Idle when nothing
+    # came for the hub's idle period, waiting for the follower to take them.
+    waiting: deque[list[WireEvent] | Notice | Idle] = field(default_factory=deque)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
     quiet_ticks: int = 0
 
+    def deliver(self, item: list[WireEvent] | Notice | Idle) -> None:
+        self.waiting.append(item)
+        self.arrived.set()
+
     async def next_batch(self) -> list[WireEvent] | Notice | Idle:
-        """The next batch of live events (or the notice of one), or Idle after an idle period."""
-        return await self.queue.get()
+        """The next batch of live events (or the notice of one), or Idle after an idle period. A
+        follower that fell behind (a busy process) gets the batches waiting for it as one, so it
+        writes to its client once for all of them: the busier the process, the fewer its writes."""
+        while not self.waiting:
+            self.arrived.clear()
+            await self.arrived.wait()
+        item = self.waiting.popleft()
+        if not isinstance(item, list):
+            return item
+        merged = item
+        while (
+            self.waiting
+            and isinstance(following := self.waiting[0], list)
+            and following[0].sequence_number == merged[-1].sequence_number + 1  # (a gap is seen on its own)
+        ):
+            merged = merged + following
+            self.waiting.popleft()
+        return merged
 
     async def close(self) -> None:
         self.hub._leave(self)
@@ -150,7 +172,7 @@ class EventHub:
         for response_id, batch in committed:
             for subscription in self._followers[response_id]:
                 subscription.quiet_ticks = 0
-                subscription.queue.put_nowait(batch)
+                subscription.deliver(batch)
 
     async def _watch_idle(self) -> None:
         while True:
@@ -168,9 +190,9 @@ class EventHub:
     async def _tell_idle(self, due: list[Subscription]) -> None:
         states = await self._log_states({s.response_id for s in due if s.durable})
         for subscription in due:
-            if subscription.queue.empty():  # (events came meanwhile: it is not idle)
+            if not subscription.waiting:  # (events came meanwhile: it is not idle)
                 state = states.get(subscription.response_id) if subscription.durable else None
-                subscription.queue.put_nowait(Idle(state))
+                subscription.deliver(Idle(state))
 
     async def _log_states(self, response_ids: set[str]) -> dict[str, LogState]:
         if not response_ids or self._engine is None:

@@ -7,6 +7,7 @@ the model is still thinking, so this response listens for `http.disconnect` the 
 
 from __future__ import annotations
 
+import random
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -18,6 +19,9 @@ from app.error_reporting import client_error, request_id_of, task_group
 from app.protocol.encoding import WireEvent
 
 _OBFUSCATION_TARGET = 16  # pad short deltas so event sizes do not reveal token lengths
+# What a padding is cut from, at a random place: its length is what hides a token's, and drawing
+# fresh random bytes for every delta of every follower was a share of a busy process's CPU.
+_PADDING_SOURCE = secrets.token_urlsafe(3 * 1024)
 
 
 def encode(event: WireEvent, obfuscate: bool) -> bytes:
@@ -26,7 +30,8 @@ def encode(event: WireEvent, obfuscate: bool) -> bytes:
         # Pad to a multiple of the target size; the padding is URL-safe base64, so it can be
         # spliced into the JSON text as it is.
         padding = _OBFUSCATION_TARGET - len(data) % _OBFUSCATION_TARGET or _OBFUSCATION_TARGET
-        data = f'{data[:-1]},"obfuscation":"{secrets.token_urlsafe(padding)[:padding]}"}}'
+        at = random.randrange(len(_PADDING_SOURCE) - padding)
+        data = f'{data[:-1]},"obfuscation":"{_PADDING_SOURCE[at : at + padding]}"}}'
     return f"event: {event.type}\ndata: {data}\n\n".encode()
 
 

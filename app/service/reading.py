@@ -15,6 +15,7 @@ from app.service.state import AppState
 from app.storage import events as events_db
 from app.storage import items as items_db
 from app.storage import responses as responses_db
+from app.storage.events import LogPage
 
 
 async def retrieve(state: AppState, account_id: str, response_id: str) -> ResponseRecord:
@@ -31,9 +32,24 @@ async def retrieve(state: AppState, account_id: str, response_id: str) -> Respon
 async def resume(
     state: AppState, account_id: str, response_id: str, after: int
 ) -> AsyncIterator[list[WireEvent] | None]:
-    """The response's events after `after`, replayed from its log, then live until its end."""
-    record = await retrieve(state, account_id, response_id)
-    for flag, how in ((record.background, "background=true"), (record.stream, "stream=true")):
+    """The response's events after `after`, replayed from its log, then live until its end. Its
+    first page is read here, before the client is answered: a follower that cannot be served is
+    refused with a status (404, 400, 503), never by an error event after a 200. Followers that
+    arrive together share that read (app/events/log_reader.py): a burst needs no connection each."""
+    subscription = await state.hub.subscribe(response_id, durable=True)  # first: nothing is missed
+    try:
+        page = await state.log_reader.read(response_id, after)
+        _check_resumable(state, account_id, response_id, page)
+    except BaseException:
+        await subscription.close()
+        raise
+    return follow(state.log_source(True), subscription, response_id, after, first_page=page)
+
+
+def _check_resumable(state: AppState, account_id: str, response_id: str, page: LogPage) -> None:
+    if not page.found or page.account_id != account_id:
+        raise errors.response_not_found(response_id)
+    for flag, how in ((page.background, "background=true"), (page.stream, "stream=true")):
         if not flag:
             raise errors.InvalidRequest(
                 f"This response cannot be streamed because it was not created with {how}.",
@@ -41,14 +57,12 @@ async def resume(
                 code="invalid_request_error",
             )
     window = state.settings.stream_log_hours
-    if record.events_purged or (record.completed_at and record.completed_at < time.time() - window * 3600):
+    if page.events_purged or (page.completed_at and page.completed_at < time.time() - window * 3600):
         raise errors.InvalidRequest(
             f"This response can no longer be streamed because it ended more than {window:g} hours ago.",
             param="stream",
             code="invalid_request_error",
         )
-    subscription = await state.hub.subscribe(record.id, durable=True)
-    return follow(state.log_source(True), subscription, record.id, after)
 
 
 async def input_items(

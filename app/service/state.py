@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.catalog import Catalog
 from app.events.follow import LogSource
 from app.events.hub import EventHub
+from app.events.log_reader import LogReader
 from app.process.batching import Batched
 from app.process.side_tasks import SideTasks
 from app.protocol.reasoning_seal import ReasoningSeal
@@ -57,6 +58,8 @@ class AppState:
         self.insert_connections = HeldConnections(self.engine, INSERT_LANES)
         self.stored = Batched(self._insert_responses, "store", lanes=INSERT_LANES)
         self.side_tasks = SideTasks()
+        # The event logs followers read: one statement for all that ask at the same moment.
+        self.log_reader = LogReader(self.engine)
 
     def start(self) -> None:
         # Every API process reaps lost generations: a model with no worker alive still ends them.
@@ -104,9 +107,10 @@ class AppState:
         await self.hub.close()
         await self.auth_connection.close()
         await self.insert_connections.close()
+        await self.log_reader.close()
         await self.redis.aclose(close_connection_pool=True)
         await self.engine.dispose()
 
     def log_source(self, durable: bool) -> LogSource:
         settings = self.settings
-        return LogSource(self.engine, self.redis, durable, settings.redis_outage_seconds, settings.lease_seconds)
+        return LogSource(self.log_reader, self.redis, durable, settings.redis_outage_seconds, settings.lease_seconds)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select, text
@@ -18,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.protocol import accumulate, encoding
 from app.protocol.encoding import WireEvent
+from app.protocol.vocabulary import TERMINAL_STATUSES
 from app.storage import items as items_db
 from app.storage import output_refs
 from app.storage.driver import DriverStatement
@@ -181,22 +183,85 @@ async def output_so_far(conn: AsyncConnection, response_id: str) -> list[dict[st
 
 # A closing event stored with a piece of the output left out (app/storage/output_refs.py) gets it back
 # from the response's output items, as text: the very text the followers got live.
-_EVENTS_AFTER = text("""
-    SELECT e.sequence_number, e.type,
-           CASE WHEN e.output_at IS NULL THEN e.payload ELSE
-               left(e.payload, e.output_at) || (
-                   SELECT ((
-                       '[' || coalesce(string_agg('{"id":' || to_json(i.id)::text || ',' || substr(i.payload::text, 2),
-                                                  ',' ORDER BY i.position), '') || ']'
-                   )::json #> e.output_path)::text
-                   FROM items i WHERE i.response_id = e.response_id AND i.side = 'output'
-               ) || substr(e.payload, e.output_at + 1)
-           END
+_STORED_PAYLOAD = """
+    CASE WHEN e.output_at IS NULL THEN e.payload ELSE
+        left(e.payload, e.output_at) || (
+            SELECT ((
+                '[' || coalesce(string_agg('{"id":' || to_json(i.id)::text || ',' || substr(i.payload::text, 2),
+                                           ',' ORDER BY i.position), '') || ']'
+            )::json #> e.output_path)::text
+            FROM items i WHERE i.response_id = e.response_id AND i.side = 'output'
+        ) || substr(e.payload, e.output_at + 1)
+    END
+"""
+_EVENTS_AFTER = text(f"""
+    SELECT e.sequence_number, e.type, {_STORED_PAYLOAD}
     FROM response_events e
     WHERE e.response_id = :response_id AND e.sequence_number > :after
     ORDER BY e.sequence_number
     LIMIT :limit
 """)
+
+# The logs of many followers' responses, each after its own point, with each response's row as
+# the same statement saw it: its status commits with its terminal event, so a response that has
+# ended has its whole log in the page (when the page is not full). A follower's reads of one
+# moment cost one statement, however many followers ask.
+_LOGS_AFTER = DriverStatement(
+    text(f"""
+    SELECT f.ord, r.status, r.account_id, r.background, r.stream, extract(epoch FROM r.completed_at)::float8,
+           r.events_purged_at IS NOT NULL,
+           e.sequence_number, e.type, e.payload
+    FROM unnest(CAST(:ids AS text[]), CAST(:afters AS int[])) WITH ORDINALITY AS f(response_id, after, ord)
+    LEFT JOIN responses r ON r.id = f.response_id
+    LEFT JOIN LATERAL (
+        SELECT e.sequence_number, e.type, {_STORED_PAYLOAD} AS payload
+        FROM response_events e
+        WHERE r.id IS NOT NULL AND e.response_id = f.response_id AND e.sequence_number > f.after
+        ORDER BY e.sequence_number
+        LIMIT :page
+    ) e ON true
+    ORDER BY f.ord, e.sequence_number
+""")
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LogPage:
+    """A response's events after a point (at most a page), and its row as the same read saw it;
+    `found` is False when there is no such response (deleted)."""
+
+    events: list[WireEvent]
+    found: bool
+    status: str | None = None
+    account_id: str | None = None
+    background: bool = False
+    stream: bool = False
+    completed_at: float | None = None
+    events_purged: bool = False
+
+    @property
+    def ended(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+async def logs_after(
+    conn: AsyncConnection, wanted: Sequence[tuple[str, int]], page: int
+) -> dict[tuple[str, int], LogPage]:
+    """For each (response id, sequence number), the events after it (at most `page` of them)."""
+    ids, afters = [response_id for response_id, _ in wanted], [after for _, after in wanted]
+    rows = await _LOGS_AFTER.rows(conn, {"ids": ids, "afters": afters, "page": page})
+    pages: dict[tuple[str, int], LogPage] = {}
+    for row in rows:
+        key = wanted[row[0] - 1]
+        found = pages.get(key)
+        if found is None:
+            status, account_id, background, stream, completed_at, purged = row[1:7]
+            found = pages[key] = LogPage(
+                [], status is not None, status, account_id, background, stream, completed_at, purged
+            )
+        if row[7] is not None:
+            found.events.append(WireEvent(row[7], row[8], row[9]))
+    return pages
 
 
 async def events_after(conn: AsyncConnection, response_id: str, after: int, limit: int | None) -> list[WireEvent]:

@@ -19,9 +19,11 @@ from app.errors import ServiceUnavailable
 from app.events import channel
 from app.events.follow import LogSource, follow
 from app.events.hub import EventHub, Idle, LogState
+from app.events.log_reader import LogReader
 from app.protocol.encoding import WireEvent
 from app.service.state import AppState
 from app.storage import events as events_db
+from tests.conftest import eventually
 from tests.integration.conftest import in_progress
 
 IDLE = 0.4
@@ -59,9 +61,20 @@ async def test_followers_of_a_busy_response_get_every_batch_and_no_idle_signal(h
         await channel.publish(state.redis, CHANNEL, {response_id: [delta(number)]})
         await asyncio.sleep(IDLE / 4)
     for subscription in (first, second):
-        received = [await asyncio.wait_for(subscription.next_batch(), IDLE) for _ in range(batches)]
-        assert received == [[delta(number)] for number in range(batches)]
+        # What waited for the follower comes as one batch: every event, in order, and no Idle.
+        assert await asyncio.wait_for(subscription.next_batch(), IDLE) == [delta(number) for number in range(batches)]
         await subscription.close()
+
+
+async def test_a_follower_behind_gets_what_waits_as_one_batch_up_to_a_gap(hub: EventHub, state: AppState) -> None:
+    response_id = f"resp_behind_{secrets.token_hex(3)}"
+    subscription = await hub.subscribe(response_id, durable=False)
+    for numbers in ([0], [1, 2], [3], [5], [6]):  # (4 never came)
+        await channel.publish(state.redis, CHANNEL, {response_id: [delta(n) for n in numbers]})
+    await eventually(lambda: len(subscription.waiting) == 5)
+    assert await subscription.next_batch() == [delta(0), delta(1), delta(2), delta(3)]
+    assert await subscription.next_batch() == [delta(5), delta(6)]  # a gap is seen on its own, then healed
+    await subscription.close()
 
 
 async def test_one_commit_reaches_each_follower_with_its_own_events_only(hub: EventHub, state: AppState) -> None:
@@ -154,7 +167,8 @@ async def test_a_follower_that_finds_every_connection_taken_is_kept_alive_and_th
     engine = create_async_engine(state.settings.database_url, pool_size=1, max_overflow=0, pool_timeout=0.2)
     hub = EventHub(state.redis, CHANNEL, IDLE)  # no check of its own: the follower reads for itself
     await hub.start()
-    source = LogSource(engine, state.redis, durable=True)
+    reader = LogReader(engine)  # its connections come from that pool
+    source = LogSource(reader, state.redis, durable=True)
     events = follow(source, await hub.subscribe(response_id, durable=True), response_id, -1, known_log=[])
     held = await engine.connect()  # every connection of its pool
     try:
@@ -172,4 +186,5 @@ async def test_a_follower_that_finds_every_connection_taken_is_kept_alive_and_th
         await held.close()
         await events.aclose()  # type: ignore[attr-defined]
         await hub.close()
+        await reader.close()
         await engine.dispose()
