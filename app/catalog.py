@@ -96,6 +96,11 @@ class ModelEntry(BaseModel):
     grammar: Literal["structured_outputs", "guided"] | None = None
     # Responses that may wait for a worker of this model; past it a create is a 429 (none: no cap).
     max_queued: int | None = Field(None, gt=0)
+    # How the server continues an answer cut short (its worker stopped or died): from the answer
+    # so far as the last assistant message, with vLLM's `continue_final_message` (and
+    # `add_generation_prompt: false`), or by itself (`prefill`: llama.cpp's C++ server, and servers
+    # that continue a trailing assistant message); `none`: such a response ends `failed`.
+    continuation: Literal["continue_final_message", "prefill", "none"] = "none"
 
     @property
     def served_name(self) -> str:
@@ -152,6 +157,7 @@ class VllmModel(SupervisedModel):
     max_model_len: int | None = Field(None, gt=0)
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
+    continuation: Literal["continue_final_message", "prefill", "none"] = "continue_final_message"
 
     @model_validator(mode="before")
     @classmethod

@@ -89,6 +89,9 @@ class Settings(BaseSettings):
     worker_poll_delay: float = Field(1.0, alias="RESPONSES_WORKER_POLL_DELAY")
     job_timeout_seconds: int = Field(6 * 3600, alias="RESPONSES_JOB_TIMEOUT_SECONDS")
     lease_seconds: float = Field(30.0, alias="RESPONSES_LEASE_SECONDS")
+    # A generation whose worker stopped or died is continued by another worker from its last
+    # committed event, at most this many times; then it ends `failed`.
+    max_continuations: int = Field(3, ge=0, alias="RESPONSES_MAX_CONTINUATIONS")
     # On SIGTERM a worker takes no new job and lets running generations finish this long; the
     # ones still running then end `failed`. Queued responses stay queued for the next worker.
     shutdown_grace_seconds: int = Field(25, alias="RESPONSES_SHUTDOWN_GRACE_SECONDS")

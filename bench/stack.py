@@ -30,10 +30,21 @@ class Stack:
     redis_url: str
     queue_name: str
     pids: dict[str, int]
+    env: dict[str, str]  # what its processes run with
 
     @property
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.key}"}
+
+    def start_worker(self, *args: str) -> subprocess.Popen[bytes]:
+        """Another worker, as the stack's run (the caller ends it)."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "worker", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+            env=self.env,
+        )
 
 
 async def admin(statement: str) -> None:
@@ -50,10 +61,12 @@ async def running_stack(
     models_toml: str | None = None,
     worker_args: tuple[str, ...] = (),
     worker_processes: int = 1,
+    fake_model_fields: str = "",
     **env_overrides: str,
 ) -> AsyncIterator[Stack]:
-    """Without `models_toml`, the catalog is the fake runtime as model "fake"; with it, that catalog
-    (and `worker_args`, say `--model ID` for a model the worker hosts)."""
+    """Without `models_toml`, the catalog is the fake runtime as model "fake" (with
+    `fake_model_fields`, TOML lines, added to its entry); with it, that catalog (and `worker_args`,
+    say `--model ID` for a model the worker hosts)."""
     name = f"rs_bench_{os.getpid()}"
     await admin(f'CREATE DATABASE "{name}"')
     runtime_port, api_port = free_port(), free_port()
@@ -61,7 +74,7 @@ async def running_stack(
     catalog.write_text(
         models_toml
         or f'[[models]]\nid = "fake"\nruntime = "openai"\nbase_url = "http://127.0.0.1:{runtime_port}/v1"\n'
-        f"max_output_tokens = {max_output_tokens}\n"
+        f"max_output_tokens = {max_output_tokens}\n{fake_model_fields}"
     )
     database_url = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
     env = {
@@ -106,6 +119,7 @@ async def running_stack(
             redis_url=env["REDIS_URL"],
             queue_name=env["RESPONSES_QUEUE"],
             pids={**pids, "api": api.pid, **{f"worker{i or ''}": w.pid for i, w in enumerate(workers)}},
+            env=env,
         )
     finally:
         for process in reversed(processes):

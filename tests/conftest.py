@@ -185,6 +185,24 @@ upstream_model = "fake-upstream"
 context_window = 4096
 max_output_tokens = 64
 
+# A server that continues an answer cut short (vLLM's continue_final_message): a generation whose
+# worker stopped or died goes on in another worker.
+[[models]]
+id = "continuing-model"
+runtime = "openai"
+base_url = "{fake_runtime_url}/v1"
+continuation = "continue_final_message"
+max_output_tokens = 512
+
+# One that continues a trailing assistant message by itself (as llama.cpp's C++ server does).
+[[models]]
+id = "prefill-model"
+runtime = "openai"
+base_url = "{fake_runtime_url}/v1"
+upstream_model = "fake-prefill"
+continuation = "prefill"
+max_output_tokens = 512
+
 # A model whose server holds an answer to a grammar (vLLM's structured_outputs), for custom tools.
 [[models]]
 id = "grammar-model"

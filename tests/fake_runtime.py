@@ -3,7 +3,9 @@
 By default it answers "Echo: <last user message>", one word per chunk. A user message whose
 first line is `#fake {json}` scripts it instead:
 
-    text / chunks      the answer, as words or as explicit chunks
+    text / chunks      the answer, as words or as explicit chunks; asked to continue an answer
+                       (`continue_final_message`, or a trailing assistant message to a model whose
+                       name holds "prefill"), the chunks after the answer so far
     filler             {"bytes": N, "chunk_bytes": M}: an answer of N bytes of letters in chunks of
                        M (a very large answer without a very large request)
     delay, first_delay seconds between chunks / before the first one; chunk n is due `n · delay`
@@ -92,6 +94,30 @@ def _chunks(script: dict[str, Any]) -> list[str]:
     return _words(script.get("text", ""))
 
 
+def _continued_from(body: dict[str, Any]) -> str:
+    """The answer so far, when asked to continue it (vLLM's `continue_final_message`, or a server
+    that continues a trailing assistant message by itself: `prefill` models)."""
+    messages = body.get("messages") or [{}]
+    if messages[-1].get("role") != "assistant" or not (body.get("continue_final_message") or PREFILL in body["model"]):
+        return ""
+    return str(messages[-1].get("content") or "")
+
+
+PREFILL = "prefill"  # a model whose upstream name says so continues a trailing assistant message itself
+
+
+def _after(chunks: list[str], prefix: str) -> list[str]:
+    """The chunks of an answer that come after `prefix`, its beginning: where the answer so far
+    ends at a chunk's end, the chunks after it, as the same run would have gone on."""
+    written = ""
+    for index, chunk in enumerate(chunks):
+        if written == prefix:
+            return chunks[index:]
+        written += chunk
+    rest = "".join(chunks)[len(prefix) :] if "".join(chunks).startswith(prefix) else ""
+    return [rest] if rest else []
+
+
 def _filler(size: int, chunk_bytes: int) -> list[str]:
     letters = "abcdefghijklmnopqrstuvwxyz"
     text = (letters * (size // len(letters) + 1))[:size]
@@ -153,7 +179,7 @@ async def chat_completions(request: Request) -> Response:
         return JSONResponse(
             {"error": {"message": "scripted failure", "type": "server_error"}}, status_code=script["status"]
         )
-    chunks = _chunks(script)
+    chunks = _after(_chunks(script), _continued_from(body))
     limit = body.get("max_tokens")
     finish = script.get("finish_reason", "tool_calls" if script.get("tool_calls") else "stop")
     if limit is not None and len(chunks) > limit:

@@ -4,7 +4,8 @@ a container's healthcheck, a process manager and Prometheus.
 - `GET /health`: 200 while the process answers.
 - `GET /ready`: 200 once the worker takes jobs and Postgres, Redis and (for a worker hosting a
   model) its model server answer; else 503 naming what is not ready. While a hosted model
-  server starts (vLLM can take minutes), 503 `starting`.
+  server starts (vLLM can take minutes), 503 `starting`; once the worker is shutting down (its
+  generations finishing or handed over to another worker), 503 `draining`.
 - `GET /metrics`: the worker's counters, in Prometheus's text format.
 
 It opens before the model server starts, so that a slow start reads as "not ready" rather than
@@ -73,6 +74,8 @@ class WorkerHealth:
         state = self.state
         if state is None:
             return JSONResponse({"status": "starting"}, status_code=503)
+        if state.draining:  # shutting down: no new job for it
+            return JSONResponse({"status": "draining"}, status_code=503)
         checks = await dependency_checks(state.engine, state.redis)
         if state.supervisor is not None:
             checks["runtime"] = "ok" if state.supervisor.healthy else "unavailable: restarting"

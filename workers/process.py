@@ -3,6 +3,7 @@ opened at startup and closed at shutdown."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from arq.worker import func
@@ -30,8 +31,9 @@ async def _startup(ctx: dict[str, Any]) -> None:
     supervisor = None
     if ctx["hosted_model"] is not None:  # jobs wait in the queue until the model's server answers
         catalog, supervisor = await start_model_server(catalog, ctx["hosted_model"])
-    state = WorkerState.open(settings, ctx["redis"], catalog, supervisor)
+    state = WorkerState.open(settings, ctx["redis"], catalog, supervisor, ctx["queue_name"])
     state.start()
+    await state.announce()
     ctx["state"] = state
     if health is not None:
         health.state = state
@@ -39,9 +41,8 @@ async def _startup(ctx: dict[str, Any]) -> None:
 
 
 async def _shutdown(ctx: dict[str, Any]) -> None:
-    if "health" in ctx:
-        ctx["health"].state = None  # no longer ready: it takes no new job
     if "state" in ctx:
+        ctx["state"].draining = True  # no longer ready: it takes no new job
         await ctx["state"].close()
     if "health" in ctx:
         await ctx["health"].close()
@@ -64,7 +65,7 @@ def build_worker(settings: Settings, hosted_model: str | None = None, **override
         "redis_pool": queue_pool(settings.redis_url, queue_name),
         "on_startup": _startup,
         "on_shutdown": _shutdown,
-        "ctx": {"settings": settings, "catalog": catalog, "hosted_model": hosted_model},
+        "ctx": {"settings": settings, "catalog": catalog, "hosted_model": hosted_model, "queue_name": queue_name},
         "max_jobs": settings.worker_max_jobs,
         "poll_delay": settings.worker_poll_delay,
         "job_timeout": settings.job_timeout_seconds,
@@ -76,4 +77,13 @@ def build_worker(settings: Settings, hosted_model: str | None = None, **override
         "log_results": False,
     }
     options.update(overrides)
-    return QueueWorker(**options)
+    worker = QueueWorker(**options)
+    worker.on_drain = partial(_drain, worker.ctx)
+    return worker
+
+
+async def _drain(ctx: dict[str, Any]) -> bool:
+    """On SIGTERM: whether to hand this worker's generations over at once (another worker of its
+    queue is alive) rather than let them finish within the grace period."""
+    state: WorkerState | None = ctx.get("state")
+    return state is not None and await state.begin_draining()

@@ -4,7 +4,6 @@ event writer, the runtime client, the generations running, and the side tasks th
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import socket
@@ -17,7 +16,8 @@ from app.catalog import Catalog, OpenAIModel
 from app.process.batching import Batched
 from app.process.side_tasks import SideTasks
 from app.protocol.reasoning_seal import ReasoningSeal
-from app.queue.redis_keys import STOP_CHANNEL, WORKER_PREFIX, events_channel
+from app.queue import heartbeats
+from app.queue.redis_keys import STOP_CHANNEL, events_channel
 from app.queue.redis_link import REDIS_LINK
 from app.queue.redis_listener import listen_for_ever
 from app.service import reaper
@@ -45,8 +45,12 @@ class WorkerState:
     # The model server this worker started and keeps running (a `worker --model` only).
     supervisor: RuntimeSupervisor | None = None
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    queue_name: str = ""  # the queue it takes jobs from (open() sets it)
+    draining: bool = False  # shutting down: no new job; its generations finish or are handed over
     # Generations running in this process, by response id: what a stop signal cancels.
     running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    # Responses a job of this worker claims or runs: a second job of the same one does nothing.
+    taken: set[str] = field(default_factory=set)
     # The store=false ones among them: kept alive by a Redis key instead of a Postgres lease.
     transient: set[str] = field(default_factory=set)
     # Claims of the jobs starting together, made by one statement.
@@ -68,16 +72,25 @@ class WorkerState:
 
     @classmethod
     def open(
-        cls, settings: Settings, redis: ArqRedis, catalog: Catalog, supervisor: RuntimeSupervisor | None = None
+        cls,
+        settings: Settings,
+        redis: ArqRedis,
+        catalog: Catalog,
+        supervisor: RuntimeSupervisor | None = None,
+        queue_name: str | None = None,
     ) -> WorkerState:
+        """`queue_name`: the queue the worker takes jobs from (its hosted model's, or the shared one)."""
         engine = create_engine(settings)
+        worker_id = f"{socket.gethostname()}:{os.getpid()}"
         return cls(
             settings=settings,
             catalog=catalog,
             supervisor=supervisor,
             engine=engine,
             redis=redis,
-            writer=EventWriter(engine, redis, events_channel(settings.queue_name)),
+            worker_id=worker_id,
+            queue_name=queue_name or settings.queue_name,
+            writer=EventWriter(engine, redis, events_channel(settings.queue_name), worker_id=worker_id),
             runtime=ChatRuntimeClient(settings.runtime_connect_timeout, settings.runtime_read_timeout),
         )
 
@@ -90,10 +103,8 @@ class WorkerState:
 
     async def close(self) -> None:
         await self.side_tasks.close()
-        try:
-            await self.redis.delete(WORKER_PREFIX + self.worker_id)
-        except Exception:  # it expires anyway
-            log.warning("could not remove this worker's heartbeat", exc_info=True)
+        with REDIS_LINK.tolerated("removing this worker's heartbeat"):  # (else it expires)
+            await heartbeats.stop_beating(self.redis, self.worker_id)
         await self.lease_keeper.close()
         await self.writer.close()
         await self.claim_connection.close()
@@ -124,8 +135,25 @@ class WorkerState:
         policy = retention.RetentionPolicy.from_settings(self.settings)
         await retention.apply(self.engine, policy, report_every=self.settings.retention_interval_seconds)
 
+    async def announce(self) -> None:
+        """Writes this worker's heartbeat now, not at its first housekeeping: a worker shutting down
+        looks for the others there."""
+        with REDIS_LINK.tolerated("worker heartbeat"):
+            await self._beat()
+
+    async def begin_draining(self) -> bool:
+        """This worker is shutting down: it takes no new job (arq stops picking them), says so on
+        its /ready and in its heartbeat; returns whether another worker of its queue is alive to
+        take its generations over at once."""
+        self.draining = True
+        with REDIS_LINK.tolerated("draining"):
+            await self._beat()
+            return await heartbeats.others_taking(self.redis, self.queue_name, self.worker_id)
+        return False
+
     def heartbeat(self) -> dict[str, object]:
-        """What `responses-server status` shows of this worker."""
+        """What `responses-server status` shows of this worker, and what a worker shutting down
+        reads to know whether another of its queue is alive."""
         hosted = self.supervisor.name if self.supervisor is not None else None
         runtime = None if self.supervisor is None else "ok" if self.supervisor.healthy else "restarting"
         serves = [hosted] if hosted else [e.id for e in self.catalog.entries if isinstance(e, OpenAIModel)]
@@ -135,17 +163,21 @@ class WorkerState:
             "running": len(self.running),
             "max_jobs": self.settings.worker_max_jobs,
             "runtime": runtime,
+            "queue": self.queue_name,
+            "draining": self.draining,
         }
+
+    async def _beat(self) -> None:
+        await heartbeats.beat(
+            self.redis, self.worker_id, self.heartbeat(), max(15, int(3 * self.settings.housekeeping_seconds))
+        )
 
     async def _housekeeping(self) -> None:
         with REDIS_LINK.tolerated("worker heartbeat"):
-            await self.redis.set(
-                WORKER_PREFIX + self.worker_id,
-                json.dumps(self.heartbeat()),
-                ex=max(15, int(3 * self.settings.housekeeping_seconds)),
-            )
+            await self._beat()
         channel = events_channel(self.settings.queue_name)
-        await reaper.reap_expired_leases(self.engine, self.redis, channel, spare=frozenset(self.running))
+        continuations = reaper.Continuations(self.catalog, self.settings.queue_name, self.settings.max_continuations)
+        await reaper.reap_expired_leases(self.engine, self.redis, channel, continuations, spare=frozenset(self.running))
         with REDIS_LINK.tolerated("requeue"):
             await reaper.requeue_lost_jobs(
                 self.engine, self.redis, self.catalog, self.settings.queue_name, self.settings.requeue_after_seconds

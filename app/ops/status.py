@@ -4,20 +4,13 @@ worker's heartbeat in Redis, refreshed by its housekeeping)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.queue.redis_keys import WORKER_PREFIX
-
-
-async def workers_alive(redis: Redis) -> list[dict[str, Any]]:
-    keys = [key async for key in redis.scan_iter(match=WORKER_PREFIX + "*", count=1000)]
-    beats = await redis.mget(keys) if keys else []
-    return sorted((json.loads(beat) for beat in beats if beat), key=lambda beat: str(beat["worker_id"]))
+from app.queue.heartbeats import workers_alive
 
 
 async def queue_health(engine: AsyncEngine) -> list[dict[str, Any]]:
@@ -46,7 +39,8 @@ async def report(engine: AsyncEngine, redis: Redis) -> str:
     for w in workers:
         runtime = "" if w["runtime"] is None else f", model server {w['runtime']}"
         models = ", ".join(w["models"]) or "(no model)"
-        lines.append(f"  {w['worker_id']}: {models}; running {w['running']} of {w['max_jobs']}{runtime}")
+        draining = ", shutting down" if w.get("draining") else ""
+        lines.append(f"  {w['worker_id']}: {models}; running {w['running']} of {w['max_jobs']}{runtime}{draining}")
     if not workers:
         lines.append("  none alive")
     return "\n".join(lines)

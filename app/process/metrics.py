@@ -76,6 +76,11 @@ INPUT_TOKENS = Counter(
 
 # Both (whichever process does it).
 REAPED = Counter("responses_reaped", "Running responses failed because their worker's lease lapsed.", registry=REGISTRY)
+CONTINUED = Counter(
+    "responses_continued",
+    "Running responses whose worker stopped or died, continued by another worker from their last event.",
+    registry=REGISTRY,
+)
 REQUEUED = Counter("responses_requeued", "Queued responses enqueued again after Redis lost them.", registry=REGISTRY)
 REDIS_UP = Gauge(
     "responses_redis_up",

@@ -63,3 +63,21 @@ def stopped(output: list[Item]) -> list[Item]:
     """The output so far of a response that stopped before its end: the item it was still
     writing marked incomplete."""
     return [{**item, "status": "incomplete"} if item.get("status") == "in_progress" else item for item in output]
+
+
+def continuable(output: list[Item], settings: dict[str, Any]) -> bool:
+    """Whether a generation cut short after this output can be continued by another worker:
+    before any output (it starts afresh: nothing of it was seen), or inside the text of its one
+    message, which the model is then given to go on from. Not inside reasoning or a tool call,
+    not past a finished item, and not text held to a schema (the server would hold the
+    continuation to the schema from its start)."""
+    if not output:
+        return True
+    item = output[0]
+    return (
+        len(output) == 1
+        and settings["text"]["format"]["type"] == "text"
+        and item.get("type") == "message"
+        and item.get("status") == "in_progress"
+        and [part.get("type") for part in item.get("content", [])] == ["output_text"]
+    )

@@ -6,10 +6,11 @@ seam"). What is used of its internals is named here and nowhere else: its Redis 
 (`arq.constants`); its job encoding (`serialize_job`, `deserialize_job_raw`); its Worker's job
 accounting (`start_jobs`, `sem`, `job_counter`, `tasks`, `functions`,
 `_release_sem_dec_counter_on_complete`, the `jobs_*` counters); and the steps of its main loop and
-shutdown that are overridden to ride out Redis outages (`_poll_iteration`; `close`, with
-`_handle_signals`, `handle_sig` and `health_check_key`). pyproject.toml pins arq to the minor
-version this was written against; tests/integration/test_arq_seam.py fails if any of it changes
-in the installed arq.
+shutdown that are overridden to ride out Redis outages and to hand generations over on SIGTERM
+(`_poll_iteration`; `close`, with `_handle_signals`, `handle_sig` and `health_check_key`;
+`handle_sig_wait_for_completion`, with `_wait_for_tasks_to_complete` and `_job_completion_wait`).
+pyproject.toml pins arq to the minor version this was written against;
+tests/integration/test_arq_seam.py fails if any of it changes in the installed arq.
 
 The enqueue: one script call for any number of jobs, stored exactly as `ArqRedis.enqueue_job`
 stores them, and the workers woken by the same call.
@@ -42,6 +43,7 @@ import asyncio
 import logging
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from arq.connections import ArqRedis
@@ -142,6 +144,10 @@ end
 """
 
 
+async def _finish_here() -> bool:
+    return False
+
+
 class QueueWorker(Worker):
     ELSEWHERE_SECONDS = 1.0
 
@@ -156,6 +162,8 @@ class QueueWorker(Worker):
         self._take = Batched[str, tuple[bytes | None, int]](self._take_many, "take-jobs")
         self._remove = Batched[str, None](self._remove_many, "remove-jobs")
         self._poll_backoff = Backoff()
+        # On SIGTERM, whether the running jobs are to be cancelled at once (see _drain).
+        self.on_drain: Callable[[], Awaitable[bool]] = _finish_here
         startup = self.on_startup
 
         async def on_startup(ctx: dict[str, Any]) -> None:
@@ -274,6 +282,24 @@ class QueueWorker(Worker):
         prefixes = [in_progress_key_prefix, retry_key_prefix, job_key_prefix]
         await self._remove_script(keys=[self.queue_name], args=[*prefixes, *job_ids])
         return {}
+
+    def handle_sig_wait_for_completion(self, signum: signal.Signals) -> None:
+        """SIGTERM: no new job, then (`on_drain`) either the running jobs are cancelled at once, for
+        their generations to be handed over to another worker, or arq's wait for them to finish
+        (`job_completion_wait`) before it cancels them."""
+        self.allow_pick_jobs = False
+        self.loop.create_task(self._drain(signal.Signals(signum)))
+
+    async def _drain(self, signum: signal.Signals) -> None:
+        try:
+            hand_over = await self.on_drain()
+        except Exception:
+            log.warning("could not tell whether another worker takes over; finishing here", exc_info=True)
+            hand_over = False
+        if hand_over:
+            log.info("shutting down: another worker takes this worker's generations over")
+            self._job_completion_wait = 0
+        await self._wait_for_tasks_to_complete(signum=signum)
 
     async def _until_redis_answers(self) -> None:
         """(Without a pool of its own, arq's main makes one, with arq's retries.)"""

@@ -42,11 +42,18 @@ def job_deserializer(data: bytes) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class GenerateJob:
-    """A `generate` job for one response on one queue; its job id is the response id."""
+    """A `generate` job for one response on one queue; its job id is the response id, and for its
+    n-th continuation (its worker stopped or died) `<response id>:<n>`: a new job, since the job
+    of a worker that died may still hold the first id."""
 
     response_id: str
     queue_name: str
     transient: str | None = None  # a store=false response's request, as JSON: the job carries it
+    continuation: int = 0
+
+    @property
+    def job_id(self) -> str:
+        return self.response_id if not self.continuation else f"{self.response_id}:{self.continuation}"
 
     @classmethod
     def of(cls, response_id: str, queue_name: str, transient: dict[str, Any] | None = None) -> GenerateJob:
@@ -58,11 +65,11 @@ class GenerateJob:
 
 
 async def enqueue_generate(
-    queue: ArqRedis, response_id: str, queue_name: str, transient: dict[str, Any] | None = None
+    queue: ArqRedis, response_id: str, queue_name: str, transient: dict[str, Any] | None = None, continuation: int = 0
 ) -> bool:
-    """Enqueues with the response id as job id, so enqueueing the same response twice is one job;
-    returns whether it was new."""
-    job = GenerateJob.of(response_id, queue_name, transient)
+    """Enqueues with the response id (and continuation) as job id, so enqueueing the same response
+    twice is one job; returns whether it was new."""
+    job = GenerateJob(response_id, queue_name, None if transient is None else json.dumps(transient), continuation)
     return (await enqueue_many(queue, [job]))[job]
 
 
@@ -76,7 +83,7 @@ async def enqueue_many(queue: ArqRedis, jobs: Sequence[GenerateJob]) -> dict[Gen
         by_queue.setdefault(job.queue_name, []).append(job)
     try:
         for queue_name, queued in by_queue.items():
-            serialized = [(job.response_id, job.serialized(now)) for job in queued]
+            serialized = [(job.job_id, job.serialized(now)) for job in queued]
             flags = await arq_seam.enqueue_serialized(queue, queue_name, serialized, now)
             added.update(zip(queued, flags, strict=True))
     except REDIS_DOWN as error:

@@ -1,11 +1,16 @@
 """Housekeeping that keeps invariants 1 and 4 true when processes die or Redis forgets.
 
-- Reap: a running response whose worker stopped renewing its lease is ended `failed` (with a
-  terminal event every follower receives), never silently re-run. It keeps the output its
-  followers could already read: rebuilt from its committed events, the unfinished item marked
-  incomplete, as a generation that fails midway keeps it.
-- Requeue: a queued response that Redis lost (flushed, restarted) is enqueued again from Postgres;
-  the job id is the response id, so one that is still queued is not duplicated.
+- Reap: a running response whose worker stopped renewing its lease (killed, its node lost, stalled)
+  is continued by another worker from its last committed event where it can be (its model's
+  server continues answers, it stopped before any output or inside its answer's text, it was
+  continued fewer than RESPONSES_MAX_CONTINUATIONS times): it is left without a worker and a
+  continuation job is enqueued; with no worker of its model alive it waits for one, as a queued
+  response does. Otherwise it is ended `failed` (with a terminal event every follower receives),
+  never re-run from scratch, keeping the output its followers could already read: rebuilt from its
+  committed events, the unfinished item marked incomplete.
+- Requeue: a queued response that Redis lost (flushed, restarted) is enqueued again from Postgres,
+  and so is a continuation; the job id is the response id (and continuation), so a job that is
+  still queued is not duplicated.
 
 Every worker runs both; every API process reaps too, so a generation whose worker died ends
 even while no worker of its model is alive. Compare-and-set and SKIP LOCKED make concurrent
@@ -18,19 +23,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
 
 from arq.connections import ArqRedis
-from redis.asyncio import Redis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.catalog import Catalog
 from app.events import channel
-from app.process.metrics import REAPED, REQUEUED
-from app.protocol.accumulate import stopped
+from app.process.metrics import CONTINUED, REAPED, REQUEUED
+from app.protocol.accumulate import Item, continuable, stopped
 from app.protocol.encoding import WireEvent
 from app.protocol.lifecycle import terminal_event
 from app.queue.jobs import enqueue_generate
+from app.queue.redis_link import REDIS_LINK
 from app.storage import events as events_db
 from app.storage import responses as responses_db
 from app.storage.tables import responses
@@ -43,12 +50,32 @@ WORKER_LOST = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Continuations:
+    """What deciding whether a lost generation is continued takes: the catalog (does its model's
+    server continue answers, and on which queue), and how many times one may be."""
+
+    catalog: Catalog
+    base_queue: str
+    most: int
+
+    def allow(self, model: str, output: list[Item], settings: dict[str, Any]) -> bool:
+        entry = self.catalog.by_name.get(model)
+        return entry is not None and entry.continuation != "none" and continuable(output, settings)
+
+
 async def reap_expired_leases(
-    engine: AsyncEngine, redis: Redis, events_channel: str, spare: Collection[str] = ()
+    engine: AsyncEngine,
+    redis: ArqRedis,
+    events_channel: str,
+    continuations: Continuations,
+    spare: Collection[str] = (),
 ) -> list[str]:
-    """Fails every running response whose lease expired, except those in `spare` (its followers
-    are told on `events_channel`); returns their ids."""
+    """Takes up every running response whose lease expired, except those in `spare`: continued
+    where it can be, else failed (its followers are told on `events_channel`); returns the ids
+    of those failed."""
     published: dict[str, list[WireEvent]] = {}
+    continued: list[tuple[str, str, int]] = []
     async with engine.begin() as conn:
         rows = (
             await conn.execute(
@@ -63,8 +90,15 @@ async def reap_expired_leases(
             )
         ).all()
         for row in rows:
-            output = stopped(await events_db.output_so_far(conn, row.id))
-            outcome = responses_db.Outcome("failed", output, time.time(), error=WORKER_LOST)
+            output = await events_db.output_so_far(conn, row.id)
+            if continuations.allow(row.model, output, row.settings):
+                number = await responses_db.release_for_continuation(conn, row.id, continuations.most)
+                if number is not None:
+                    continued.append(
+                        (row.id, continuations.catalog.queue_for(row.model, continuations.base_queue), number)
+                    )
+                    continue
+            outcome = responses_db.Outcome("failed", stopped(output), time.time(), error=WORKER_LOST)
             final = outcome.applied_to(responses_db.record_from_row(row, []))
             events = await events_db.end(conn, row.id, [terminal_event(final)], outcome)
             if events:
@@ -73,6 +107,11 @@ async def reap_expired_leases(
         log.warning("response %s: worker lost; failed", response_id)
     REAPED.inc(len(published))
     await channel.publish(redis, events_channel, published)
+    for response_id, queue_name, number in continued:
+        log.warning("response %s: worker lost; continued (%d)", response_id, number)
+        CONTINUED.inc()
+        with REDIS_LINK.tolerated("enqueueing a continuation"):  # (else requeue_lost_jobs does, later)
+            await enqueue_generate(redis, response_id, queue_name, continuation=number)
     return list(published)
 
 
@@ -84,7 +123,8 @@ async def requeue_lost_jobs(
     older_than_seconds: float,
 ) -> list[str]:
     """Enqueues again, on its model's queue, every queued response older than
-    `older_than_seconds` (arq ignores the ones it still has); returns the ids it handed to arq."""
+    `older_than_seconds`, and every running one waiting for its continuation (arq ignores the
+    jobs it still has); returns the ids it handed to arq."""
     async with engine.connect() as conn:
         rows = (
             await conn.execute(
@@ -97,7 +137,11 @@ async def requeue_lost_jobs(
                 .limit(1000)
             )
         ).all()
+        awaiting = await responses_db.awaiting_continuation(conn)
     for response_id, model in rows:
         if await enqueue_generate(redis, response_id, catalog.queue_for(model, base_queue)):
             REQUEUED.inc()  # (not one arq still had)
-    return [response_id for response_id, _ in rows]
+    for response_id, model, number in awaiting:
+        if await enqueue_generate(redis, response_id, catalog.queue_for(model, base_queue), continuation=number):
+            REQUEUED.inc()
+    return [response_id for response_id, _ in rows] + [response_id for response_id, _, _ in awaiting]

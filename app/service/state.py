@@ -58,6 +58,9 @@ class AppState:
         self.insert_connections = HeldConnections(self.engine, INSERT_LANES)
         self.stored = Batched(self._insert_responses, "store", lanes=INSERT_LANES)
         self.side_tasks = SideTasks()
+        self.continuations = reaper.Continuations(
+            self.catalog, self.settings.queue_name, self.settings.max_continuations
+        )
         # The event logs followers read: one statement for all that ask at the same moment.
         self.log_reader = LogReader(self.engine)
 
@@ -66,7 +69,9 @@ class AppState:
         self.side_tasks.start_every("reaper", self.settings.housekeeping_seconds, self._reap)
 
     async def _reap(self) -> None:
-        await reaper.reap_expired_leases(self.engine, self.redis, events_channel(self.settings.queue_name))
+        await reaper.reap_expired_leases(
+            self.engine, self.redis, events_channel(self.settings.queue_name), self.continuations
+        )
 
     async def _accounts_for_hashes(self, key_hashes: list[str]) -> dict[str, accounts_db.Caller]:
         # One statement in autocommit: no BEGIN/COMMIT round trips.

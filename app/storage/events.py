@@ -60,6 +60,9 @@ _APPEND = DriverStatement(
             lease_expires_at = CASE WHEN f.response_id IS NULL THEN r.lease_expires_at END
         FROM counts c LEFT JOIN endings f ON f.response_id = c.response_id
         WHERE r.id = c.response_id AND r.status IN ('queued', 'in_progress')
+          -- A worker writes only what it still owns: not a response handed over or reaped while
+          -- it was stalled, which another worker may be continuing.
+          AND (CAST(:worker_id AS text) IS NULL OR r.worker_id = :worker_id)
         RETURNING r.id, r.next_sequence_number - c.n AS first, f.response_id IS NOT NULL AS ended,
                   r.context_branches[cardinality(r.context_branches)] AS branch_id, r.chain_depth
     ), inserted AS (
@@ -91,11 +94,12 @@ async def append_many(
     conn: AsyncConnection,
     events_by_response: Mapping[str, Sequence[Event]],
     endings: Mapping[str, Outcome] | None = None,
+    worker_id: str | None = None,
 ) -> dict[str, list[WireEvent]]:
     """Numbers and stores the events of many responses, and ends the responses in `endings`
     (whose events must close with their terminal event); returns each active response's events,
     numbered and encoded. Responses no longer active get nothing: not their events, not their
-    ending."""
+    ending; with `worker_id`, nor do those that worker no longer runs."""
     endings = endings or {}
     ids: list[str] = []
     positions: list[int] = []
@@ -115,6 +119,7 @@ async def append_many(
     rows = await _APPEND.rows(
         conn,
         {
+            "worker_id": worker_id,
             "ids": ids,
             "positions": positions,
             "types": types,

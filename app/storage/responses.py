@@ -158,13 +158,16 @@ _INSERT_WITH_INPUT = DriverStatement(
 )
 # The claims, in one statement for any number of responses; JSON comes back as text, decoded here
 # (the statement goes through the driver: app/storage/driver.py).
+# A queued response, or a running one whose worker stopped or died and that waits to be continued
+# (no worker, no lease): either way one compare-and-set, so a second delivery finds nothing.
 _CLAIM = DriverStatement(
     text(
         """
-    UPDATE responses SET status = 'in_progress', started_at = now(), worker_id = :worker_id,
+    UPDATE responses SET status = 'in_progress', started_at = coalesce(started_at, now()), worker_id = :worker_id,
                          lease_expires_at = now() + make_interval(secs => :lease_seconds)
-    WHERE id = ANY(CAST(:response_ids AS text[])) AND status = 'queued'
-    RETURNING """
+    WHERE id = ANY(CAST(:response_ids AS text[]))
+      AND (status = 'queued' OR (status = 'in_progress' AND worker_id IS NULL))
+    RETURNING continuations, """
         + ", ".join(f"{c}::text AS {c}" if c in _JSON_COLUMNS else c for c in _RECORD_COLUMNS)
     )
 )
@@ -174,6 +177,7 @@ _CLAIM = DriverStatement(
 class Claim:
     record: ResponseRecord
     context: list[dict[str, Any]]  # the chain's inputs and outputs, then the response's own input
+    continuations: int = 0  # above 0: a continuation, from the output its log holds
 
 
 @dataclass(frozen=True, eq=False)  # compared by identity: two alike are still two responses
@@ -293,13 +297,48 @@ async def claim_many(
 ) -> dict[str, Claim]:
     """`claim` for many responses in one statement: those claimed, by id."""
     parameters = {"response_ids": list(response_ids), "worker_id": worker_id, "lease_seconds": lease_seconds}
-    records = []
+    records, continuations = [], {}
     for row in await _CLAIM.mappings(conn, parameters):
         row.update((c, orjson.loads(row[c])) for c in _JSON_COLUMNS if row[c] is not None)
         records.append(record_from_row(row, []))
+        continuations[row["id"]] = row["continuations"]
     # The context of a queued response never changes: read after the claim, it is the same.
     contexts = await items_db.contexts(conn, [r.id for r in records], own_output=False)
-    return {r.id: Claim(r, contexts[r.id]) for r in records}
+    return {r.id: Claim(r, contexts[r.id], continuations[r.id]) for r in records}
+
+
+async def release_for_continuation(
+    conn: AsyncConnection, response_id: str, max_continuations: int, worker_id: str | None = None
+) -> int | None:
+    """Leaves a running response to be continued by another worker: no worker, no lease, one more
+    continuation; from `worker_id` (a worker handing it over), or, without it, from whichever
+    worker let its lease expire (the reaper). None when it is not to be continued: ended,
+    someone else's, already released, or continued `max_continuations` times already."""
+    owner = responses.c.worker_id == worker_id if worker_id is not None else responses.c.lease_expires_at < db_now()
+    released = await conn.scalar(
+        update(responses)
+        .where(
+            responses.c.id == response_id,
+            responses.c.status == "in_progress",
+            responses.c.cancel_requested_at.is_(None),
+            responses.c.continuations < max_continuations,
+            owner,
+        )
+        .values(worker_id=None, lease_expires_at=None, continuations=responses.c.continuations + 1)
+        .returning(responses.c.continuations)
+    )
+    return None if released is None else int(released)
+
+
+async def awaiting_continuation(conn: AsyncConnection, limit: int = 1000) -> list[tuple[str, str, int]]:
+    """Running responses no worker has: (id, model, continuations), to be enqueued again should
+    Redis have lost their jobs."""
+    rows = await conn.execute(
+        select(responses.c.id, responses.c.model, responses.c.continuations)
+        .where(responses.c.status == "in_progress", responses.c.lease_expires_at.is_(None))
+        .limit(limit)
+    )
+    return [(r.id, r.model, r.continuations) for r in rows]
 
 
 async def request_stop(conn: AsyncConnection, response_id: str) -> None:

@@ -143,6 +143,13 @@ responses = Table(
     Column("worker_id", Text, comment="the worker that claimed it"),
     Column("lease_expires_at", DateTime(timezone=True), comment="the claiming worker's heartbeat deadline"),
     Column(
+        "continuations",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="times its generation was continued by another worker after its own stopped or died",
+    ),
+    Column(
         "next_sequence_number",
         Integer,
         nullable=False,

@@ -61,6 +61,11 @@ def test_the_worker_internals_the_seam_extends_are_there() -> None:
     assert list(inspect.signature(Worker.start_jobs).parameters) == ["self", "job_ids"]
     assert inspect.iscoroutinefunction(Worker.start_jobs)
     assert list(inspect.signature(Worker._release_sem_dec_counter_on_complete).parameters) == ["self"]
+    # Overridden or called by the seam to ride out Redis outages and hand generations over.
+    assert list(inspect.signature(Worker._poll_iteration).parameters) == ["self"]
+    assert list(inspect.signature(Worker.handle_sig_wait_for_completion).parameters) == ["self", "signum"]
+    assert list(inspect.signature(Worker._wait_for_tasks_to_complete).parameters) == ["self", "signum"]
+    assert list(inspect.signature(Worker.handle_sig).parameters) == ["self", "signum"]
 
     async def noop(ctx: dict[str, Any]) -> None:
         pass
@@ -84,6 +89,9 @@ def test_the_worker_internals_the_seam_extends_are_there() -> None:
         "queue_name",
         "queue_read_limit",
         "on_startup",
+        "_job_completion_wait",
+        "_handle_signals",
+        "health_check_key",
     ):
         assert hasattr(worker, attribute), attribute
     assert isinstance(worker.sem, asyncio.Semaphore) and isinstance(worker.tasks, dict)

@@ -195,7 +195,9 @@ async def test_a_queued_response_stopped_before_it_runs_never_runs(
     assert await status_of(state, response_id) == "cancelled"
 
 
-async def test_a_dead_workers_response_is_failed_by_the_reaper(state: AppState, account_id: str) -> None:
+async def test_a_dead_workers_response_is_failed_by_the_reaper_where_its_model_cannot_continue_it(
+    state: AppState, account_id: str
+) -> None:
     response_id = await accept(state, account_id, input="orphan")
     async with state.engine.begin() as conn:
         assert await responses_db.claim(conn, response_id, "dead-worker", 30) is not None
@@ -204,13 +206,49 @@ async def test_a_dead_workers_response_is_failed_by_the_reaper(state: AppState, 
             update(responses).where(responses.c.id == response_id).values(lease_expires_at=responses_db.db_now(-1))
         )
     channel = events_channel(state.settings.queue_name)
-    assert response_id in await reaper.reap_expired_leases(state.engine, state.redis, channel)
-    assert response_id not in await reaper.reap_expired_leases(state.engine, state.redis, channel)
+    assert response_id in await reaper.reap_expired_leases(state.engine, state.redis, channel, state.continuations)
+    assert response_id not in await reaper.reap_expired_leases(state.engine, state.redis, channel, state.continuations)
     events = await events_of(state, response_id)
     assert [e["sequence_number"] for e in events] == [0, 1, 2]
     assert events[-1]["type"] == "response.failed"
     assert "stopped responding" in events[-1]["response"]["error"]["message"]
     assert await status_of(state, response_id) == "failed"
+
+
+async def test_a_dead_workers_response_is_left_to_another_worker_to_continue_and_its_late_events_dropped(
+    state: AppState, account_id: str
+) -> None:
+    response_id = await accept(state, account_id, model="continuing-model", input="orphan")
+    async with state.engine.begin() as conn:
+        assert await responses_db.claim(conn, response_id, "dead-worker", 30) is not None
+        await events_db.append(conn, response_id, [{"type": "response.created"}, {"type": "response.in_progress"}])
+        await conn.execute(
+            update(responses).where(responses.c.id == response_id).values(lease_expires_at=responses_db.db_now(-1))
+        )
+    channel = events_channel(state.settings.queue_name)
+    assert await reaper.reap_expired_leases(state.engine, state.redis, channel, state.continuations) == []
+    [row] = await rows_of(state, response_id, responses.c.status, responses.c.worker_id, responses.c.continuations)
+    assert tuple(row) == ("in_progress", None, 1)  # running, waiting for a worker to continue it
+    queue = state.catalog.queue_for("continuing-model", state.settings.queue_name)
+    assert await state.redis.zscore(queue, f"{response_id}:1") is not None  # its continuation's job
+    # The dead worker, had it only stalled, can write nothing more: the response is not its own.
+    async with state.engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        late = {response_id: [{"type": "response.output_text.delta", "delta": "late"}]}
+        assert await events_db.append_many(conn, late, worker_id="dead-worker") == {}
+    assert [e["type"] for e in await events_of(state, response_id)] == ["response.created", "response.in_progress"]
+    # A second reaper finds nothing to do; a worker's claim takes it up, once.
+    assert await reaper.reap_expired_leases(state.engine, state.redis, channel, state.continuations) == []
+    async with state.engine.begin() as conn:
+        claims = await responses_db.claim_many(conn, [response_id, response_id], "next-worker", 30)
+        assert claims[response_id].continuations == 1
+        assert await responses_db.claim_many(conn, [response_id], "third-worker", 30) == {}
+    await state.redis.zrem(queue, f"{response_id}:1")
+
+
+async def rows_of(state: AppState, response_id: str, *columns: Any) -> list[Any]:
+    async with state.engine.connect() as conn:
+        return list(await conn.execute(select(*columns).where(responses.c.id == response_id)))
 
 
 async def test_queued_responses_redis_lost_are_requeued_from_postgres(

@@ -69,7 +69,9 @@ async def test_leases_are_renewed_while_the_workers_loop_is_busy(
         time.sleep(2 * LEASE)  # the loop does CPU work for longer than a lease: nothing else runs on it
         assert await lease_left(state, response_id) > 0
         channel = events_channel(state.settings.queue_name)
-        assert response_id not in await reaper.reap_expired_leases(state.engine, state.redis, channel)
+        assert response_id not in await reaper.reap_expired_leases(
+            state.engine, state.redis, channel, state.continuations
+        )
         assert stopped == []
     finally:
         await keeper.close()
@@ -119,7 +121,7 @@ async def test_a_worker_spares_the_responses_it_runs_when_it_reaps(state: AppSta
         expired = responses_db.db_now(-1)
         await conn.execute(update(responses).where(responses.c.id.in_([mine, lost])).values(lease_expires_at=expired))
     channel = events_channel(state.settings.queue_name)
-    reaped = await reaper.reap_expired_leases(state.engine, state.redis, channel, spare={mine})
+    reaped = await reaper.reap_expired_leases(state.engine, state.redis, channel, state.continuations, spare={mine})
     assert lost in reaped and mine not in reaped
 
 

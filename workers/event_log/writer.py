@@ -89,8 +89,16 @@ def _coalesce(pending: list[Event], event: Event) -> bool:
 
 class EventWriter:
     def __init__(
-        self, engine: AsyncEngine, redis: Redis, channel: str, pause: Callable[[int, float], float] = pause_after
+        self,
+        engine: AsyncEngine,
+        redis: Redis,
+        channel: str,
+        pause: Callable[[int, float], float] = pause_after,
+        worker_id: str | None = None,
     ) -> None:
+        """`worker_id`: commit only the events of responses this worker still runs (a response
+        handed over or reaped while it stalled may be another worker's now)."""
+        self._worker_id = worker_id
         self._connection = HeldConnection(engine)
         self._redis = redis
         self._channel = channel
@@ -142,6 +150,13 @@ class EventWriter:
     def _hurry(self, response_id: str) -> None:
         self._urgent.add(response_id)
         self._urgent_waiting.set()
+
+    async def drain(self, response_id: str) -> None:
+        """Returns once the events of this response handed over so far are committed (or dropped)."""
+        while response_id in self._pending:
+            await self._flush_pending()
+        async with self._flushing:  # a flush already under way has ended
+            pass
 
     def holds(self, response_id: str) -> bool:
         """Whether events of this transient response wait for Redis to come back."""
@@ -293,7 +308,7 @@ class EventWriter:
         # One statement, atomic by itself (a terminal status commits with its terminal event or
         # not at all), however many responses end in the batch: no BEGIN/COMMIT round trips.
         async with self._connection.use() as conn:
-            committed = await events_db.append_many(conn, events, endings)
+            committed = await events_db.append_many(conn, events, endings, self._worker_id)
         self.batches += 1
         self.events_written += sum(len(e) for e in committed.values())
         return committed

@@ -3,6 +3,11 @@
 arq may deliver a job twice; the claim is a compare-and-set, so the second delivery finds
 nothing to do (design invariant 4). Every way a generation can end (ran to its end, runtime
 failure, stop request) ends in exactly one terminal status and one terminal event.
+
+A generation whose worker stopped or died goes on in another worker (invariant 4: never re-run
+from scratch): the claim takes it up with the output its log holds, the runtime is asked to go on
+from that text (workers/runtimes/chat_request.py `continuing`), and its events continue from the
+next sequence number. A worker shut down hands its generations over the same way.
 """
 
 from __future__ import annotations
@@ -15,16 +20,19 @@ from typing import Any
 
 from app.catalog import ModelEntry
 from app.process.metrics import FINISHED, INPUT_TOKENS, OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
+from app.protocol.accumulate import continuable, stopped
 from app.protocol.input_items import Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.response_object import ResponseRecord
 from app.protocol.vocabulary import OUTPUT_DELTAS
+from app.queue.jobs import enqueue_generate
 from app.queue.redis_keys import ALIVE_PREFIX, TRANSIENT_CLAIM_PREFIX
 from app.queue.redis_link import REDIS_LINK
 from app.service import admission
+from app.storage import events as events_db
 from app.storage import items as items_db
 from app.storage import responses as responses_db
-from workers.runtimes.chat_request import chat_request
+from workers.runtimes.chat_request import chat_request, continuing
 from workers.runtimes.errors import RuntimeFailure
 from workers.runtimes.output_items import Event
 from workers.runtimes.translate import StreamTranslator
@@ -38,16 +46,28 @@ class Generation:
     record: ResponseRecord
     model: ModelEntry | None
     context: list[Item]
+    # Above 0: the n-th continuation of a generation another worker began, from `output`, what
+    # its log holds.
+    continuations: int = 0
+    output: list[Item] | None = None
 
 
 async def generate(ctx: dict[str, Any], response_id: str, transient: dict[str, Any] | None = None) -> None:
     state: WorkerState = ctx["state"]
-    if transient is None:
-        generation = await _claim_durable(state, response_id)
-    else:
-        generation = await _claim_transient(state, response_id, transient)
-    if generation is not None:
-        await _run(state, generation)
+    # A response may have two jobs (its first and a continuation's): in one worker, one runs it.
+    if response_id in state.taken:
+        log.info("response %s: this worker runs it already; nothing to do", response_id)
+        return
+    state.taken.add(response_id)
+    try:
+        if transient is None:
+            generation = await _claim_durable(state, response_id)
+        else:
+            generation = await _claim_transient(state, response_id, transient)
+        if generation is not None:
+            await _run(state, generation)
+    finally:
+        state.taken.discard(response_id)
 
 
 async def _claim_durable(state: WorkerState, response_id: str) -> Generation | None:
@@ -56,7 +76,11 @@ async def _claim_durable(state: WorkerState, response_id: str) -> Generation | N
         log.info("response %s: already claimed or ended; nothing to do", response_id)
         return None
     record = claim.record
-    return Generation(record, state.catalog.by_name.get(record.model), claim.context)
+    output = None
+    if claim.continuations:  # nobody writes its log while it has no worker: this is all of it
+        async with state.engine.begin() as conn:
+            output = await events_db.output_so_far(conn, response_id)
+    return Generation(record, state.catalog.by_name.get(record.model), claim.context, claim.continuations, output)
 
 
 async def _claim_transient(state: WorkerState, response_id: str, job: dict[str, Any]) -> Generation | None:
@@ -79,28 +103,63 @@ async def _claim_transient(state: WorkerState, response_id: str, job: dict[str, 
 async def _run(state: WorkerState, generation: Generation) -> None:
     record = generation.record
     translator = StreamTranslator.for_settings(record.settings, state.seal)
+    prefix = None
+    if generation.continuations:
+        if not continuable(generation.output or [], record.settings):  # (its releaser checked: a safeguard)
+            await _finish(state, record, [], _failed(NOT_CONTINUABLE, stopped(generation.output or [])))
+            return
+        prefix = translator.continue_from(generation.output or [])
     # The runtime request goes out first: it, not these events' commit, is what the first token waits on.
-    task = asyncio.create_task(_stream(state, generation, translator))
-    opening = [] if record.background else [lifecycle_event("response.created", record)]
-    state.writer.append(record.id, [*opening, lifecycle_event("response.in_progress", record)])
+    task = asyncio.create_task(_stream(state, generation, translator, prefix))
+    if prefix is None:  # (a continuation's log has them already)
+        opening = [] if record.background else [lifecycle_event("response.created", record)]
+        state.writer.append(record.id, [*opening, lifecycle_event("response.in_progress", record)])
     state.running[record.id] = task
     try:
         await asyncio.wait({task})
     except asyncio.CancelledError:
-        # The job itself was cancelled: the worker is shutting down past its grace period, or
-        # arq timed the job out. End the response cleanly now rather than leave it to the reaper.
+        # The job itself was cancelled: the worker is shutting down (at once, another worker
+        # being alive, or past its grace period), or arq timed the job out. Hand the generation
+        # over to be continued, or end it cleanly now rather than leave it to the reaper.
         task.cancel()
-        interrupted = _failed("The worker shut down before this response finished.", translator.partial_output())
-        await asyncio.shield(_finish(state, record, [], interrupted))
+        await asyncio.shield(_hand_over(state, generation, task, translator))
         raise
     finally:
         state.running.pop(record.id, None)
     try:
-        closing, outcome = _ending(task, translator)
+        closing, outcome = _ending(task, translator, generation.continuations, prefix or "")
     except Exception:  # whatever the runtime sent, the response must end: never leave it running
         log.exception("response %s: its outcome could not be made", record.id)
         closing, outcome = [], _failed(INTERNAL_ERROR)
     await _finish(state, record, closing, outcome)
+
+
+NOT_CONTINUABLE = "The worker generating this response stopped, and the response could not be continued."
+
+
+async def _hand_over(
+    state: WorkerState, generation: Generation, task: asyncio.Task[None], translator: StreamTranslator
+) -> None:
+    """Leaves the generation to another worker, from the events committed so far, where it can be
+    continued; else ends it `failed`, keeping its output."""
+    record = generation.record
+    await asyncio.wait({task})  # its stream closed: nothing more is handed to the writer
+    model = generation.model
+    if record.id not in state.transient and model is not None and model.continuation != "none":
+        await state.writer.drain(record.id)
+        if continuable(translator.output_now(), record.settings):
+            async with state.engine.begin() as conn:
+                number = await responses_db.release_for_continuation(
+                    conn, record.id, state.settings.max_continuations, state.worker_id
+                )
+            if number is not None:
+                queue_name = state.catalog.queue_for(record.model, state.settings.queue_name)
+                with REDIS_LINK.tolerated("handing a generation over"):  # (else the requeue does, later)
+                    await enqueue_generate(state.redis, record.id, queue_name, continuation=number)
+                log.info("response %s: handed over to another worker (continuation %d)", record.id, number)
+                return
+    interrupted = _failed("The worker shut down before this response finished.", translator.partial_output())
+    await _finish(state, record, [], interrupted)
 
 
 async def _finish(
@@ -151,10 +210,12 @@ def _failed(message: str, output: list[Item] | None = None) -> responses_db.Outc
     return responses_db.Outcome("failed", output or [], time.time(), error=error)
 
 
-async def _stream(state: WorkerState, generation: Generation, translator: StreamTranslator) -> None:
+async def _stream(state: WorkerState, generation: Generation, translator: StreamTranslator, prefix: str | None) -> None:
     if generation.model is None:
         raise RuntimeFailure(f"model '{generation.record.model}' is not in this worker's catalog")
     body = chat_request(generation.record, generation.context, generation.model, translator.tools)
+    if prefix is not None:
+        body = continuing(body, prefix, generation.model)
     if state.supervisor is not None:  # its model server may be restarting
         await state.supervisor.wait_healthy(state.supervisor.startup_timeout)
     response_id = generation.record.id
@@ -173,8 +234,7 @@ async def _stream(state: WorkerState, generation: Generation, translator: Stream
 
 
 def _ending(
-    task: asyncio.Task[None],
-    translator: StreamTranslator,
+    task: asyncio.Task[None], translator: StreamTranslator, continuations: int, prefix: str
 ) -> tuple[list[Event], responses_db.Outcome]:
     now = time.time()
     if task.cancelled():
@@ -193,6 +253,25 @@ def _ending(
         "incomplete" if reason else "completed",
         output,
         now,
-        usage=translator.usage_object(),
+        usage=_with_earlier_runs(translator.usage_object(), continuations, prefix),
         incomplete_details={"reason": reason} if reason else None,
     )
+
+
+def _with_earlier_runs(usage: dict[str, Any], earlier: int, prefix: str) -> dict[str, Any]:
+    """A continued response's usage: its last run's, which read the answer so far as prompt, with
+    the prompt of each earlier run counted again and the answer so far counted as output. No runtime
+    reported the earlier runs: their prompts are taken as this run's less the answer so far, whose
+    tokens are estimated as a quarter of its bytes (as OpenAI estimates them)."""
+    if not earlier:
+        return usage
+    already = len(prefix.encode()) // 4
+    earlier_prompt = max(0, usage["input_tokens"] - already)
+    input_tokens = usage["input_tokens"] + earlier * earlier_prompt
+    output_tokens = usage["output_tokens"] + already
+    return {
+        **usage,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "total_tokens": input_tokens + output_tokens,
+    }

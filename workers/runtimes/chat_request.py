@@ -48,6 +48,24 @@ def chat_request(
     return body | offered | _reasoning(record.settings["reasoning"]["effort"], model)
 
 
+def continuing(body: dict[str, Any], text: str, model: ModelEntry) -> dict[str, Any]:
+    """The request that continues an answer cut short after `text`: the same request with the
+    answer so far as the last assistant message, which the server goes on from (vLLM:
+    `continue_final_message`, no new generation prompt), and room for what is left of the answer
+    (its tokens estimated as a quarter of its bytes, as OpenAI estimates them)."""
+    if not text:
+        return body  # nothing was written: the same request, from the start
+    already = max(1, len(text.encode()) // 4)
+    continued = {
+        **body,
+        "messages": [*body["messages"], {"role": "assistant", "content": text}],
+        "max_tokens": max(1, body["max_tokens"] - already),
+    }
+    if model.continuation == "continue_final_message":
+        continued |= {"continue_final_message": True, "add_generation_prompt": False}
+    return continued
+
+
 def _grammar(tool: Tool, model: ModelEntry) -> dict[str, Any]:
     """The answer held to the tool's grammar, as vLLM takes one (no tools offered: the answer is the input)."""
     form = tool["format"]

@@ -82,6 +82,23 @@ class StreamTranslator:
             seal_reasoning=seal.seal if seal is not None and sealed else None,
         )
 
+    def continue_from(self, output: list[Item]) -> str:
+        """Takes up a generation another worker began, from the output its log holds (which
+        app/protocol/accumulate.py `continuable` allows: nothing, or one message being written);
+        returns the text to go on from. Its deltas then grow the same item, at the same place."""
+        if not output:
+            return ""
+        [message] = output
+        [part] = message["content"]
+        self.items.append(MessageOutput(0, message["id"], [part["text"]], list(part.get("logprobs") or [])))
+        return str(part["text"])
+
+    def output_now(self) -> list[Item]:
+        """The output items as they stand, the last one still being written."""
+        return [item.item("completed") for item in self.items[:-1]] + [
+            item.item("in_progress") for item in self.items[-1:]
+        ]
+
     def on_chunk(self, chunk: dict[str, Any]) -> list[Event]:
         events: list[Event] = []
         if isinstance(chunk.get("usage"), dict):
