@@ -103,3 +103,16 @@ def internal_error(request_id: str) -> APIError:
 
 def response_not_found(response_id: str) -> NotFound:
     return NotFound(f"Response with id '{response_id}' not found.")
+
+
+def conversation_not_found(conversation_id: str, param: str | None = None) -> NotFound:
+    return NotFound(f"Conversation with id '{conversation_id}' not found.", param=param)
+
+
+def conversation_locked() -> InvalidRequest:
+    """OpenAI's words for a second response (or items) on a conversation a response runs on."""
+    return InvalidRequest(
+        "Another process is currently operating on this conversation. Please retry in a few seconds.",
+        param="conversation",
+        code="conversation_locked",
+    )

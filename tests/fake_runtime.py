@@ -22,7 +22,8 @@ first line is `#fake {json}` scripts it instead:
     usage              send this as the usage chunk's `usage`, instead of the counts
     context_window     refuse (400, as vLLM words it) when prompt words + max_tokens exceed it
     reasoning          reasoning text streamed (as `reasoning_content`, word by word) before the answer
-    tool_calls         [{"name", "arguments"}]: calls streamed after the text, finish_reason "tool_calls"
+    tool_calls         [{"name", "arguments", "id"?}]: calls streamed after the text (ids call_0, call_1…
+                       unless given), finish_reason "tool_calls"
     (logprobs)         not scripted: a request asking for them gets them on every text chunk
     then               the script to follow once the conversation ends with a tool's result (an
                        agent loop: call a tool, then answer)
@@ -145,7 +146,7 @@ def _call_deltas(index: int, call: dict[str, Any]) -> list[dict[str, Any]]:
     half = len(arguments) // 2
     first = {
         "index": index,
-        "id": f"call_{index}",
+        "id": call.get("id", f"call_{index}"),
         "type": "function",
         "function": {"name": call["name"], "arguments": ""},
     }

@@ -27,7 +27,7 @@ INCLUDABLE = {
 }
 
 # OpenAI parameters this server recognises but does not serve yet: 400 unsupported_parameter.
-UNSUPPORTED = ("conversation", "prompt", "context_management", "moderation", "prompt_cache_options")
+UNSUPPORTED = ("prompt", "context_management", "moderation", "prompt_cache_options")
 
 
 class StreamOptions(StrictModel):
@@ -51,7 +51,7 @@ METADATA_VALUE_CHARS = 512
 CLIENT_METADATA_VALUE_CHARS = 4096
 
 
-def _string_map_limits(value: dict[str, str] | None, value_chars: int) -> dict[str, str] | None:
+def string_map_limits(value: dict[str, str] | None, value_chars: int) -> dict[str, str] | None:
     """At most 16 pairs, keys of at most 64 characters, values of at most `value_chars`."""
     if value is None:
         return value
@@ -105,6 +105,7 @@ class CreateResponseRequest(SamplingOptions):
     input: str | list[Any]
     instructions: str | None = None
     previous_response_id: str | None = Field(None, min_length=1)
+    conversation: str | None = None  # an id, or {"id": …}: see _conversation_id
     store: bool | None = None
     background: bool | None = None
     stream: bool | None = None
@@ -133,12 +134,24 @@ class CreateResponseRequest(SamplingOptions):
     @field_validator("metadata")
     @classmethod
     def _metadata_limits(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        return _string_map_limits(value, METADATA_VALUE_CHARS)
+        return string_map_limits(value, METADATA_VALUE_CHARS)
+
+    @field_validator("conversation", mode="before")
+    @classmethod
+    def _conversation_id(cls, value: Any) -> Any:
+        """A conversation is named by its id, or by an object holding only its id."""
+        if isinstance(value, dict):
+            if set(value) != {"id"}:
+                raise ValueError("expected a conversation id, or an object with only its id")
+            value = value["id"]
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ValueError("expected a conversation id")
+        return value
 
     @field_validator("client_metadata")
     @classmethod
     def _client_metadata_limits(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        return _string_map_limits(value, CLIENT_METADATA_VALUE_CHARS)
+        return string_map_limits(value, CLIENT_METADATA_VALUE_CHARS)
 
     def sampling(self) -> dict[str, Any]:
         """The vLLM sampling parameters the client set."""
@@ -157,6 +170,11 @@ class ValidatedCreate(BaseModel):
     @property
     def store(self) -> bool:
         return self.request.store is not False
+
+    @property
+    def conversation_id(self) -> str | None:
+        """The conversation the response is created in (`conversation`, as an id or `{"id"}`)."""
+        return self.request.conversation
 
     @property
     def stream(self) -> bool:
@@ -187,6 +205,7 @@ def parse_create_request(
     body = {key: value for key, value in body.items() if key not in UNSUPPORTED}  # their nulls mean absent
     request = validate(CreateResponseRequest, body)
     _reject_unserved_values(request)
+    _check_conversation(request)
     text_format = parse_text_format(request.text.format if request.text else None)
     tools = parse_tools(request.tools, hosted_tools)
     return ValidatedCreate(
@@ -196,6 +215,25 @@ def parse_create_request(
         tools=tools,
         tool_choice=parse_tool_choice(request.tool_choice, tools),
     )
+
+
+def _check_conversation(request: CreateResponseRequest) -> None:
+    """A conversation holds the context itself: no chain beside it, and no store=false (its items
+    are kept in the conversation)."""
+    if request.conversation is None:
+        return
+    if request.previous_response_id is not None:
+        raise errors.InvalidRequest(
+            "Mutually exclusive parameters: 'previous_response_id' and 'conversation'. Use one of them.",
+            param="conversation",
+            code="mutually_exclusive_parameters",
+        )
+    if request.store is False:
+        raise errors.InvalidRequest(
+            "Invalid 'store': a response created in a conversation is stored with it; store must be true.",
+            param="store",
+            code="invalid_value",
+        )
 
 
 def _reject_unserved_values(request: CreateResponseRequest) -> None:
@@ -242,6 +280,7 @@ def echoed_settings(
         "top_p": _first(request.top_p, defaults.top_p, 1.0),
         "truncation": request.truncation or "disabled",
         "user": request.user,
+        "conversation": None if create.conversation_id is None else {"id": create.conversation_id},
     }
 
 

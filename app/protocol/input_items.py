@@ -116,7 +116,12 @@ def parse_input(value: str | list[Any]) -> list[Item]:
         raise errors.InvalidRequest(
             "Invalid 'input': empty array. Expected at least one item.", param="input", code="empty_array"
         )
-    return [_parse_item(raw, f"input[{i}]") for i, raw in enumerate(value)]
+    return parse_items(value, "input")
+
+
+def parse_items(value: list[Any], param: str) -> list[Item]:
+    """Input items under `param` (a create's `input`, a conversation's `items`), each checked."""
+    return [_parse_item(raw, f"{param}[{i}]") for i, raw in enumerate(value)]
 
 
 def user_message(text: str) -> Item:

@@ -40,6 +40,8 @@ class ResponseRecord:
 
 def render(record: ResponseRecord) -> dict[str, Any]:
     s = record.settings
+    # `conversation` only for a response in one, as OpenAI's traffic shows it.
+    conversation = {"conversation": s["conversation"]} if s.get("conversation") else {}
     return {
         "id": record.id,
         "object": "response",
@@ -48,6 +50,7 @@ def render(record: ResponseRecord) -> dict[str, Any]:
         "background": record.background,
         # OpenAI sets completed_at for completed responses only.
         "completed_at": int(record.completed_at) if record.completed_at and record.status == "completed" else None,
+        **conversation,
         "error": record.error,
         "frequency_penalty": s["frequency_penalty"],
         "incomplete_details": record.incomplete_details,

@@ -41,6 +41,7 @@ from app.service import admission
 from app.service.image_fetch import check_images
 from app.service.state import AppState
 from app.service.stopping import stop
+from app.storage import conversations as conversations_db
 from app.storage import items as items_db
 from app.storage import responses as responses_db
 from app.storage.accounts import Caller, Limits
@@ -143,10 +144,25 @@ async def accept(
             async with state.engine.connect() as conn:
                 await conn.execution_options(isolation_level="AUTOCOMMIT")  # one read: no BEGIN/ROLLBACK
                 link = await chain_link(conn, account_id, previous_id, create.input_items)
-        if accepted.durable:  # with the others being stored at the same moment: one statement
-            await state.stored(responses_db.NewResponse(record, account_id, link, input_items, opening))
+        new = responses_db.NewResponse(record, account_id, link, input_items, opening)
+        if create.conversation_id is not None:
+            await _store_in_conversation(state, create.conversation_id, new)
+        elif accepted.durable:  # with the others being stored at the same moment: one statement
+            await state.stored(new)
     request_log.phase("store")
     return accepted
+
+
+async def _store_in_conversation(state: AppState, conversation_id: str, new: responses_db.NewResponse) -> None:
+    """Stores a response created in a conversation as the one running on it: a second is refused
+    until it ends (OpenAI's `conversation_locked`), as is a conversation unknown to the account."""
+    async with state.engine.begin() as conn:
+        if await conversations_db.get(conn, new.account_id, conversation_id, for_update=True) is None:
+            raise errors.conversation_not_found(conversation_id, param="conversation")
+        if await conversations_db.busy_with(conn, conversation_id) is not None:
+            raise errors.conversation_locked()
+        await responses_db.insert_responses(conn, [new])
+        await conversations_db.set_active(conn, conversation_id, new.record.id)
 
 
 async def _admit(

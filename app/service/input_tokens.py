@@ -20,6 +20,7 @@ from app.queue import token_counts
 from app.queue.redis_link import REDIS_DOWN
 from app.service.creation import chain_link, new_record, validated
 from app.service.state import AppState
+from app.storage import conversations as conversations_db
 from app.storage import items as items_db
 
 
@@ -37,6 +38,11 @@ async def count(state: AppState, account_id: str, body: dict[str, Any]) -> dict[
         async with state.engine.connect() as conn:
             link = await chain_link(conn, account_id, previous_id, create.input_items)
             context = await items_db.context_items(conn, str(link.parent_id), own_output=True)
+    elif create.conversation_id is not None:
+        async with state.engine.connect() as conn:
+            if await conversations_db.get(conn, account_id, create.conversation_id) is None:
+                raise errors.conversation_not_found(create.conversation_id, param="conversation")
+            context = await conversations_db.all_items(conn, create.conversation_id)
     count_id = new_id("req")
     job = {"record": asdict(new_record(create, model)), "context": context + create.input_items}
     queue_name = state.catalog.queue_for(model.id, state.settings.queue_name)

@@ -80,6 +80,29 @@ _APPEND = DriverStatement(
                     CAST(:out_types AS text[]), CAST(:out_payloads AS json[]))
             AS o(id, response_id, position, type, payload)
         JOIN allocated a ON a.id = o.response_id AND a.ended
+    ), released AS (
+        -- A response that ends frees its conversation for the next; its input and output join it
+        -- when it ends completed or incomplete (a failed or cancelled turn adds nothing).
+        UPDATE conversations cv SET active_response_id = NULL
+        FROM allocated a JOIN endings f ON f.response_id = a.id
+        WHERE a.ended AND cv.active_response_id = a.id
+        RETURNING cv.id AS conversation_id, a.id AS response_id, f.status
+    ), joining AS (
+        SELECT conversation_id, response_id, nextval('conversation_item_batches') AS batch
+        FROM released WHERE status IN ('completed', 'incomplete')
+    ), joined AS (
+        INSERT INTO conversation_items (conversation_id, batch, place, item_id, item_ref)
+        SELECT j.conversation_id, j.batch,
+               (row_number() OVER (PARTITION BY j.response_id ORDER BY m.side_rank, m.position) - 1)::int,
+               m.id, m.id
+        FROM joining j JOIN (
+            SELECT i.response_id, 0 AS side_rank, i.position, i.id FROM items i
+            WHERE i.side = 'input' AND i.response_id IN (SELECT response_id FROM joining)
+            UNION ALL
+            SELECT o.response_id, 1, o.position, o.id
+            FROM unnest(CAST(:out_ids AS text[]), CAST(:out_responses AS text[]), CAST(:out_positions AS int[]))
+                AS o(id, response_id, position)
+        ) m ON m.response_id = j.response_id
     )
     SELECT id, first FROM allocated
 """)

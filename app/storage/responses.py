@@ -21,6 +21,7 @@ from app.protocol.input_items import TOOL_CALL_TYPES
 from app.protocol.response_object import ResponseRecord
 from app.protocol.vocabulary import ACTIVE_STATUSES, Status
 from app.storage import DbRow
+from app.storage import conversations as conversations_db
 from app.storage import items as items_db
 from app.storage.driver import DriverStatement
 from app.storage.tables import items, responses
@@ -120,9 +121,10 @@ _INSERT_WITH_INPUT = DriverStatement(
                              CAST(:stores AS boolean[]), CAST(:instructions AS text[]), CAST(:metadata AS jsonb[]),
                              CAST(:settings AS json[]), CAST(:previous_response_ids AS text[]),
                              CAST(:context_parent_ids AS text[]), CAST(:chain_depths AS int[]),
-                             CAST(:created_epochs AS float8[]), CAST(:opening_counts AS int[]))
+                             CAST(:created_epochs AS float8[]), CAST(:opening_counts AS int[]),
+                             CAST(:conversation_ids AS text[]))
             AS r(id, account_id, model, status, background, stream, store, instructions, metadata, settings,
-                 previous_response_id, context_parent_id, chain_depth, created_epoch, opening_count)
+                 previous_response_id, context_parent_id, chain_depth, created_epoch, opening_count, conversation_id)
     ), continuing AS (
         UPDATE responses p SET branch_continued = true
         FROM (SELECT DISTINCT ON (context_parent_id) id, context_parent_id FROM new
@@ -132,10 +134,10 @@ _INSERT_WITH_INPUT = DriverStatement(
     ), response AS (
         INSERT INTO responses (id, account_id, model, status, background, stream, store, instructions, metadata,
                                settings, previous_response_id, context_parent_id, chain_depth, created_at,
-                               next_sequence_number, context_branches, context_depths)
+                               next_sequence_number, conversation_id, context_branches, context_depths)
         SELECT r.id, r.account_id, r.model, r.status, r.background, r.stream, r.store, r.instructions, r.metadata,
                r.settings, r.previous_response_id, r.context_parent_id, r.chain_depth, to_timestamp(r.created_epoch),
-               r.opening_count,
+               r.opening_count, r.conversation_id,
                CASE WHEN c.id IS NULL THEN coalesce(p.context_branches, '{}') || nextval('branch_ids')
                     ELSE p.context_branches END,
                coalesce(CASE WHEN c.id IS NULL THEN p.context_depths
@@ -216,6 +218,7 @@ async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) ->
             "chain_depths": [n.link.depth for n in new],
             "created_epochs": [r.created_at for r in records],
             "opening_counts": [len(n.opening) for n in new],
+            "conversation_ids": [(r.settings.get("conversation") or {}).get("id") for r in records],
             "event_responses": [response_id for response_id, _ in opening],
             "event_numbers": [event.sequence_number for _, event in opening],
             "event_types": [event.type for _, event in opening],
@@ -302,8 +305,13 @@ async def claim_many(
         row.update((c, orjson.loads(row[c])) for c in _JSON_COLUMNS if row[c] is not None)
         records.append(record_from_row(row, []))
         continuations[row["id"]] = row["continuations"]
-    # The context of a queued response never changes: read after the claim, it is the same.
+    # The context of a queued response never changes: read after the claim, it is the same. A
+    # response in a conversation sees the conversation's items first (one runs on it at a time).
     contexts = await items_db.contexts(conn, [r.id for r in records], own_output=False)
+    in_conversations = [r.id for r in records if r.settings.get("conversation")]
+    if in_conversations:
+        for response_id, earlier in (await conversations_db.contexts(conn, in_conversations)).items():
+            contexts[response_id] = earlier + contexts[response_id]
     return {r.id: Claim(r, contexts[r.id], continuations[r.id]) for r in records}
 
 

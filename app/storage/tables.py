@@ -143,6 +143,12 @@ responses = Table(
     Column("worker_id", Text, comment="the worker that claimed it"),
     Column("lease_expires_at", DateTime(timezone=True), comment="the claiming worker's heartbeat deadline"),
     Column(
+        "conversation_id",
+        Text,
+        ForeignKey("conversations.id", ondelete="SET NULL", use_alter=True),
+        comment="the conversation it was created in: it reads its items and adds its own when it ends",
+    ),
+    Column(
         "continuations",
         Integer,
         nullable=False,
@@ -160,7 +166,8 @@ responses = Table(
     Index(None, "account_id", "created_at"),
     Index(None, "context_parent_id"),
     # Retention's, one per kind of expiry (workers/retention.py), each in the order things come due.
-    Index("ix_responses_stored_expiry", "created_at", postgresql_where=text("store")),
+    Index("ix_responses_stored_expiry", "created_at", postgresql_where=text("store AND conversation_id IS NULL")),
+    Index(None, "conversation_id", postgresql_where=text("conversation_id IS NOT NULL")),
     Index("ix_responses_unstored_expiry", "completed_at", postgresql_where=text("NOT store")),
     Index(
         "ix_responses_stream_log_expiry",
@@ -250,5 +257,54 @@ output_snapshots = Table(
 
 # Numbers the branches of chains (docs/architecture.md, "Chains").
 branch_ids = Sequence("branch_ids", metadata=metadata)
+
+conversations = Table(
+    "conversations",
+    metadata,
+    Column("id", Text, primary_key=True, comment="conv_… id"),
+    Column(
+        "account_id",
+        Text,
+        ForeignKey("accounts.id", ondelete="CASCADE"),
+        nullable=False,
+        comment="the account it belongs to: no other sees it",
+    ),
+    Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb"), comment="the client's, 16 pairs"),
+    _now(),
+    Column(
+        "active_response_id",
+        Text,
+        ForeignKey("responses.id", ondelete="SET NULL", use_alter=True),
+        comment="the response running on it, if any: another is refused (conversation_locked) until it ends",
+    ),
+    Index(None, "account_id", "created_at"),
+    Index(None, "active_response_id", postgresql_where=text("active_response_id IS NOT NULL")),
+    comment="OpenAI's conversations: an ordered list of items that responses read and add to.",
+)
+
+# Orders the batches of items joining conversations (a response's end, a create of items).
+conversation_item_batches = Sequence("conversation_item_batches", metadata=metadata)
+
+conversation_items = Table(
+    "conversation_items",
+    metadata,
+    Column("conversation_id", Text, ForeignKey("conversations.id", ondelete="CASCADE"), nullable=False),
+    Column("batch", BigInteger, nullable=False, comment="the batch it joined in (a response's end, a create)"),
+    Column("place", Integer, nullable=False, comment="its place in that batch"),
+    Column("item_id", Text, nullable=False, comment="the item's id, as the API shows it"),
+    Column(
+        "item_ref",
+        Text,
+        ForeignKey("items.id", ondelete="CASCADE"),
+        index=True,
+        comment="the row in items that holds it, for an item a response holds",
+    ),
+    Column("type", Text, comment="message, function_call, …: for an item created in the conversation"),
+    Column("payload", JSON, comment="the item without its id: for an item created in the conversation"),
+    PrimaryKeyConstraint("conversation_id", "batch", "place"),
+    UniqueConstraint("conversation_id", "item_id"),
+    CheckConstraint("(item_ref IS NULL) = (payload IS NOT NULL)", name="held_once"),
+    comment="The items of each conversation in order: references to items its responses hold, or items of its own.",
+)
 
 # The views are created by migrations 0001 and 0010 (views are not metadata objects).

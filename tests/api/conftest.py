@@ -62,3 +62,11 @@ async def _worker(settings: Settings) -> QueueWorker:
 @pytest.fixture
 def client(server: InProcess, api_key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.base_url, api_key=api_key, max_retries=0, timeout=30, http_client=server.http)
+
+
+@pytest.fixture
+def other_client(server: InProcess, other_api_key: str) -> openai.OpenAI:
+    """A client of another account."""
+    return openai.OpenAI(
+        base_url=server.base_url, api_key=other_api_key, max_retries=0, timeout=30, http_client=server.http
+    )

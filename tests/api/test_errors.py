@@ -52,7 +52,16 @@ BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
         "input[0].type",
         "unsupported_parameter",
     ),
-    ({"model": "fake", "input": "x", "conversation": "conv_1"}, 400, "conversation", "unsupported_parameter"),
+    ({"model": "fake", "input": "x", "conversation": "conv_1"}, 404, "conversation", None),
+    ({"model": "fake", "input": "x", "conversation": {"id": ""}}, 400, "conversation", "invalid_value"),
+    ({"model": "fake", "input": "x", "conversation": {"id": "conv_1", "x": 1}}, 400, "conversation", "invalid_value"),
+    (
+        {"model": "fake", "input": "x", "conversation": "conv_1", "previous_response_id": "resp_1"},
+        400,
+        "conversation",
+        "mutually_exclusive_parameters",
+    ),
+    ({"model": "fake", "input": "x", "conversation": "conv_1", "store": False}, 400, "store", "invalid_value"),
     ({"model": "fake", "input": "x", "prompt": {"id": "p"}}, 400, "prompt", "unsupported_parameter"),
     (
         {"model": "fake", "input": "x", "tools": [{"type": "local_shell"}]},
@@ -148,7 +157,7 @@ def test_bad_body_is_refused_naming_the_parameter_and_persists_nothing(
     error = answer.json()["error"]
     assert (error["param"], error["code"], error["type"]) == (param, code, "invalid_request_error")
     # The message names the parameter too (OpenAI's verbatim texts for these two name the id instead).
-    assert param in error["message"] or code in ("model_not_found", "previous_response_not_found")
+    assert param in error["message"] or code in ("model_not_found", "previous_response_not_found") or status == 404
     assert answer.headers["x-request-id"].startswith("req_")
     assert rows_written_since(environment, mark) == (0, 0, 0)
     assert fake.requests() == []  # nothing reached the model

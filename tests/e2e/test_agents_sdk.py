@@ -1,14 +1,24 @@
 """The OpenAI Agents SDK (`openai-agents`) runs its agent loop against the server: two tools
-called, their results sent back with `previous_response_id`, then the answer; streamed and not."""
+called, their results sent back with `previous_response_id`, then the answer; streamed and not.
+And its state kept server-side, in a conversation: by `conversation_id`, and in an
+`OpenAIConversationsSession`, each over three turns with a tool."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+from agents import (
+    Agent,
+    OpenAIConversationsSession,
+    OpenAIResponsesModel,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
 from openai import AsyncOpenAI
 
 from tests.conftest import Environment, FakeRuntime, Server
@@ -68,3 +78,56 @@ async def test_an_agent_loop_with_two_tools_streamed(
     kinds = [event.type async for event in result.stream_events()]
     assert "raw_response_event" in kinds and "run_item_stream_event" in kinds
     await assert_the_loop_ran(fake, environment, result.final_output, result.last_response_id)
+
+
+def turn(n: int) -> str:
+    """Turn n of a conversation: a tool call, then an answer naming the turn."""
+    call = {"name": "get_weather", "arguments": json.dumps({"city": f"City{n}"}), "id": f"call_turn{n}"}
+    return "#fake " + json.dumps({"tool_calls": [call], "then": {"text": f"Answer {n}."}})
+
+
+async def test_an_agent_keeps_its_state_in_a_conversation_by_conversation_id(
+    agent: Agent[None], fake: FakeRuntime, server: Server, api_key: str
+) -> None:
+    client = AsyncOpenAI(base_url=server.base_url, api_key=api_key, max_retries=0)
+    conversation = await client.conversations.create()
+    for n in range(3):
+        result = await Runner.run(agent, turn(n), conversation_id=conversation.id)
+        assert result.final_output == f"Answer {n}."
+    # The last request held every earlier turn: each question, its call, its result, its answer.
+    messages = fake.requests()[-1]["messages"]
+    assert [m["content"] for m in messages if m["role"] == "assistant" and m.get("content")] == [
+        "Answer 0.",
+        "Answer 1.",
+    ]
+    assert [m["content"] for m in messages if m["role"] == "tool"] == [
+        "Sunny in City0",
+        "Sunny in City1",
+        "Sunny in City2",
+    ]
+    kinds = [item.type async for item in client.conversations.items.list(conversation.id, order="asc")]
+    assert kinds == ["message", "function_call", "function_call_output", "message"] * 3
+
+
+async def test_an_agent_keeps_its_state_in_an_openai_conversations_session(
+    agent: Agent[None], fake: FakeRuntime, server: Server, api_key: str
+) -> None:
+    client = AsyncOpenAI(base_url=server.base_url, api_key=api_key, max_retries=0)
+    session = OpenAIConversationsSession(openai_client=client)
+    for n in range(3):
+        result = await Runner.run(agent, turn(n), session=session)
+        assert result.final_output == f"Answer {n}."
+    history: list[Any] = await session.get_items()
+    answers = [part["text"] for item in history if item.get("role") == "assistant" for part in item["content"]]
+    assert answers == ["Answer 0.", "Answer 1.", "Answer 2."]
+    # Each run sent the session's history, kept in the conversation on this server.
+    messages = fake.requests()[-1]["messages"]
+    assert [m["content"] for m in messages if m["role"] == "tool"] == [
+        "Sunny in City0",
+        "Sunny in City1",
+        "Sunny in City2",
+    ]
+    assert await session.pop_item() is not None  # the session's own edits go through the items routes too
+    assert len(await session.get_items()) == len(history) - 1
+    await session.clear_session()
+    assert await session.get_items() == []

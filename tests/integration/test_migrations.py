@@ -43,7 +43,8 @@ async def test_upgrade_head_matches_the_table_definitions(empty_database_url: st
         assert await conn.run_sync(_differences) == []
         tables = set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
         assert tables == {
-            *("accounts", "api_keys", "responses", "items", "response_events", "output_snapshots", "alembic_version")
+            *("accounts", "api_keys", "responses", "items", "response_events", "output_snapshots", "alembic_version"),
+            *("conversations", "conversation_items"),
         }
         assert (await conn.execute(text("SELECT count(*) FROM response_overview"))).scalar() == 0
         comment = (await conn.execute(text("SELECT obj_description('responses'::regclass)"))).scalar()

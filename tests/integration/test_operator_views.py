@@ -127,3 +127,23 @@ async def test_failures_are_grouped_by_code_with_the_latest_message(
         "context_length_exceeded": 1,
     }
     assert failures["server_error"]["last_message"] == "newest"
+
+
+async def test_conversation_overview_counts_each_conversations_items_and_names_its_running_response(
+    state: AppState, account_id: str
+) -> None:
+    from app.storage import conversations as conversations_db
+    from app.storage.items import with_new_id
+    from tests.integration.conftest import accept
+
+    said = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+    async with state.engine.begin() as conn:
+        items = [with_new_id(said) for _ in range(3)]
+        conversation = await conversations_db.create(conn, account_id, {"k": "v"}, items)
+    response_id = await accept(state, account_id, input="in it", conversation=conversation.id)
+    async with state.engine.connect() as conn:
+        row = (
+            await conn.execute(text("SELECT * FROM conversation_overview WHERE id = :id"), {"id": conversation.id})
+        ).one()
+    assert (row.items, row.active_response_id, row.metadata) == (3, response_id, {"k": "v"})
+    assert row.account.startswith("integration-") and row.last_response_at is not None
