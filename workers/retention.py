@@ -75,7 +75,8 @@ class Step:
 
 
 STEPS = (
-    Step("stored", "store", "created_at", "ix_responses_stored_expiry", purge_log=False),
+    # a response in a conversation is kept as long as its conversation: its items are the conversation's
+    Step("stored", "store AND conversation_id IS NULL", "created_at", "ix_responses_stored_expiry", purge_log=False),
     Step("unstored_background", "NOT store", "completed_at", "ix_responses_unstored_expiry", purge_log=False),
     Step(
         "stream_log",

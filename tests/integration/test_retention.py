@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, insert, select, text, update
 
+from app.service import conversations
 from app.service.state import AppState
 from app.storage import responses as responses_db
 from app.storage.tables import output_snapshots, response_events, responses
@@ -73,6 +74,23 @@ async def test_expired_responses_are_deleted_and_chains_skip_them(
     async with state.engine.connect() as conn:
         row = await responses_db.get_row(conn, child)
     assert row is not None and row.context_parent_id is None  # its context now starts with itself
+
+
+async def test_a_response_in_a_conversation_is_kept_as_long_as_the_conversation(
+    state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime
+) -> None:
+    worker = await open_worker()
+    conversation = await conversations.create(state, account_id, {})
+    turn = await accept(state, account_id, input="remember this", conversation=conversation["id"])
+    await run_job(worker, turn)
+    await age(state, turn, created_at=timedelta(days=365))
+    while await expire(state):
+        pass
+    assert await exists(state, turn)
+    listed = await conversations.list_items(
+        state, account_id, conversation["id"], order="asc", limit=20, after=None, include=[]
+    )
+    assert [item["type"] for item in listed["data"]] == ["message", "message"]
 
 
 async def test_event_logs_go_after_their_window(
