@@ -7,7 +7,7 @@ import asyncio
 import logging
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from arq.connections import ArqRedis
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,6 +26,7 @@ from app.storage import responses as responses_db
 from app.storage.engine import create_engine
 from app.storage.held import HeldConnection
 from workers import retention
+from workers.conversation_items import ConversationItems
 from workers.event_log.writer import EventWriter
 from workers.leases import LeaseKeeper
 from workers.runtimes.client import ChatRuntimeClient
@@ -56,8 +57,10 @@ class WorkerState:
     # Claims of the jobs starting together, made by one statement.
     claims: Batched[str, responses_db.Claim] = field(init=False)
     side_tasks: SideTasks = field(default_factory=SideTasks)
+    conversations: ConversationItems = field(init=False)
 
     def __post_init__(self) -> None:
+        self.conversations = ConversationItems(int(self.settings.conversation_cache_mb * 1_000_000))
         self.seal = ReasoningSeal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
         self.claims = Batched(self._claim_many, "claims")
         self.claim_connection = HeldConnection(self.engine)
@@ -68,7 +71,20 @@ class WorkerState:
 
     async def _claim_many(self, response_ids: list[str]) -> dict[str, responses_db.Claim]:
         async with self.claim_connection.use() as conn:  # one atomic claim, then the contexts
-            return await responses_db.claim_many(conn, response_ids, self.worker_id, self.settings.lease_seconds)
+            claims = await responses_db.claim_many(conn, response_ids, self.worker_id, self.settings.lease_seconds)
+            # A response in a conversation sees the conversation's items first (one runs on it at a time).
+            in_conversations = {
+                c.record.id: conversation["id"]
+                for c in claims.values()
+                if (conversation := c.record.settings.get("conversation"))
+            }
+            if not in_conversations:
+                return claims
+            earlier = await self.conversations.read(conn, set(in_conversations.values()))
+        for response_id, conversation_id in in_conversations.items():
+            claim = claims[response_id]
+            claims[response_id] = replace(claim, context=earlier[conversation_id] + claim.context)
+        return claims
 
     @classmethod
     def open(

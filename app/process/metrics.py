@@ -73,6 +73,13 @@ OUTPUT_TOKENS = Counter(
 INPUT_TOKENS = Counter(
     "responses_input_tokens", "Input tokens of ended generations, by model.", ["model"], registry=REGISTRY
 )
+CONVERSATION_ITEMS_READ = Counter(
+    "responses_worker_conversation_items",
+    "Conversation items the claims of this worker's generations used, by where they came from: "
+    "its copy of the conversation (cache) or Postgres.",
+    ["source"],
+    registry=REGISTRY,
+)
 
 # Both (whichever process does it).
 REAPED = Counter("responses_reaped", "Running responses failed because their worker's lease lapsed.", registry=REGISTRY)

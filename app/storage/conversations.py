@@ -11,7 +11,7 @@ statement that ends it); one response at a time runs on a conversation (`active_
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
@@ -210,29 +210,65 @@ async def remove_item(conn: AsyncConnection, conversation_id: str, item_id: str)
             conversation_items.c.conversation_id == conversation_id, conversation_items.c.item_id == item_id
         )
     )
-    return removed.rowcount == 1
+    if removed.rowcount != 1:
+        return False
+    await count_removal(conn, conversation_id)
+    return True
 
 
-# The items of the conversations of many responses, each conversation's in order: what each
-# response's model sees before its own input.
-_CONTEXTS = DriverStatement(
+FROM_START = (0, 0)  # before every item: batches start at 1
+
+# Each conversation's items after a place, in order, with its count of removals: a worker's copy
+# of a conversation is read once, then only what joined it since (workers/conversation_items.py).
+_ITEMS_AFTER = DriverStatement(
     text("""
-    SELECT r.id, i.item_id, i.payload
-    FROM responses r
-    CROSS JOIN LATERAL (
-        SELECT ci.item_id, coalesce(ci.payload::text, held.payload::text) AS payload
+    SELECT c.id, c.items_removed, i.batch, i.place, i.item_id, i.payload
+    FROM unnest(CAST(:conversation_ids AS text[]), CAST(:batches AS bigint[]), CAST(:places AS int[]))
+         AS k(id, batch, place)
+    JOIN conversations c ON c.id = k.id
+    LEFT JOIN LATERAL (
+        SELECT ci.batch, ci.place, ci.item_id, coalesce(ci.payload::text, held.payload::text) AS payload
         FROM conversation_items ci LEFT JOIN items held ON held.id = ci.item_ref
-        WHERE ci.conversation_id = r.conversation_id
+        WHERE ci.conversation_id = c.id AND (ci.batch, ci.place) > (k.batch, k.place)
         ORDER BY ci.batch, ci.place
-    ) i
-    WHERE r.id = ANY(CAST(:response_ids AS text[])) AND r.conversation_id IS NOT NULL
+        OFFSET 0  -- (kept a subquery: its range is then read from the index, not filtered after)
+    ) i ON true
+    ORDER BY c.id, i.batch, i.place
 """)
 )
 
 
-async def contexts(conn: AsyncConnection, response_ids: Sequence[str]) -> Mapping[str, list[Item]]:
-    """For each response created in a conversation, the conversation's items as they are now."""
-    found: dict[str, list[Item]] = {}
-    for response_id, item_id, payload in await _CONTEXTS.rows(conn, {"response_ids": list(response_ids)}):
-        found.setdefault(response_id, []).append({"id": item_id, **orjson.loads(payload)})
-    return found
+@dataclass(slots=True)
+class Tail:
+    """A conversation's items after a place: `last` is the last one's place (None: none since),
+    `size` their JSON's length."""
+
+    items_removed: int
+    items: list[Item] = field(default_factory=list)
+    last: tuple[int, int] | None = None
+    size: int = 0
+
+
+async def items_after(conn: AsyncConnection, after: Mapping[str, tuple[int, int]]) -> dict[str, Tail]:
+    """For each conversation, its items after the place given (FROM_START: all of them). A
+    conversation deleted is missing. Items join a conversation under its row's lock (a response's
+    end, an items create), so one that joins later lies after every item read now."""
+    ids = list(after)
+    parameters = {"conversation_ids": ids, "batches": [after[i][0] for i in ids], "places": [after[i][1] for i in ids]}
+    tails: dict[str, Tail] = {}
+    for conversation_id, items_removed, batch, place, item_id, payload in await _ITEMS_AFTER.rows(conn, parameters):
+        tail = tails.setdefault(conversation_id, Tail(items_removed))
+        if item_id is not None:
+            tail.items.append({"id": item_id, **orjson.loads(payload)})
+            tail.last = (batch, place)
+            tail.size += len(payload)
+    return tails
+
+
+async def count_removal(conn: AsyncConnection, conversation_id: str) -> None:
+    """An item left the conversation: workers' copies of its items are stale."""
+    await conn.execute(
+        update(conversations)
+        .where(conversations.c.id == conversation_id)
+        .values(items_removed=conversations.c.items_removed + 1)
+    )

@@ -305,13 +305,8 @@ async def claim_many(
         row.update((c, orjson.loads(row[c])) for c in _JSON_COLUMNS if row[c] is not None)
         records.append(record_from_row(row, []))
         continuations[row["id"]] = row["continuations"]
-    # The context of a queued response never changes: read after the claim, it is the same. A
-    # response in a conversation sees the conversation's items first (one runs on it at a time).
+    # The context of a queued response never changes: read after the claim, it is the same.
     contexts = await items_db.contexts(conn, [r.id for r in records], own_output=False)
-    in_conversations = [r.id for r in records if r.settings.get("conversation")]
-    if in_conversations:
-        for response_id, earlier in (await conversations_db.contexts(conn, in_conversations)).items():
-            contexts[response_id] = earlier + contexts[response_id]
     return {r.id: Claim(r, contexts[r.id], continuations[r.id]) for r in records}
 
 
@@ -398,5 +393,10 @@ async def delete_response(conn: AsyncConnection, response_id: str, account_id: s
     query = delete(responses).where(responses.c.id == response_id)
     if account_id is not None:
         query = query.where(responses.c.account_id == account_id)
-    status: Status | None = (await conn.execute(query.returning(responses.c.status))).scalar_one_or_none()
+    gone = (await conn.execute(query.returning(responses.c.status, responses.c.conversation_id))).one_or_none()
+    if gone is None:
+        return None
+    if gone.conversation_id is not None:  # its items leave the conversation with it
+        await conversations_db.count_removal(conn, gone.conversation_id)
+    status: Status = gone.status
     return status

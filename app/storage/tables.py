@@ -277,6 +277,13 @@ conversations = Table(
         ForeignKey("responses.id", ondelete="SET NULL", use_alter=True),
         comment="the response running on it, if any: another is refused (conversation_locked) until it ends",
     ),
+    Column(
+        "items_removed",
+        BigInteger,
+        nullable=False,
+        server_default=text("0"),
+        comment="counts removals of its items: a worker's copy of them is whole but for later items while unchanged",
+    ),
     Index(None, "account_id", "created_at"),
     Index(None, "active_response_id", postgresql_where=text("active_response_id IS NOT NULL")),
     comment="OpenAI's conversations: an ordered list of items that responses read and add to.",

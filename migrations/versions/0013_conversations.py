@@ -35,7 +35,9 @@ def upgrade() -> None:
             nullable=False,
             comment="the account it belongs to: no other sees it",
         ),
-        sa.Column("metadata", postgresql.JSONB(), nullable=False, server_default="{}", comment="the client's, 16 pairs"),
+        sa.Column(
+            "metadata", postgresql.JSONB(), nullable=False, server_default="{}", comment="the client's, 16 pairs"
+        ),
         sa.Column(
             "created_at",
             sa.DateTime(timezone=True),
@@ -48,6 +50,13 @@ def upgrade() -> None:
             sa.Text(),
             sa.ForeignKey("responses.id", ondelete="SET NULL"),
             comment="the response running on it, if any: another is refused (conversation_locked) until it ends",
+        ),
+        sa.Column(
+            "items_removed",
+            sa.BigInteger(),
+            nullable=False,
+            server_default="0",
+            comment="counts removals of its items: a worker's copy of them is whole but for later items while unchanged",
         ),
         comment="OpenAI's conversations: an ordered list of items that responses read and add to.",
     )
@@ -62,7 +71,9 @@ def upgrade() -> None:
             sa.ForeignKey("conversations.id", ondelete="CASCADE"),
             nullable=False,
         ),
-        sa.Column("batch", sa.BigInteger(), nullable=False, comment="the batch it joined in (a response's end, a create)"),
+        sa.Column(
+            "batch", sa.BigInteger(), nullable=False, comment="the batch it joined in (a response's end, a create)"
+        ),
         sa.Column("place", sa.Integer(), nullable=False, comment="its place in that batch"),
         sa.Column("item_id", sa.Text(), nullable=False, comment="the item's id, as the API shows it"),
         sa.Column(

@@ -150,12 +150,38 @@ def test_a_response_in_a_conversation_sees_its_items_then_its_input_and_joins_it
     assert texts(client.conversations.items.list(conversation.id, order="asc"))[-2:] == ["third", "Echo: third"]
 
 
+def sent_texts(fake: FakeRuntime) -> list[str]:
+    return [m["content"] for m in fake.requests()[-1]["messages"]]
+
+
 def test_a_deleted_item_is_not_sent_to_the_model_again(client: openai.OpenAI, fake: FakeRuntime) -> None:
     conversation = client.conversations.create(items=[said("secret"), said("public")])
-    [secret, _] = client.conversations.items.list(conversation.id, order="asc").data
+    client.responses.create(model="fake", input="first", conversation=conversation.id)
+    assert sent_texts(fake) == ["secret", "public", "first"]
+    [secret, *_] = client.conversations.items.list(conversation.id, order="asc").data
     client.conversations.items.delete(str(secret.id), conversation_id=conversation.id)
     client.responses.create(model="fake", input="go", conversation=conversation.id)
-    assert [m["content"] for m in fake.requests()[-1]["messages"]] == ["public", "go"]
+    assert sent_texts(fake) == ["public", "first", "Echo: first", "go"]
+
+
+def test_a_deleted_response_takes_its_items_out_of_the_conversation(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    conversation = client.conversations.create()
+    regretted = client.responses.create(model="fake", input="regretted", conversation=conversation.id)
+    client.responses.create(model="fake", input="kept", conversation=conversation.id)
+    client.responses.delete(regretted.id)
+    assert texts(client.conversations.items.list(conversation.id, order="asc")) == ["kept", "Echo: kept"]
+    client.responses.create(model="fake", input="next", conversation=conversation.id)
+    assert sent_texts(fake) == ["kept", "Echo: kept", "next"]
+
+
+def test_items_added_between_turns_reach_the_next_turn_in_order(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    conversation = client.conversations.create(items=[said("a")])
+    client.responses.create(model="fake", input="b", conversation=conversation.id)
+    client.conversations.items.create(conversation.id, items=[said("c"), said("d")])
+    client.responses.create(model="fake", input="e", conversation=conversation.id)
+    assert sent_texts(fake) == ["a", "b", "Echo: b", "c", "d", "e"]
+    client.responses.create(model="fake", input="f", conversation=conversation.id)
+    assert sent_texts(fake) == ["a", "b", "Echo: b", "c", "d", "e", "Echo: e", "f"]
 
 
 def test_a_tool_call_and_its_output_inside_a_conversation(client: openai.OpenAI, fake: FakeRuntime) -> None:

@@ -80,8 +80,16 @@ MAY_IMPORT: dict[str, set[str]] = {
     "workers.event_log": {"app.process", "app.protocol", "app.queue", "app.storage", "app.events"},
     "workers.leases": {"app.process", "app.queue", "app.storage"},
     "workers.retention": {"app.process", "app.storage"},
+    "workers.conversation_items": {"app.process", "app.storage"},
     "workers.state": _APP_BELOW_SERVICE
-    | {"app.service", "workers.event_log", "workers.leases", "workers.retention", "workers.runtimes"},
+    | {
+        "app.service",
+        "workers.event_log",
+        "workers.leases",
+        "workers.retention",
+        "workers.conversation_items",
+        "workers.runtimes",
+    },
     "workers.jobs": _APP_BELOW_SERVICE | {"app.service", "workers.state", "workers.runtimes"},
     "workers.health_port": {"app.process", "workers.state"},
     "workers.process": {"app.process", "app.queue", "workers.state", "workers.jobs", "workers.health_port"}

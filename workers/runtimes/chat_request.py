@@ -100,12 +100,14 @@ class _Messages:
 
     def add(self, item: Item) -> None:
         kind = item["type"]
-        if kind not in TOOL_OUTPUT_TYPES:
+        if self.tool_images and kind not in TOOL_OUTPUT_TYPES:
             self._flush_tool_images()
-        if kind == "message" and item["role"] in ("system", "developer"):
-            self.system_parts.append(item_text(item))
-        elif kind == "message":
-            self._message(item["role"], _content(item["content"]))
+        if kind == "message":
+            role = item["role"]
+            if role in ("system", "developer"):
+                self.system_parts.append(item_text(item))
+            else:
+                self._message(role, _content(item["content"]))
         elif kind == "reasoning":
             self.reasoning.append(reasoning_text(item))
         elif kind == "function_call":
@@ -123,10 +125,11 @@ class _Messages:
 
     def _message(self, role: str, content: str | list[dict[str, Any]]) -> None:
         message: dict[str, Any] = {"role": role, "content": content}
-        if role == "assistant":
-            self._take_reasoning(message)
-        else:
-            self.reasoning = []  # reasoning followed by no answer of its own: nothing to attach it to
+        if self.reasoning:
+            if role == "assistant":
+                self._take_reasoning(message)
+            else:
+                self.reasoning = []  # reasoning followed by no answer of its own: nothing to attach it to
         self.messages.append(message)
 
     def _call(self, call_id: str, name: str, arguments: str) -> None:
@@ -166,6 +169,8 @@ def reasoning_text(item: Item) -> str:
 
 def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     """Text as a string; with images, the chat API's list of text and image_url parts."""
+    if len(parts) == 1 and parts[0]["type"] != "input_image":  # most messages: one part of text
+        return parts[0].get("text") or parts[0].get("refusal") or ""
     if not any(part["type"] == "input_image" for part in parts):
         return "".join(part.get("text") or part.get("refusal") or "" for part in parts)
     return [_image_part(p) if p["type"] == "input_image" else {"type": "text", "text": p["text"]} for p in parts]
