@@ -128,10 +128,17 @@ class OpenAIModel(ModelEntry):
     runtime: Literal["openai"]
     base_url: str = Field(min_length=1)
     upstream_model: str | None = None
+    # The server counts chat prompts at vLLM's `/tokenize` (an external vLLM): a prompt that might
+    # not fit is then measured before it is sent, as a hosted vLLM's is.
+    tokenize: bool = False
 
     @property
     def served_name(self) -> str:
         return self.upstream_model or self.id
+
+    @property
+    def prompt_measure(self) -> Literal["none", "tokenize", "probe"]:
+        return "tokenize" if self.tokenize else "none"
 
 
 class SupervisedModel(ModelEntry):

@@ -187,6 +187,15 @@ max_output_tokens = 64
 
 # A server that continues an answer cut short (vLLM's continue_final_message): a generation whose
 # worker stopped or died goes on in another worker.
+# An external server that counts prompts (vLLM's /tokenize), with a small context.
+[[models]]
+id = "measured-model"
+runtime = "openai"
+base_url = "{fake_runtime_url}/v1"
+tokenize = true
+context_window = 400
+max_output_tokens = 64
+
 [[models]]
 id = "continuing-model"
 runtime = "openai"

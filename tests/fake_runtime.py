@@ -20,7 +20,8 @@ first line is `#fake {json}` scripts it instead:
     break_after        drop the connection after this many chunks
     no_usage           send no usage chunk
     usage              send this as the usage chunk's `usage`, instead of the counts
-    context_window     refuse (400, as vLLM words it) when prompt words + max_tokens exceed it
+    context_window     refuse (400) when prompt words + max_tokens exceed it, worded as vLLM words it
+                       (`context_wording`: "vllm", "sglang", "llamacpp", or "plain": without counts)
     reasoning          reasoning text streamed (as `reasoning_content`, word by word) before the answer
     tool_calls         [{"name", "arguments", "id"?}]: calls streamed after the text (ids call_0, call_1…
                        unless given), finish_reason "tool_calls"
@@ -186,12 +187,23 @@ async def chat_completions(request: Request) -> Response:
     if limit is not None and len(chunks) > limit:
         chunks, finish = chunks[:limit], "length"
     prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-    if limit is not None and prompt_tokens + limit > script.get("context_window", 1_000_000):
-        return JSONResponse(  # as vLLM and llama.cpp word it
-            {"error": {"message": "This model's maximum context length is exceeded.", "type": "BadRequestError"}},
-            status_code=400,
-        )
+    window = script.get("context_window", 1_000_000)
+    if limit is not None and prompt_tokens + limit > window:
+        message = _overflow(script.get("context_wording", "vllm"), prompt_tokens, limit, window)
+        return JSONResponse({"error": {"message": message, "type": "BadRequestError"}}, status_code=400)
     return StreamingResponse(_stream(body, chunks, finish, script, prompt_tokens), media_type="text/event-stream")
+
+
+def _overflow(wording: str, prompt: int, limit: int, window: int) -> str:
+    """A context overflow as each server words it."""
+    return {
+        "vllm": f"This model's maximum context length is {window} tokens. However, you requested "
+        f"{prompt + limit} tokens ({prompt} in the messages, {limit} in the completion). "
+        "Please reduce the length of the messages or completion.",
+        "sglang": f"The input ({prompt} tokens) is longer than the model's context length ({window} tokens).",
+        "llamacpp": f"request ({prompt} tokens) exceeds the available context size ({window} tokens)",
+        "plain": "This model's maximum context length is exceeded.",
+    }[wording]
 
 
 async def _stream(

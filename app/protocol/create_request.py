@@ -238,8 +238,6 @@ def _check_conversation(request: CreateResponseRequest) -> None:
 
 def _reject_unserved_values(request: CreateResponseRequest) -> None:
     """Values that are valid for OpenAI but would be silently ignored here: refuse them instead."""
-    if request.truncation == "auto":
-        raise errors.UnsupportedParameter("truncation", "truncation 'auto'")
     for index, name in enumerate(request.include or []):
         if name not in INCLUDABLE:
             raise errors.InvalidRequest(

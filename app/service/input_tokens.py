@@ -28,7 +28,8 @@ async def count(state: AppState, account_id: str, body: dict[str, Any]) -> dict[
     create, model = await validated(state, body, input_optional=True)  # as OpenAI's: a chain alone counts
     if model.prompt_measure == "none":
         raise errors.InvalidRequest(
-            f"Invalid 'model': the server of '{model.id}' cannot count tokens (only vllm and llamacpp models can).",
+            f"Invalid 'model': the server of '{model.id}' cannot count tokens "
+            "(vllm and llamacpp models can, and openai ones with `tokenize = true`).",
             param="model",
             code="unsupported_value",
         )

@@ -69,7 +69,7 @@ BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
         "tools[0].type",
         "unsupported_parameter",
     ),
-    ({"model": "fake", "input": "x", "truncation": "auto"}, 400, "truncation", "unsupported_parameter"),
+    ({"model": "fake", "input": "x", "truncation": "sometimes"}, 400, "truncation", "invalid_value"),
     (
         {"model": "fake", "input": [{"type": "function_call", "call_id": "c", "name": "f"}]},
         400,

@@ -147,6 +147,31 @@ def test_input_beyond_the_context_window_is_refused_not_truncated(embedded: open
     assert caught.value.body["code"] == "context_length_exceeded" and caught.value.body["param"] == "input"
 
 
+def test_truncation_auto_drops_the_oldest_turns_to_fit_the_context(embedded: openai.OpenAI) -> None:
+    # Four long notes (about 900 tokens each, as SmolLM2 counts them) outgrow its 2,048-token
+    # context: each turn goes on without the oldest turns it cannot hold, measured by llama.cpp.
+    previous = None
+    for note in range(4):
+        turn = embedded.responses.create(
+            model="smollm2",
+            input=f"Note {note}: " + "lighthouse keeper " * 300,
+            previous_response_id=previous,
+            max_output_tokens=16,
+            truncation="auto",
+        )
+        assert turn.status in ("completed", "incomplete") and turn.truncation == "auto"
+        previous = turn.id
+    final = embedded.responses.create(
+        model="smollm2", input="Say OK.", previous_response_id=previous, max_output_tokens=16, truncation="auto"
+    )
+    assert final.status in ("completed", "incomplete") and final.output_text
+    assert final.usage is not None and final.usage.input_tokens + 16 <= 2048
+    assert len(list(embedded.responses.input_items.list(final.id, limit=100))) == 9  # all of it still listed
+    with pytest.raises(openai.BadRequestError) as caught:  # the same turn, without truncation
+        embedded.responses.create(model="smollm2", input="Say OK.", previous_response_id=previous, max_output_tokens=16)
+    assert caught.value.body["code"] == "context_length_exceeded"
+
+
 def test_the_token_limit_cuts_the_answer_as_incomplete(embedded: openai.OpenAI) -> None:
     response = embedded.responses.create(
         model="smollm2", input="Write a long story about a dragon.", max_output_tokens=16

@@ -26,7 +26,8 @@ async def count_input_tokens(ctx: dict[str, Any], count_id: str, job: dict[str, 
             raise RuntimeFailure(f"model '{record.model}' is not in this worker's catalog")
         if state.supervisor is not None:  # its model server may be restarting
             await state.supervisor.wait_healthy(state.supervisor.startup_timeout)
-        tokens = await state.runtime.count_prompt(model, chat_request(record, job["context"], model))
+        truncate = record.settings.get("truncation") == "auto"
+        tokens = await state.runtime.count_prompt(model, chat_request(record, job["context"], model), truncate=truncate)
         answer = {"input_tokens": tokens} if tokens is not None else {"error": "this model server cannot count"}
     except RuntimeFailure as exc:
         answer = {"error": str(exc)}

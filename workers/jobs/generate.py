@@ -230,7 +230,8 @@ async def _stream(state: WorkerState, generation: Generation, translator: Stream
                 waiting_for_first = False
                 first_token.observe(time.time() - generation.record.created_at)
 
-    await state.runtime.stream(generation.model, body, translate)
+    truncate = generation.record.settings.get("truncation") == "auto"
+    await state.runtime.stream(generation.model, body, translate, truncate=truncate)
 
 
 def _ending(

@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 
 from app.catalog import ModelEntry
-from workers.runtimes import prompt_length
-from workers.runtimes.errors import RuntimeFailure, refusal_of
+from workers.runtimes import prompt_length, truncation
+from workers.runtimes.errors import CONTEXT_LENGTH_EXCEEDED, RuntimeFailure, refusal_of
 from workers.runtimes.http_client import HttpClient, HttpError, RequestTimeouts
 from workers.runtimes.translate import chunk_carries_output
 
@@ -24,6 +24,10 @@ log = logging.getLogger(__name__)
 
 
 RETRY_BACKOFF_SECONDS = 0.25  # then doubled per attempt
+# `truncation: "auto"`: how many times a prompt is cut and measured again, or cut and sent again
+# after the server refused it as too long; each cut is estimated from the counts so far.
+MAX_TRUNCATING_MEASURES = 4
+MAX_TRUNCATING_REFUSALS = 4
 
 ChunkConsumer = Callable[[dict[str, Any]], None]
 
@@ -45,20 +49,31 @@ class ChatRuntimeClient:
             read=model.read_timeout_seconds or self._read_timeout,
         )
 
-    async def count_prompt(self, model: ModelEntry, body: dict[str, Any]) -> int | None:
-        """The prompt's tokens as the server counts them; None for a server that cannot count."""
-        return await prompt_length.measure(self._http, model, body, _headers(model), self._timeout(model))
+    async def count_prompt(self, model: ModelEntry, body: dict[str, Any], *, truncate: bool = False) -> int | None:
+        """The prompt's tokens as the server counts them (with `truncate`, once it lost the turns
+        it would lose to fit); None for a server that cannot count."""
+        headers, timeout = _headers(model), self._timeout(model)
+        tokens = await prompt_length.measure(self._http, model, body, headers, timeout)
+        if tokens is not None and truncate:
+            _, tokens = await self._truncated(model, body, tokens, headers, timeout)
+        return tokens
 
-    async def stream(self, model: ModelEntry, body: dict[str, Any], on_chunk: ChunkConsumer) -> None:
+    async def stream(
+        self, model: ModelEntry, body: dict[str, Any], on_chunk: ChunkConsumer, *, truncate: bool = False
+    ) -> None:
         """Hands the runtime's chunks, as dicts, to `on_chunk` as they arrive (`on_chunk` must not
         block: the stream is read in between); raises RuntimeFailure on any failure. A failure
         before the first token is retried (model.max_retries); after it, it ends the generation.
         Cancelling the call closes the connection, which aborts the generation upstream. For a
-        server that streams no usage, a usage chunk with the prompt's tokens comes last."""
+        server that streams no usage, a usage chunk with the prompt's tokens comes last. With
+        `truncate`, a prompt longer than the context loses its oldest turns until it fits
+        (workers/runtimes/truncation.py): measured first where the server can count it, else
+        sent again shorter after the server refuses it, a bounded number of times."""
         url = f"{(model.base_url or '').rstrip('/')}/chat/completions"
         headers = _headers(model)
         timeout = self._timeout(model)
-        for attempt in range(model.max_retries + 1):
+        attempt = refusals = 0
+        while True:
             produced = False
 
             def note(chunk: dict[str, Any]) -> None:
@@ -67,13 +82,23 @@ class ChatRuntimeClient:
                 on_chunk(chunk)
 
             try:
-                await self._attempt(model, url, body, headers, timeout, note)
+                await self._attempt(model, url, body, headers, timeout, note, truncate)
                 return
             except RuntimeFailure as failure:
-                if produced or not failure.retryable or attempt == model.max_retries:
+                if produced:
                     raise
-                log.warning("model %s: %s; retrying (%d of %d)", model.id, failure, attempt + 1, model.max_retries)
-            await asyncio.sleep(RETRY_BACKOFF_SECONDS * 2**attempt)
+                if truncate and failure.code == CONTEXT_LENGTH_EXCEEDED and refusals < MAX_TRUNCATING_REFUSALS:
+                    shorter = truncation.after_refusal(body, str(failure), model.context_window)
+                    if shorter is not None:
+                        refusals += 1
+                        log.info("model %s: prompt refused as too long; sending it without its oldest turns", model.id)
+                        body = shorter
+                        continue
+                if not failure.retryable or attempt == model.max_retries:
+                    raise
+                attempt += 1
+                log.warning("model %s: %s; retrying (%d of %d)", model.id, failure, attempt, model.max_retries)
+            await asyncio.sleep(RETRY_BACKOFF_SECONDS * 2 ** (attempt - 1))
 
     async def _attempt(
         self,
@@ -83,12 +108,15 @@ class ChatRuntimeClient:
         headers: dict[str, str],
         timeout: RequestTimeouts,
         on_chunk: ChunkConsumer,
+        truncate: bool,
     ) -> None:
         try:
             prompt_tokens = None
             if model.prompt_measure != "none" and not prompt_length.surely_fits(body, model.context_window):
                 prompt_tokens = await prompt_length.measure(self._http, model, body, headers, timeout)
                 if prompt_tokens is not None:
+                    if truncate:
+                        body, prompt_tokens = await self._truncated(model, body, prompt_tokens, headers, timeout)
                     body = prompt_length.fit_to_context(body, prompt_tokens, model.context_window)
             async with self._http.post_json(url, body, headers, timeout) as response:
                 if response.status >= 400:
@@ -104,6 +132,26 @@ class ChatRuntimeClient:
                 raise RuntimeFailure("model runtime ended its stream without a finish_reason", retryable=True)
         except (TimeoutError, OSError, HttpError) as exc:
             raise RuntimeFailure(f"model runtime unreachable or broke off: {exc!r}", retryable=True) from exc
+
+    async def _truncated(
+        self,
+        model: ModelEntry,
+        body: dict[str, Any],
+        prompt_tokens: int,
+        headers: dict[str, str],
+        timeout: RequestTimeouts,
+    ) -> tuple[dict[str, Any], int]:
+        """The request without the oldest turns it must lose to fit with room for the answer, and
+        its prompt's tokens, measured again after each cut (at most MAX_TRUNCATING_MEASURES)."""
+        for _ in range(MAX_TRUNCATING_MEASURES):
+            excess = prompt_tokens + int(body["max_tokens"]) - model.context_window
+            shorter = truncation.shortened(body, excess, prompt_tokens) if excess > 0 else None
+            if shorter is None:
+                break
+            body = shorter
+            measured = await prompt_length.measure(self._http, model, body, headers, timeout)
+            prompt_tokens = prompt_tokens if measured is None else measured
+        return body, prompt_tokens
 
 
 class EventStreamReader:
