@@ -62,7 +62,7 @@ class Settings(BaseSettings):
     hosted_tools: Literal["ignore", "refuse"] = Field("ignore", alias="RESPONSES_HOSTED_TOOLS")
 
     # The keys that seal reasoning for clients (include reasoning.encrypted_content): Fernet keys,
-    # comma-separated, or one per line in a file; the first seals, all open (app/protocol/reasoning_seal.py).
+    # comma-separated, or one per line in a file; the first seals, all open (app/protocol/sealing.py).
     # With none, encrypted_content stays null.
     encryption_keys: str | None = Field(None, alias="RESPONSES_ENCRYPTION_KEYS")
     encryption_key_file: Path | None = Field(None, alias="RESPONSES_ENCRYPTION_KEY_FILE")

@@ -178,7 +178,7 @@ def new_environment(tmp_path_factory: pytest.TempPathFactory, fake_runtime_url: 
     models.write_text(f"""
 [[models]]
 id = "fake-model"
-aliases = ["fake"]
+aliases = ["fake", "gpt-4.1"]  # (a name clients that want an OpenAI model's accept)
 runtime = "openai"
 base_url = "{fake_runtime_url}/v1"
 upstream_model = "fake-upstream"

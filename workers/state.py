@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from arq.connections import ArqRedis
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -15,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.catalog import Catalog, OpenAIModel
 from app.process.batching import Batched
 from app.process.side_tasks import SideTasks
-from app.protocol.reasoning_seal import ReasoningSeal
+from app.protocol.sealing import Seal
 from app.queue import heartbeats
 from app.queue.redis_keys import STOP_CHANNEL, events_channel
 from app.queue.redis_link import REDIS_LINK
@@ -49,7 +50,7 @@ class WorkerState:
     queue_name: str = ""  # the queue it takes jobs from (open() sets it)
     draining: bool = False  # shutting down: no new job; its generations finish or are handed over
     # Generations running in this process, by response id: what a stop signal cancels.
-    running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    running: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     # Responses a job of this worker claims or runs: a second job of the same one does nothing.
     taken: set[str] = field(default_factory=set)
     # The store=false ones among them: kept alive by a Redis key instead of a Postgres lease.
@@ -61,7 +62,7 @@ class WorkerState:
 
     def __post_init__(self) -> None:
         self.conversations = ConversationItems(int(self.settings.conversation_cache_mb * 1_000_000))
-        self.seal = ReasoningSeal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
+        self.seal = Seal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
         self.claims = Batched(self._claim_many, "claims")
         self.claim_connection = HeldConnection(self.engine)
         # A generation whose events can no longer be written (refused, or its response ended

@@ -23,10 +23,15 @@ CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 
 class FinalResponse:
     def __init__(
-        self, events: AsyncIterator[list[WireEvent] | None], on_disconnect: Callable[[], Awaitable[None]] | None
+        self,
+        events: AsyncIterator[list[WireEvent] | None],
+        on_disconnect: Callable[[], Awaitable[None]] | None,
+        render: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
     ) -> None:
+        """`render`: the answer made of a Response that did not fail (default: the Response)."""
         self.events = events
         self.on_disconnect = on_disconnect
+        self.render = render
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         terminal: Event | None = None
@@ -49,6 +54,8 @@ class FinalResponse:
                     await self.on_disconnect()
             return
         status, body = _answer(terminal)
+        if status == 200 and self.render is not None:
+            body = await self.render(body)
         await send(
             {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
         )

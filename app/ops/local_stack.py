@@ -133,7 +133,7 @@ async def _wait_for_valkey(url: str, server: subprocess.Popen[bytes]) -> None:
 def _encryption_key(key_file: Path) -> Path:
     """The data folder's key for sealed reasoning, made at the first start."""
     if not key_file.exists():
-        from app.protocol.reasoning_seal import new_key
+        from app.protocol.sealing import new_key
 
         key_file.touch(mode=0o600)
         key_file.write_text(new_key() + "\n")

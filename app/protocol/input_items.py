@@ -25,7 +25,7 @@ TOOL_OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output")
 UNSUPPORTED_CONTENT_TYPES = {"input_file", "input_audio"}
 UNSUPPORTED_ITEM_TYPES = {
     "item_reference",
-    "compaction",
+    "compaction_trigger",
     "computer_call",
     "computer_call_output",
     "web_search_call",
@@ -88,6 +88,13 @@ class _Reasoning(StrictModel):
     encrypted_content: str | None = None
     id: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class _Compaction(StrictModel):
+    type: Literal["compaction"]
+    encrypted_content: str = Field(min_length=1)
+    id: str | None = None
+    created_by: str | None = None
 
 
 class _TextPart(StrictModel):
@@ -198,6 +205,11 @@ def _reasoning(raw: dict[str, Any], param: str) -> Item:
     return item
 
 
+def _compaction(raw: dict[str, Any], param: str) -> Item:
+    # A summary of what came before it, sealed by this server (checked by the service, opened for the model).
+    return {"type": "compaction", "encrypted_content": validate(_Compaction, raw, prefix=param).encrypted_content}
+
+
 _ITEM_PARSERS: dict[str, Callable[[dict[str, Any], str], Item]] = {
     "message": _message,
     "function_call": _function_call,
@@ -205,6 +217,7 @@ _ITEM_PARSERS: dict[str, Callable[[dict[str, Any], str], Item]] = {
     "custom_tool_call": _custom_tool_call,
     "custom_tool_call_output": _tool_output,
     "reasoning": _reasoning,
+    "compaction": _compaction,
 }
 
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from app import errors
 from app.protocol import conversation_request
 from app.protocol.input_items import Item
-from app.protocol.reasoning_seal import open_sealed_reasoning
+from app.protocol.sealing import open_sealed_items
 from app.service.image_fetch import check_images
 from app.service.state import AppState
 from app.storage import conversations as conversations_db
@@ -18,7 +18,7 @@ from app.storage import items as items_db
 
 
 async def _checked(state: AppState, items: list[Item]) -> list[Item]:
-    open_sealed_reasoning(items, state.seal)
+    open_sealed_items(items, state.seal)
     await check_images(items, state.images)
     return [items_db.with_new_id(item) for item in items]
 

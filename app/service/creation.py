@@ -31,8 +31,8 @@ from app.protocol.ids import new_id
 from app.protocol.input_items import TOOL_OUTPUT_TYPES, Item
 from app.protocol.lifecycle import lifecycle_event
 from app.protocol.model_fit import check_fit
-from app.protocol.reasoning_seal import open_sealed_reasoning
 from app.protocol.response_object import ResponseRecord
+from app.protocol.sealing import open_sealed_items
 from app.protocol.tools import HOSTED_TOOL_TYPES
 from app.protocol.vocabulary import ACTIVE_STATUSES
 from app.queue.jobs import GenerateJob
@@ -78,8 +78,11 @@ class Created:
     on_disconnect: Callable[[], Awaitable[None]] | None
 
 
-async def create(state: AppState, caller: Caller, body: dict[str, Any], body_bytes: int) -> Created:
-    accepted = await accept(state, caller.account_id, body, caller.limits, body_bytes)
+async def create(
+    state: AppState, caller: Caller, body: dict[str, Any], body_bytes: int, *, compaction: bool = False
+) -> Created:
+    """`compaction`: the response compacts its context (app/service/compaction.py)."""
+    accepted = await accept(state, caller.account_id, body, caller.limits, body_bytes, compaction=compaction)
     record = accepted.record
     request_log.note(model=record.model, response_id=record.id)
     CREATED.labels(record.model, "background" if record.background else "stream" if record.stream else "json").inc()
@@ -109,7 +112,7 @@ async def validated(
     """A create request's body checked in full (a 400 naming what is wrong), with its model;
     sealed reasoning opened and image URLs fetched."""
     create = parse_create_request(body, state.settings.hosted_tools, input_optional=input_optional)
-    open_sealed_reasoning(create.input_items, state.seal)
+    open_sealed_items(create.input_items, state.seal)
     model = state.catalog.resolve(create.request.model)
     check_fit(create, model)
     await check_images(create.input_items, state.images)
@@ -122,10 +125,14 @@ async def accept(
     body: dict[str, Any],
     limits: Limits | None = None,
     body_bytes: int = 0,
+    *,
+    compaction: bool = False,
 ) -> Accepted:
-    create, model = await validated(state, body)
+    create, model = await validated(state, body, input_optional=compaction)  # a chain alone is compacted
     request_log.phase("validate")
     record = new_record(create, model)
+    if compaction:
+        record.settings["compaction"] = True
     if limits is not None:
         await _admit(state, account_id, record, model, limits, body_bytes)
     _log_hosted_tools(create)

@@ -15,7 +15,7 @@ from app.events.hub import EventHub
 from app.events.log_reader import LogReader
 from app.process.batching import Batched
 from app.process.side_tasks import SideTasks
-from app.protocol.reasoning_seal import ReasoningSeal
+from app.protocol.sealing import Seal
 from app.queue.jobs import GenerateJob, enqueue_many, queue_pool
 from app.queue.redis_keys import events_channel
 from app.service import reaper
@@ -45,7 +45,7 @@ class AppState:
     stored: Batched[responses_db.NewResponse, None] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.seal = ReasoningSeal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
+        self.seal = Seal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
         self.images = (
             ImageFetcher.from_config(self.settings.image_fetch_allow, self.settings.image_fetch_timeout)
             if self.settings.image_urls == "fetch"

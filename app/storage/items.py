@@ -31,6 +31,7 @@ _ID_PREFIX: dict[str, Any] = {
     "custom_tool_call": "ctc",
     "custom_tool_call_output": "ctco",
     "reasoning": "rs",
+    "compaction": "cmp",
 }
 
 
@@ -135,7 +136,9 @@ async def find_input_item(conn: AsyncConnection, response: DbRow, item_id: str) 
         return None
     row = (
         await conn.execute(
-            select(items.c.branch_id, items.c.depth, items.c.side, items.c.position).where(items.c.id == item_id)
+            select(items.c.branch_id, items.c.depth, items.c.side, items.c.position).where(
+                items.c.id == item_id, items.c.type != "compaction"
+            )
         )
     ).one_or_none()
     if row is None:
@@ -174,7 +177,8 @@ async def input_items_page(
 async def _segment_page(
     conn: AsyncConnection, segment: Segment, ascending: bool, low: Key | None, high: Key | None, limit: int
 ) -> Sequence[DbRow]:
-    conditions = ["branch_id = :branch_id", "(depth, side) <= (:depth, :last)"]
+    # A compaction item is the server's (a sealed summary): input_items never lists one.
+    conditions = ["branch_id = :branch_id", "(depth, side) <= (:depth, :last)", "type <> 'compaction'"]
     parameters: dict[str, Any] = {"branch_id": segment.branch_id, "depth": segment.depth, "last": segment.last_side}
     for name, bound, comparison in (("low", low, ">"), ("high", high, "<")):
         if bound is not None:

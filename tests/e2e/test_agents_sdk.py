@@ -1,7 +1,8 @@
 """The OpenAI Agents SDK (`openai-agents`) runs its agent loop against the server: two tools
 called, their results sent back with `previous_response_id`, then the answer; streamed and not.
 And its state kept server-side, in a conversation: by `conversation_id`, and in an
-`OpenAIConversationsSession`, each over three turns with a tool."""
+`OpenAIConversationsSession`, each over three turns with a tool; and a session compacted by the
+server (`OpenAIResponsesCompactionSession`)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import pytest
 from agents import (
     Agent,
     OpenAIConversationsSession,
+    OpenAIResponsesCompactionSession,
     OpenAIResponsesModel,
     Runner,
+    SQLiteSession,
     function_tool,
     set_tracing_disabled,
 )
@@ -131,3 +134,27 @@ async def test_an_agent_keeps_its_state_in_an_openai_conversations_session(
     assert len(await session.get_items()) == len(history) - 1
     await session.clear_session()
     assert await session.get_items() == []
+
+
+async def test_an_agent_session_is_compacted_by_the_server(fake: FakeRuntime, server: Server, api_key: str) -> None:
+    client = AsyncOpenAI(base_url=server.base_url, api_key=api_key, max_retries=0)
+    agent = Agent(
+        name="planner", instructions="Plan trips.", model=OpenAIResponsesModel(model="fake", openai_client=client)
+    )
+    session = OpenAIResponsesCompactionSession(
+        "trip",
+        SQLiteSession("trip"),
+        client=client,
+        model="gpt-4.1",  # (an alias of the fake model: the session wants an OpenAI model's name)
+        should_trigger_compaction=lambda context: True,  # after every turn
+    )
+    for question in ("Plan a trip to Lisbon.", "In May.", "Book it."):
+        result = await Runner.run(agent, question, session=session)
+        assert result.final_output == f"Echo: {question}"
+    history: list[Any] = await session.get_items()
+    assert [item.get("type", "message") for item in history] == ["message", "message", "message", "compaction"]
+    assert [item["content"][0]["text"] for item in history[:3]] == ["Plan a trip to Lisbon.", "In May.", "Book it."]
+    # The last turn was sent the user's words and the summary, not the earlier answers.
+    messages = fake.requests()[-2]["messages"]  # (the last request is the compaction after it)
+    assert [m["role"] for m in messages] == ["system", "user", "user", "user", "user"]
+    assert messages[3]["content"].startswith("What came before in this conversation, summarized:")

@@ -231,9 +231,9 @@ def reasoning_chunk(text: str) -> dict[str, Any]:
 
 
 def test_reasoning_is_sealed_once_only_when_included_and_a_key_is_there() -> None:
-    from app.protocol.reasoning_seal import ReasoningSeal, new_key
+    from app.protocol.sealing import Seal, new_key
 
-    seal = ReasoningSeal([new_key()])
+    seal = Seal([new_key()])
     included = {**SETTINGS, "requested": {"include": ["reasoning.encrypted_content"]}}
     for settings, key, sealed in ((included, seal, True), (SETTINGS, seal, False), (included, None, False)):
         translator = StreamTranslator.for_settings(settings, key)

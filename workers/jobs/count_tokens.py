@@ -9,6 +9,7 @@ from typing import Any
 
 from app.protocol.response_object import ResponseRecord
 from app.queue import token_counts
+from workers.runtimes import compaction
 from workers.runtimes.chat_request import chat_request
 from workers.runtimes.errors import RuntimeFailure
 from workers.state import WorkerState
@@ -27,7 +28,8 @@ async def count_input_tokens(ctx: dict[str, Any], count_id: str, job: dict[str, 
         if state.supervisor is not None:  # its model server may be restarting
             await state.supervisor.wait_healthy(state.supervisor.startup_timeout)
         truncate = record.settings.get("truncation") == "auto"
-        tokens = await state.runtime.count_prompt(model, chat_request(record, job["context"], model), truncate=truncate)
+        context = compaction.model_view(job["context"], state.seal)
+        tokens = await state.runtime.count_prompt(model, chat_request(record, context, model), truncate=truncate)
         answer = {"input_tokens": tokens} if tokens is not None else {"error": "this model server cannot count"}
     except RuntimeFailure as exc:
         answer = {"error": str(exc)}

@@ -21,6 +21,7 @@ from typing import Any
 from app.catalog import ModelEntry
 from app.process.metrics import FINISHED, INPUT_TOKENS, OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
 from app.protocol.accumulate import continuable, stopped
+from app.protocol.ids import new_id
 from app.protocol.input_items import Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.response_object import ResponseRecord
@@ -32,6 +33,7 @@ from app.service import admission
 from app.storage import events as events_db
 from app.storage import items as items_db
 from app.storage import responses as responses_db
+from workers.runtimes import compaction
 from workers.runtimes.chat_request import chat_request, continuing
 from workers.runtimes.errors import RuntimeFailure
 from workers.runtimes.output_items import Event
@@ -102,6 +104,9 @@ async def _claim_transient(state: WorkerState, response_id: str, job: dict[str, 
 
 async def _run(state: WorkerState, generation: Generation) -> None:
     record = generation.record
+    if record.settings.get("compaction"):
+        await _run_compaction(state, generation)
+        return
     translator = StreamTranslator.for_settings(record.settings, state.seal)
     prefix = None
     if generation.continuations:
@@ -132,6 +137,55 @@ async def _run(state: WorkerState, generation: Generation) -> None:
         log.exception("response %s: its outcome could not be made", record.id)
         closing, outcome = [], _failed(INTERNAL_ERROR)
     await _finish(state, record, closing, outcome)
+
+
+async def _run_compaction(state: WorkerState, generation: Generation) -> None:
+    """A compaction (app/service/compaction.py): the model's summary of the context, sealed into
+    one compaction item; nothing is streamed, its client waits for the end."""
+    record = generation.record
+    task = asyncio.create_task(_summarize(state, generation))
+    state.running[record.id] = task
+    try:
+        await asyncio.wait({task})
+    except asyncio.CancelledError:  # the worker is shutting down: its client asks again
+        task.cancel()
+        await asyncio.shield(_finish(state, record, [], _failed("The worker shut down before this compaction ended.")))
+        raise
+    finally:
+        state.running.pop(record.id, None)
+    if task.cancelled():
+        outcome = responses_db.Outcome("cancelled", [], time.time())
+    elif isinstance(error := task.exception(), RuntimeFailure):
+        outcome = responses_db.Outcome("failed", [], time.time(), error={"code": error.code, "message": str(error)})
+    elif error is not None:
+        log.error("compaction failed", exc_info=error)
+        outcome = _failed(INTERNAL_ERROR)
+    else:
+        outcome = task.result()
+    await _finish(state, record, [], outcome)
+
+
+async def _summarize(state: WorkerState, generation: Generation) -> responses_db.Outcome:
+    record, model = generation.record, generation.model
+    if model is None:
+        raise RuntimeFailure(f"model '{record.model}' is not in this worker's catalog")
+    if state.seal is None:
+        raise RuntimeFailure("compaction needs an encryption key (RESPONSES_ENCRYPTION_KEYS) on the worker")
+    translator = StreamTranslator.for_settings(record.settings, state.seal)
+    asked = compaction.summary_request(generation.context, state.seal)
+    # Whatever does not fit the model is left out of the summary (its oldest turns), not refused.
+    body = chat_request(record, asked, model, translator.tools)
+
+    def collect(chunk: dict[str, Any]) -> None:
+        translator.on_chunk(chunk)  # its events are not written: only the summary it makes is kept
+
+    await state.runtime.stream(model, body, collect, truncate=True)
+    _, output = translator.close()
+    summary = "".join(part.get("text", "") for item in output if item["type"] == "message" for part in item["content"])
+    if not summary.strip():
+        raise RuntimeFailure("the model wrote no summary")
+    item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": state.seal.seal(summary)}
+    return responses_db.Outcome("completed", [item], time.time(), usage=translator.usage_object())
 
 
 NOT_CONTINUABLE = "The worker generating this response stopped, and the response could not be continued."
@@ -213,7 +267,8 @@ def _failed(message: str, output: list[Item] | None = None) -> responses_db.Outc
 async def _stream(state: WorkerState, generation: Generation, translator: StreamTranslator, prefix: str | None) -> None:
     if generation.model is None:
         raise RuntimeFailure(f"model '{generation.record.model}' is not in this worker's catalog")
-    body = chat_request(generation.record, generation.context, generation.model, translator.tools)
+    context = compaction.model_view(generation.context, state.seal)
+    body = chat_request(generation.record, context, generation.model, translator.tools)
     if prefix is not None:
         body = continuing(body, prefix, generation.model)
     if state.supervisor is not None:  # its model server may be restarting

@@ -18,8 +18,8 @@ from typing import Any
 
 from app.protocol.create_request import ENCRYPTED_REASONING
 from app.protocol.ids import new_id
-from app.protocol.reasoning_seal import ReasoningSeal
 from app.protocol.response_object import usage_object
+from app.protocol.sealing import Seal
 from workers.runtimes.errors import RuntimeFailure
 from workers.runtimes.output_items import (
     CustomToolCallOutput,
@@ -68,7 +68,7 @@ class StreamTranslator:
     _calls: dict[int, FunctionCallOutput | CustomToolCallOutput | None] = field(default_factory=dict)
 
     @classmethod
-    def for_settings(cls, settings: dict[str, Any], seal: ReasoningSeal | None = None) -> StreamTranslator:
+    def for_settings(cls, settings: dict[str, Any], seal: Seal | None = None) -> StreamTranslator:
         """For a response with these (echoed) settings: its tools, how many calls it may make, and
         how its reasoning is shown."""
         limits = [settings.get("max_tool_calls"), None if settings.get("parallel_tool_calls", True) else 1]

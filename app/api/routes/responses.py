@@ -1,9 +1,11 @@
-"""/v1/responses: create, retrieve (JSON or replayed stream), cancel, delete, count input tokens.
+"""/v1/responses: create, retrieve (JSON or replayed stream), cancel, delete, count input tokens, compact.
 
 Each handler reads the request (the caller, its body, its parameters), hands them to the service,
 and renders what comes back: JSON, an SSE stream, or a JSON answer that waits for the end."""
 
 from __future__ import annotations
+
+from functools import partial
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -17,7 +19,7 @@ from app.events.final_response import FinalResponse
 from app.events.sse import EventStreamResponse
 from app.protocol.encoding import WireEvent
 from app.protocol.response_object import render
-from app.service import creation, input_tokens, reading, stopping
+from app.service import compaction, creation, input_tokens, reading, stopping
 from app.service.state import AppState
 
 
@@ -42,6 +44,15 @@ async def create(request: Request) -> Response | ASGIApp:
             on_error=_error_event,
         )
     return FinalResponse(created.events, created.on_disconnect)
+
+
+async def compact(request: Request) -> ASGIApp:
+    state = _state(request)
+    caller = await authenticate(state, request)
+    body = await json_body(request, state.settings.max_body_bytes)
+    created = await compaction.compact(state, caller, body.data, body.size)
+    assert created.events is not None  # a foreground JSON response: answered when it ends
+    return FinalResponse(created.events, created.on_disconnect, render=partial(compaction.answer, state))
 
 
 async def retrieve(request: Request) -> Response | ASGIApp:
@@ -86,6 +97,7 @@ async def count_input_tokens(request: Request) -> Response:
 routes = [
     Route("/v1/responses", create, methods=["POST"]),
     Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
+    Route("/v1/responses/compact", compact, methods=["POST"]),
     Route("/v1/responses/{response_id}", retrieve, methods=["GET"]),
     Route("/v1/responses/{response_id}", delete, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/cancel", cancel, methods=["POST"]),

@@ -1,0 +1,52 @@
+"""Compaction: a context folded into a summary the model wrote of it (pure but for the seal).
+
+A `compaction` item stands for everything before it but the user's own words: the model is sent
+the user (and system, developer) messages before the last compaction item as they were, then
+the summary that item seals, as a user message, then whatever came after it. Tool calls, their
+outputs, answers and reasoning before it reach the model only through the summary, which the
+model itself wrote when asked with COMPACTION_PROMPT.
+"""
+
+from __future__ import annotations
+
+from app.protocol.input_items import Item, user_message
+from app.protocol.sealing import Seal, SealError
+from workers.runtimes.errors import RuntimeFailure
+
+COMPACTION_PROMPT = """\
+Write a summary of the conversation so far, for yourself to continue it from later without it.
+It replaces everything above except the user's own messages, which stay as they are: keep what
+they do not say and you will need. Keep the goals, the decisions taken and why, constraints,
+facts learned (from tools too: their results that matter, exact values, names, paths, ids,
+errors), the work done, and what is still to do. Leave out pleasantries, repetition and what no
+longer matters. If an earlier summary is above, carry forward what still matters in it. Write
+the summary only, as dense notes."""
+
+SUMMARY_PREFIX = "What came before in this conversation, summarized:"
+
+
+def model_view(context: list[Item], seal: Seal | None) -> list[Item]:
+    """The context as the model is sent it: before its last compaction item, only the messages
+    of the user, system and developer; that item as its summary. A new list: the one given may
+    be shared."""
+    last = next((i for i in range(len(context) - 1, -1, -1) if context[i]["type"] == "compaction"), None)
+    if last is None:
+        return context
+    kept = [item for item in context[:last] if item["type"] == "message" and item["role"] != "assistant"]
+    return [*kept, user_message(f"{SUMMARY_PREFIX}\n\n{_opened(context[last], seal)}"), *context[last + 1 :]]
+
+
+def summary_request(context: list[Item], seal: Seal | None) -> list[Item]:
+    """What the model is asked to summarize: the context as it sees it, then the prompt."""
+    return [*model_view(context, seal), user_message(COMPACTION_PROMPT)]
+
+
+def _opened(item: Item, seal: Seal | None) -> str:
+    if seal is None:
+        raise RuntimeFailure("a compaction item's summary cannot be opened: this server has no encryption key")
+    try:
+        return seal.open(item["encrypted_content"])
+    except SealError:
+        raise RuntimeFailure(
+            "a compaction item's summary cannot be opened: the key that sealed it is no longer configured"
+        ) from None
