@@ -27,7 +27,13 @@ INCLUDABLE = {
 }
 
 # OpenAI parameters this server recognises but does not serve yet: 400 unsupported_parameter.
-UNSUPPORTED = ("prompt", "context_management", "moderation", "prompt_cache_options")
+UNSUPPORTED = ("prompt", "moderation", "prompt_cache_options")
+
+
+class ContextManagement(StrictModel):
+    # Compaction once the context passes `compact_threshold` tokens (workers/jobs/compacting.py).
+    type: Literal["compaction"]
+    compact_threshold: int | None = Field(None, ge=1, le=INT32_MAX)
 
 
 class StreamOptions(StrictModel):
@@ -122,6 +128,7 @@ class CreateResponseRequest(SamplingOptions):
     top_p: float | None = Field(None, ge=0, le=1)
     top_logprobs: int | None = Field(None, ge=0, le=20)
     truncation: Literal["auto", "disabled"] | None = None
+    context_management: list[ContextManagement] | None = Field(None, max_length=1)
     metadata: dict[str, str] | None = None
     # Codex's own bookkeeping (thread and turn ids): accepted, kept from the model, not echoed.
     client_metadata: dict[str, str] | None = None
@@ -279,6 +286,7 @@ def echoed_settings(
         "truncation": request.truncation or "disabled",
         "user": request.user,
         "conversation": None if create.conversation_id is None else {"id": create.conversation_id},
+        "context_management": [entry.model_dump() for entry in request.context_management or []],
     }
 
 

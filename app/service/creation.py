@@ -112,6 +112,13 @@ async def validated(
     """A create request's body checked in full (a 400 naming what is wrong), with its model;
     sealed reasoning opened and image URLs fetched."""
     create = parse_create_request(body, state.settings.hosted_tools, input_optional=input_optional)
+    if create.request.context_management and state.seal is None:
+        raise errors.InvalidRequest(
+            "Invalid 'context_management': compaction needs an encryption key on this server "
+            "(RESPONSES_ENCRYPTION_KEYS): the summary is sealed with it.",
+            param="context_management",
+            code="compaction_unavailable",
+        )
     open_sealed_items(create.input_items, state.seal)
     model = state.catalog.resolve(create.request.model)
     check_fit(create, model)

@@ -149,3 +149,79 @@ def test_the_summary_reaches_the_model_only_through_its_item(client: openai.Open
     script = "#fake " + json.dumps({"text": "ok"})
     client.responses.create(model="fake", input=[said("assistant", "dropped"), item, said("user", script)])
     assert sent(fake) == [("user", f"{SUMMARY_PREFIX}\n\nThey chose May."), ("user", script)]
+
+
+LONG = " ".join(["word"] * 60)
+
+
+def test_a_context_past_the_threshold_is_compacted_before_it_is_answered(
+    client: openai.OpenAI, fake: FakeRuntime
+) -> None:
+    first = client.responses.create(model="fake", input=f"Remember {LONG}")
+    fake.reset()
+    events = list(
+        client.responses.create(
+            model="fake",
+            input="What now?",
+            previous_response_id=first.id,
+            context_management=[{"type": "compaction", "compact_threshold": 50}],
+            stream=True,
+        )
+    )
+    kinds = [(e.type, getattr(e, "output_index", None)) for e in events]
+    assert kinds[2:5] == [
+        ("response.output_item.added", 0),
+        ("response.compaction.compacting", 0),
+        ("response.output_item.done", 0),
+    ]
+    # (The fake echoes the last user message, here the summary: past the model's 64 tokens.)
+    assert ("response.output_item.added", 1) in kinds and kinds[-1] == ("response.incomplete", None)
+    response = events[-1].response
+    assert [o.type for o in response.output] == ["compaction", "message"]
+    assert response.output[0].id == events[2].item.id
+    summary_request, answer_request = fake.requests()
+    assert summary_request["messages"][-1]["content"] == COMPACTION_PROMPT
+    assert [m["role"] for m in answer_request["messages"]] == ["user", "user", "user"]  # the user's words, the summary
+    assert answer_request["messages"][2]["content"].startswith(SUMMARY_PREFIX)
+    # Its usage counts both calls.
+    prompts = sum(len(str(m["content"]).split()) for r in fake.requests() for m in r["messages"])
+    assert response.usage is not None and response.usage.input_tokens == prompts
+    # The next turn is sent the compacted context, then what followed.
+    client.responses.create(model="fake", input="And then?", previous_response_id=response.id)
+    assert [role for role, _ in sent(fake)] == ["user", "user", "user", "assistant", "user"]
+
+
+def test_a_context_under_the_threshold_is_answered_as_it_is(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    response = client.responses.create(
+        model="fake", input="Short.", context_management=[{"type": "compaction", "compact_threshold": 1000}]
+    )
+    assert [o.type for o in response.output] == ["message"] and len(fake.requests()) == 1
+
+
+def test_a_server_that_counts_tokens_decides_the_threshold(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    first = client.responses.create(model="measured-model", input=f"Remember {LONG}")
+    response = client.responses.create(
+        model="measured-model",
+        input="What now?",
+        previous_response_id=first.id,
+        context_management=[{"type": "compaction", "compact_threshold": 100}],  # 125 tokens, as it counts them
+    )
+    assert [o.type for o in response.output] == ["compaction", "message"]
+
+
+@pytest.mark.parametrize(
+    ("entries", "param"),
+    [
+        ([{"type": "summarize"}], "context_management[0].type"),
+        ([{"type": "compaction", "compact_threshold": 0}], "context_management[0].compact_threshold"),
+        ([{"type": "compaction"}, {"type": "compaction"}], "context_management"),
+        ([{"type": "compaction", "every": 3}], "context_management[0].every"),
+    ],
+)
+def test_bad_context_management_is_refused_naming_it(
+    client: openai.OpenAI, fake: FakeRuntime, entries: Any, param: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="fake", input="x", context_management=entries)
+    assert caught.value.body["param"] == param
+    assert fake.requests() == []

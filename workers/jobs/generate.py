@@ -16,12 +16,12 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from app.catalog import ModelEntry
 from app.process.metrics import FINISHED, INPUT_TOKENS, OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
 from app.protocol.accumulate import continuable, stopped
-from app.protocol.ids import new_id
 from app.protocol.input_items import Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.response_object import ResponseRecord
@@ -33,6 +33,7 @@ from app.service import admission
 from app.storage import events as events_db
 from app.storage import items as items_db
 from app.storage import responses as responses_db
+from workers.jobs import compacting
 from workers.runtimes import compaction
 from workers.runtimes.chat_request import chat_request, continuing
 from workers.runtimes.errors import RuntimeFailure
@@ -169,23 +170,8 @@ async def _summarize(state: WorkerState, generation: Generation) -> responses_db
     record, model = generation.record, generation.model
     if model is None:
         raise RuntimeFailure(f"model '{record.model}' is not in this worker's catalog")
-    if state.seal is None:
-        raise RuntimeFailure("compaction needs an encryption key (RESPONSES_ENCRYPTION_KEYS) on the worker")
-    translator = StreamTranslator.for_settings(record.settings, state.seal)
-    asked = compaction.summary_request(generation.context, state.seal)
-    # Whatever does not fit the model is left out of the summary (its oldest turns), not refused.
-    body = chat_request(record, asked, model, translator.tools)
-
-    def collect(chunk: dict[str, Any]) -> None:
-        translator.on_chunk(chunk)  # its events are not written: only the summary it makes is kept
-
-    await state.runtime.stream(model, body, collect, truncate=True)
-    _, output = translator.close()
-    summary = "".join(part.get("text", "") for item in output if item["type"] == "message" for part in item["content"])
-    if not summary.strip():
-        raise RuntimeFailure("the model wrote no summary")
-    item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": state.seal.seal(summary)}
-    return responses_db.Outcome("completed", [item], time.time(), usage=translator.usage_object())
+    item, usage = await compacting.summarize(state, record, model, generation.context)
+    return responses_db.Outcome("completed", [item], time.time(), usage=usage)
 
 
 NOT_CONTINUABLE = "The worker generating this response stopped, and the response could not be continued."
@@ -265,16 +251,20 @@ def _failed(message: str, output: list[Item] | None = None) -> responses_db.Outc
 
 
 async def _stream(state: WorkerState, generation: Generation, translator: StreamTranslator, prefix: str | None) -> None:
-    if generation.model is None:
-        raise RuntimeFailure(f"model '{generation.record.model}' is not in this worker's catalog")
-    context = compaction.model_view(generation.context, state.seal)
-    body = chat_request(generation.record, context, generation.model, translator.tools)
-    if prefix is not None:
-        body = continuing(body, prefix, generation.model)
+    record, model = generation.record, generation.model
+    if model is None:
+        raise RuntimeFailure(f"model '{record.model}' is not in this worker's catalog")
     if state.supervisor is not None:  # its model server may be restarting
         await state.supervisor.wait_healthy(state.supervisor.startup_timeout)
-    response_id = generation.record.id
-    first_token = TIME_TO_FIRST_TOKEN.labels(generation.record.model)
+    response_id = record.id
+    context = generation.context
+    if prefix is None:  # (a continuation's log holds its compaction, if it made one)
+        emit = partial(state.writer.append, response_id)
+        context = await compacting.compacted_if_due(state, record, model, context, translator, emit)
+    body = chat_request(record, compaction.model_view(context, state.seal), model, translator.tools)
+    if prefix is not None:
+        body = continuing(body, prefix, model)
+    first_token = TIME_TO_FIRST_TOKEN.labels(record.model)
     waiting_for_first = True
 
     def translate(chunk: dict[str, Any]) -> None:
@@ -283,10 +273,9 @@ async def _stream(state: WorkerState, generation: Generation, translator: Stream
             state.writer.append(response_id, events)
             if waiting_for_first and any(event["type"] in OUTPUT_DELTAS for event in events):
                 waiting_for_first = False
-                first_token.observe(time.time() - generation.record.created_at)
+                first_token.observe(time.time() - record.created_at)
 
-    truncate = generation.record.settings.get("truncation") == "auto"
-    await state.runtime.stream(generation.model, body, translate, truncate=truncate)
+    await state.runtime.stream(model, body, translate, truncate=record.settings.get("truncation") == "auto")
 
 
 def _ending(

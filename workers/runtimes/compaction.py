@@ -9,6 +9,8 @@ model itself wrote when asked with COMPACTION_PROMPT.
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.protocol.input_items import Item, user_message
 from app.protocol.sealing import Seal, SealError
 from workers.runtimes.errors import RuntimeFailure
@@ -39,6 +41,24 @@ def model_view(context: list[Item], seal: Seal | None) -> list[Item]:
 def summary_request(context: list[Item], seal: Seal | None) -> list[Item]:
     """What the model is asked to summarize: the context as it sees it, then the prompt."""
     return [*model_view(context, seal), user_message(COMPACTION_PROMPT)]
+
+
+def summary_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A response's settings as its summary is asked with: no tools, plain text, and the model's
+    own limit for its length (the client's max_output_tokens is for the answer)."""
+    requested = {**settings.get("requested", {}), "max_output_tokens": None, "logprobs": False}
+    text = {**settings["text"], "format": {"type": "text"}}
+    return {**settings, "tools": [], "tool_choice": "auto", "text": text, "requested": requested}
+
+
+def threshold(settings: dict[str, Any], context_window: int, max_tokens: int) -> int | None:
+    """The tokens past which a response's context is compacted before it is answered
+    (`context_management`); by default, where its answer would no longer have its room."""
+    for entry in settings.get("context_management") or []:
+        if entry["type"] == "compaction":
+            limit: int = entry.get("compact_threshold") or max(1, context_window - max_tokens)
+            return limit
+    return None
 
 
 def _opened(item: Item, seal: Seal | None) -> str:

@@ -60,6 +60,10 @@ class StreamTranslator:
     # The custom tool with a grammar that tool_choice names: the answer's text is its input.
     grammar_tool: str | None = None
     items: list[OutputItem] = field(default_factory=list)
+    # Output items made before this run, finished (a compaction that preceded the answer), and
+    # the usage of what made them: the answer's items come after them, its usage adds to it.
+    before: list[Item] = field(default_factory=list)
+    before_usage: dict[str, Any] | None = None
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     content_chunks: int = 0  # every chunk that carried output: one token each, for servers that do not count
@@ -95,8 +99,10 @@ class StreamTranslator:
 
     def output_now(self) -> list[Item]:
         """The output items as they stand, the last one still being written."""
-        return [item.item("completed") for item in self.items[:-1]] + [
-            item.item("in_progress") for item in self.items[-1:]
+        return [
+            *self.before,
+            *[item.item("completed") for item in self.items[:-1]],
+            *[item.item("in_progress") for item in self.items[-1:]],
         ]
 
     def on_chunk(self, chunk: dict[str, Any]) -> list[Event]:
@@ -122,6 +128,10 @@ class StreamTranslator:
         return events
 
     @property
+    def _next_index(self) -> int:
+        return len(self.before) + len(self.items)
+
+    @property
     def _open(self) -> OutputItem | None:
         return self.items[-1] if self.items else None
 
@@ -133,9 +143,9 @@ class StreamTranslator:
         if not isinstance(current, kind):
             events += self._close_open("completed")
             if kind is ReasoningOutput:
-                current = ReasoningOutput(len(self.items), self.summarise_reasoning, self.seal_reasoning)
+                current = ReasoningOutput(self._next_index, self.summarise_reasoning, self.seal_reasoning)
             else:
-                current = MessageOutput(output_index=len(self.items))
+                current = MessageOutput(output_index=self._next_index)
             self.items.append(current)
             events += current.started()
         events.append(current.delta(text, logprobs) if isinstance(current, MessageOutput) else current.delta(text))
@@ -146,7 +156,7 @@ class StreamTranslator:
         current = self._open
         if not isinstance(current, GrammarToolCallOutput):
             events += self._close_open("completed")
-            current = GrammarToolCallOutput(len(self.items), new_id("call"), name)
+            current = GrammarToolCallOutput(self._next_index, new_id("call"), name)
             self.items.append(current)
             events += current.started()
         return [*events, current.delta(text)]
@@ -172,7 +182,7 @@ class StreamTranslator:
         call_id = _text(call.get("id"), "tool call id") or new_id("call")
         ref = self.tools.ref(runtime_name)
         kind = CustomToolCallOutput if ref.kind == "custom" else FunctionCallOutput
-        current = kind(len(self.items), call_id, ref.name, ref.namespace)
+        current = kind(self._next_index, call_id, ref.name, ref.namespace)
         self._calls[index] = current
         self.items.append(current)
         return events + current.started()
@@ -184,16 +194,19 @@ class StreamTranslator:
         """The closing events of a generation that ran to its end, and the final output items."""
         events: list[Event] = []
         if not self.items:  # an empty answer is still one (empty) message
-            self.items.append(MessageOutput(output_index=0))
+            self.items.append(MessageOutput(output_index=self._next_index))
             events += self.items[0].started()
         status = "incomplete" if self.incomplete_reason else "completed"
         events += self._close_open(status)
-        return events, [item.item("completed") for item in self.items[:-1]] + [self.items[-1].item(status)]
+        final = [item.item("completed") for item in self.items[:-1]] + [self.items[-1].item(status)]
+        return events, [*self.before, *final]
 
     def partial_output(self) -> list[Item]:
         """Output items of a generation that stopped early (failed or cancelled)."""
-        return [item.item("completed") for item in self.items[:-1]] + [
-            item.item("incomplete") for item in self.items[-1:]
+        return [
+            *self.before,
+            *[item.item("completed") for item in self.items[:-1]],
+            *[item.item("incomplete") for item in self.items[-1:]],
         ]
 
     @property
@@ -201,8 +214,23 @@ class StreamTranslator:
         return FINISH_TO_INCOMPLETE.get(self.finish_reason or "")
 
     def usage_object(self) -> dict[str, Any]:
-        """Usage as the runtime reported it; what it left out of its report is counted here (a
-        streaming server sends one token per chunk)."""
+        """Usage as the runtime reported it, with what made the output before this run; what it
+        left out of its report is counted here (a streaming server sends one token per chunk)."""
+        own = self._own_usage()
+        if self.before_usage is None:
+            return own
+        return usage_object(
+            *(own[name] + self.before_usage[name] for name in ("input_tokens", "output_tokens")),
+            *(
+                own[group][name] + self.before_usage[group][name]
+                for group, name in (
+                    ("input_tokens_details", "cached_tokens"),
+                    ("output_tokens_details", "reasoning_tokens"),
+                )
+            ),
+        )
+
+    def _own_usage(self) -> dict[str, Any]:
         if not self.usage:
             return usage_object(0, self.content_chunks, 0, self.reasoning_chunks)
         prompt = _count(self.usage.get("prompt_tokens")) or 0

@@ -1,0 +1,104 @@
+"""Compaction in a worker: the model's summary of a context, sealed into a compaction item
+(workers/runtimes/compaction.py says what the model is asked and later sent); and, for a response
+created with `context_management`, that compaction made before its answer once its context
+passes the threshold, shown as its first output item.
+
+OpenAI streams such a compaction as an output item of its own: `response.output_item.added`,
+`response.compaction.compacting` once its summary is being written (no summary content), and
+`response.output_item.done` carrying the item; the answer's items follow it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import orjson
+
+from app.catalog import ModelEntry
+from app.protocol.ids import new_id
+from app.protocol.input_items import Item
+from app.protocol.response_object import ResponseRecord
+from workers.runtimes import compaction
+from workers.runtimes.chat_request import chat_request
+from workers.runtimes.errors import RuntimeFailure
+from workers.runtimes.output_items import Event
+from workers.runtimes.translate import StreamTranslator
+from workers.state import WorkerState
+
+TOKEN_BYTES = 4  # a token's bytes, as OpenAI estimates them, where the model's server cannot count
+
+
+async def summarize(
+    state: WorkerState,
+    record: ResponseRecord,
+    model: ModelEntry,
+    context: list[Item],
+    item_id: str | None = None,
+    on_sampling: Callable[[], None] | None = None,
+) -> tuple[Item, dict[str, Any]]:
+    """The compaction item of `context`, and the usage of the call that wrote its summary.
+    `on_sampling` is called once, when the summary's first words come."""
+    if state.seal is None:
+        raise RuntimeFailure("compaction needs an encryption key (RESPONSES_ENCRYPTION_KEYS) on the worker")
+    settings = compaction.summary_settings(record.settings)
+    translator = StreamTranslator.for_settings(settings)
+    body = chat_request(replace(record, settings=settings), compaction.summary_request(context, state.seal), model)
+
+    def collect(chunk: dict[str, Any]) -> None:
+        sampled = translator.content_chunks
+        translator.on_chunk(chunk)  # its events are not written: only the summary it makes is kept
+        if on_sampling is not None and not sampled and translator.content_chunks:
+            on_sampling()
+
+    # Whatever does not fit the model is left out of the summary (its oldest turns), not refused.
+    await state.runtime.stream(model, body, collect, truncate=True)
+    _, output = translator.close()
+    summary = "".join(part.get("text", "") for item in output if item["type"] == "message" for part in item["content"])
+    if not summary.strip():
+        raise RuntimeFailure("the model wrote no summary")
+    item = {"id": item_id or new_id("cmp"), "type": "compaction", "encrypted_content": state.seal.seal(summary)}
+    return item, translator.usage_object()
+
+
+async def compacted_if_due(
+    state: WorkerState,
+    record: ResponseRecord,
+    model: ModelEntry,
+    context: list[Item],
+    translator: StreamTranslator,
+    emit: Callable[[list[Event]], None],
+) -> list[Item]:
+    """The context to answer `record` from: compacted first when it asked for compaction
+    (`context_management`) and its context passes the threshold. The compaction item becomes
+    the answer's first output item (`translator.before`), its summary's usage part of the
+    answer's; `emit` writes its events."""
+    body = chat_request(record, compaction.model_view(context, state.seal), model, translator.tools)
+    limit = compaction.threshold(record.settings, model.context_window, int(body["max_tokens"]))
+    if limit is None or not await _passes(state, model, body, limit):
+        return context
+    item_id = new_id("cmp")
+    emit([_item_event("added", {"id": item_id, "type": "compaction", "encrypted_content": ""})])
+    sampling = {"type": "response.compaction.compacting", "item_id": item_id, "output_index": 0}
+    item, usage = await summarize(state, record, model, context, item_id, lambda: emit([sampling]))
+    emit([_item_event("done", item)])
+    translator.before, translator.before_usage = [item], usage
+    return [*context, item]
+
+
+async def _passes(state: WorkerState, model: ModelEntry, body: dict[str, Any], limit: int) -> bool:
+    """Whether the request's prompt is longer than `limit` tokens: counted by the model's
+    server where it can count (a token covers at least one byte, so a prompt of fewer bytes is
+    not asked about), else estimated from its bytes."""
+    size = len(orjson.dumps(body["messages"])) + len(orjson.dumps(body.get("tools") or []))
+    if model.prompt_measure == "none":
+        return size // TOKEN_BYTES > limit
+    if size <= limit:
+        return False
+    counted = await state.runtime.count_prompt(model, body)
+    return (size // TOKEN_BYTES if counted is None else counted) > limit
+
+
+def _item_event(stage: str, item: Item) -> Event:
+    return {"type": f"response.output_item.{stage}", "output_index": 0, "item": item}
