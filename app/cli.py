@@ -1,4 +1,4 @@
-"""`responses-server`: migrate, run the API or a worker, manage API keys."""
+"""`responses-server`: migrate, run the API or a worker, manage API keys, accounts and webhooks."""
 
 from __future__ import annotations
 
@@ -59,6 +59,22 @@ def main(argv: list[str] | None = None) -> None:
     limit.add_argument("--tokens-per-minute", type=int)
     limit.add_argument("--concurrent", type=int, help="stored or background responses queued or running at once")
     limits.add_parser("show", help="every account's limits")
+    webhooks = commands.add_parser("webhooks", help="accounts' webhook endpoints").add_subparsers(
+        dest="webhooks_command", required=True
+    )
+    add = webhooks.add_parser("add", help="add an endpoint to an account; prints its signing secret last, once")
+    add.add_argument("account")
+    add.add_argument("url")
+    add.add_argument(
+        "--events",
+        default="response.completed,response.failed,response.cancelled,response.incomplete",
+        help="comma-separated event types (default: all four)",
+    )
+    webhooks.add_parser("list", help="list endpoints (an account's, or all)").add_argument("account", nargs="?")
+    webhooks.add_parser("remove", help="remove an endpoint and its pending deliveries").add_argument("endpoint")
+    webhooks.add_parser(
+        "rotate", help="give an endpoint a new secret (printed once); the old one signs beside it for a day"
+    ).add_argument("endpoint")
     commands.add_parser("status", help="the queue of each model and the workers alive")
     commands.add_parser("gc", help="apply retention now, until nothing due is left, and say what it removed")
 

@@ -61,6 +61,12 @@ class NotFound(InvalidRequest):
     status_code = 404
 
 
+class Conflict(InvalidRequest):
+    """The request conflicts with an earlier one."""
+
+    status_code = 409
+
+
 class PayloadTooLarge(InvalidRequest):
     """The request body is too large."""
 

@@ -85,6 +85,17 @@ class Settings(BaseSettings):
     # come back before it ends with an error naming Redis (durable streams read Postgres meanwhile).
     redis_outage_seconds: float = Field(60.0, gt=0, alias="RESPONSES_REDIS_OUTAGE_SECONDS")
 
+    # Webhooks (app/service/webhook_delivery.py): networks of private addresses an endpoint may
+    # have (comma-separated), how long an attempt may take, the first retry's delay (doubled per
+    # attempt up to an hour, with jitter), when a delivery is given up, how often a process looks
+    # for due deliveries besides being told, and how many it sends at once.
+    webhook_allow: str = Field("", alias="RESPONSES_WEBHOOK_ALLOW")
+    webhook_timeout_seconds: float = Field(10.0, gt=0, alias="RESPONSES_WEBHOOK_TIMEOUT_SECONDS")
+    webhook_retry_seconds: float = Field(5.0, gt=0, alias="RESPONSES_WEBHOOK_RETRY_SECONDS")
+    webhook_give_up_hours: float = Field(72.0, gt=0, alias="RESPONSES_WEBHOOK_GIVE_UP_HOURS")
+    webhook_poll_seconds: float = Field(2.0, gt=0, alias="RESPONSES_WEBHOOK_POLL_SECONDS")
+    webhook_concurrency: int = Field(64, gt=0, alias="RESPONSES_WEBHOOK_CONCURRENCY")
+
     worker_max_jobs: int = Field(256, alias="RESPONSES_WORKER_MAX_JOBS")
     worker_poll_delay: float = Field(1.0, alias="RESPONSES_WORKER_POLL_DELAY")
     job_timeout_seconds: int = Field(6 * 3600, alias="RESPONSES_JOB_TIMEOUT_SECONDS")

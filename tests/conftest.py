@@ -90,6 +90,15 @@ def wait_for_http(url: str, process: subprocess.Popen[bytes] | None = None, time
     raise TimeoutError(f"{url} did not come up")
 
 
+# Webhooks in the tests: their receivers listen on loopback, and retries come quickly.
+WEBHOOK_SETTINGS = {
+    "RESPONSES_WEBHOOK_ALLOW": "127.0.0.1/32",
+    "RESPONSES_WEBHOOK_RETRY_SECONDS": "0.2",
+    "RESPONSES_WEBHOOK_TIMEOUT_SECONDS": "2",
+    "RESPONSES_WEBHOOK_POLL_SECONDS": "0.5",
+}
+
+
 @dataclass(frozen=True)
 class Environment:
     database_url: str
@@ -107,6 +116,7 @@ class Environment:
             "PYTHONUNBUFFERED": "1",
             "FAKE_UPSTREAM_KEY": "upstream-secret",  # what keyed-model's api_key_env names
             "RESPONSES_ENCRYPTION_KEYS": TEST_ENCRYPTION_KEY,
+            **WEBHOOK_SETTINGS,
             **extra,
         }
 
@@ -123,11 +133,14 @@ class Environment:
         return asyncio.run(run())
 
     def settings(self) -> Settings:
-        return Settings(
-            DATABASE_URL=self.database_url,
-            REDIS_URL=self.redis_url,
-            RESPONSES_QUEUE=self.queue_name,
-            RESPONSES_MODELS=self.models_path,
+        return Settings.model_validate(
+            {
+                "DATABASE_URL": self.database_url,
+                "REDIS_URL": self.redis_url,
+                "RESPONSES_QUEUE": self.queue_name,
+                "RESPONSES_MODELS": self.models_path,
+                **WEBHOOK_SETTINGS,
+            }
         )
 
 

@@ -19,6 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.process.metrics import RETENTION_BEHIND, RETENTION_REMOVED
 from app.settings import Settings
+from app.storage.idempotency import KEY_HOURS
+from app.storage.tables import PENDING
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,8 @@ class RetentionPolicy:
     unstored_background: timedelta
     stream_log: timedelta
     foreground_log: timedelta = timedelta(seconds=FOREGROUND_LOG_SECONDS)
+    webhook_deliveries: timedelta = timedelta(days=30)  # delivered or given up: kept as responses are
+    idempotency_keys: timedelta = timedelta(hours=KEY_HOURS)  # then free for a new request
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RetentionPolicy:
@@ -39,6 +43,7 @@ class RetentionPolicy:
             timedelta(days=settings.retention_days),
             timedelta(seconds=settings.unstored_background_seconds),
             timedelta(hours=settings.stream_log_hours),
+            webhook_deliveries=timedelta(days=settings.retention_days),
         )
 
 
@@ -52,13 +57,19 @@ class Step:
     since: str
     index: str
     purge_log: bool  # remove only the event log, keeping the response
+    table: str = "responses"
+    key: str = "id"
 
     def batch_statement(self) -> str:
-        due = f"SELECT id FROM responses WHERE {self.due} AND {self.since} < now() - CAST(:age AS interval) " + (
+        due = (
+            f"SELECT {self.key} FROM {self.table} WHERE {self.due} AND {self.since} < now() - CAST(:age AS interval) "
             f"ORDER BY {self.since} LIMIT :batch FOR UPDATE SKIP LOCKED"
         )
-        if not self.purge_log:  # items and events go with it (ON DELETE CASCADE)
-            return f"WITH gone AS (DELETE FROM responses WHERE id IN ({due}) RETURNING 1) SELECT count(*) FROM gone"
+        if not self.purge_log:  # a response's items and events go with it (ON DELETE CASCADE)
+            return (
+                f"WITH gone AS (DELETE FROM {self.table} WHERE ({self.key}) IN ({due}) RETURNING 1) "
+                "SELECT count(*) FROM gone"
+            )
         return f"""
             WITH due AS ({due}),
             marked AS (UPDATE responses r SET events_purged_at = now() FROM due WHERE r.id = due.id RETURNING r.id),
@@ -69,7 +80,7 @@ class Step:
     def behind_statement(self) -> str:
         """Seconds past its due time of the oldest row still due (null: none)."""
         return (
-            f"SELECT extract(epoch FROM now() - CAST(:age AS interval) - min({self.since})) FROM responses "
+            f"SELECT extract(epoch FROM now() - CAST(:age AS interval) - min({self.since})) FROM {self.table} "
             f"WHERE {self.due} AND {self.since} < now() - CAST(:age AS interval)"
         )
 
@@ -91,6 +102,23 @@ STEPS = (
         "completed_at",
         "ix_responses_foreground_log_expiry",
         purge_log=True,
+    ),
+    Step(
+        "webhook_deliveries",
+        f"NOT ({PENDING})",
+        "created_at",
+        "ix_webhook_deliveries_done_expiry",
+        purge_log=False,
+        table="webhook_deliveries",
+    ),
+    Step(
+        "idempotency_keys",
+        "true",
+        "created_at",
+        "ix_idempotency_keys_expiry",
+        purge_log=False,
+        table="idempotency_keys",
+        key="account_id, key",
     ),
 )
 

@@ -22,6 +22,7 @@ from app.queue.redis_keys import STOP_CHANNEL, events_channel
 from app.queue.redis_link import REDIS_LINK
 from app.queue.redis_listener import listen_for_ever
 from app.service import reaper
+from app.service.webhook_delivery import WebhookDeliverer
 from app.settings import Settings
 from app.storage import responses as responses_db
 from app.storage.engine import create_engine
@@ -59,9 +60,11 @@ class WorkerState:
     claims: Batched[str, responses_db.Claim] = field(init=False)
     side_tasks: SideTasks = field(default_factory=SideTasks)
     conversations: ConversationItems = field(init=False)
+    webhooks: WebhookDeliverer = field(init=False)
 
     def __post_init__(self) -> None:
         self.conversations = ConversationItems(int(self.settings.conversation_cache_mb * 1_000_000))
+        self.webhooks = WebhookDeliverer(self.engine, self.settings)
         self.seal = Seal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
         self.claims = Batched(self._claim_many, "claims")
         self.claim_connection = HeldConnection(self.engine)
@@ -117,9 +120,11 @@ class WorkerState:
         self.side_tasks.start("stop-listener", self._listen_for_stops)
         self.side_tasks.start_every("housekeeping", self.settings.housekeeping_seconds, self._housekeeping)
         self.side_tasks.start_every("retention", self.settings.retention_interval_seconds, self._retention)
+        self.side_tasks.start("webhooks", self.webhooks.run)
 
     async def close(self) -> None:
         await self.side_tasks.close()
+        await self.webhooks.close()
         with REDIS_LINK.tolerated("removing this worker's heartbeat"):  # (else it expires)
             await heartbeats.stop_beating(self.redis, self.worker_id)
         await self.lease_keeper.close()

@@ -1,4 +1,4 @@
-"""The operator's commands (`responses-server keys|accounts|status`): each opens what it needs,
+"""The operator's commands (`responses-server keys|accounts|limits|webhooks|status`): each opens what it needs,
 does one thing, prints what it did, and answers the exit status."""
 
 from __future__ import annotations
@@ -6,12 +6,15 @@ from __future__ import annotations
 import argparse
 import sys
 
+import httpx
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.ops import status
+from app.process.egress import EgressGuard, EgressRefused
 from app.settings import Settings
 from app.storage import accounts as accounts_db
+from app.storage import webhooks as webhooks_db
 from app.storage.accounts import Limits
 from app.storage.engine import create_engine
 
@@ -25,6 +28,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             return await _accounts(engine, args)
         if args.command == "limits":
             return await _limits(engine, args)
+        if args.command == "webhooks":
+            return await _webhooks(engine, settings, args)
         redis = Redis.from_url(settings.redis_url)
         try:
             print(await status.report(engine, redis))
@@ -71,6 +76,54 @@ async def _accounts(engine: AsyncEngine, args: argparse.Namespace) -> int:
         else:
             print(f"{args.accounts_command}d {args.name}")
     return 0
+
+
+async def _webhooks(engine: AsyncEngine, settings: Settings, args: argparse.Namespace) -> int:
+    async with engine.begin() as conn:
+        if args.webhooks_command == "add":
+            account = await accounts_db.account_id(conn, args.account)
+            if account is None:
+                print(f"no account named {args.account!r}", file=sys.stderr)
+                return 1
+            events = [event.strip() for event in args.events.split(",") if event.strip()]
+            problem = await _endpoint_problem(args.url, events, settings)
+            if problem is not None:
+                print(problem, file=sys.stderr)
+                return 1
+            endpoint, secret = await webhooks_db.add_endpoint(conn, account, args.url, events)
+            print(f"added webhook endpoint {endpoint} for account {args.account}: {args.url} ({', '.join(events)})")
+            print(secret)
+        elif args.webhooks_command == "list":
+            for e in await webhooks_db.list_endpoints(conn, args.account):
+                created = f"{e.created_at:%Y-%m-%d %H:%M}"
+                print(f"{e.id}  account={e.account}  {e.url}  events={','.join(e.events)}  created={created}")
+        elif args.webhooks_command == "remove":
+            if not await webhooks_db.remove_endpoint(conn, args.endpoint):
+                print(f"no webhook endpoint {args.endpoint!r}", file=sys.stderr)
+                return 1
+            print(f"removed {args.endpoint}")
+        else:
+            rotated = await webhooks_db.rotate_secret(conn, args.endpoint)
+            if rotated is None:
+                print(f"no webhook endpoint {args.endpoint!r}", file=sys.stderr)
+                return 1
+            print(f"rotated the secret of {args.endpoint}; the previous one signs beside it for a day")
+            print(rotated)
+    return 0
+
+
+async def _endpoint_problem(url: str, events: list[str], settings: Settings) -> str | None:
+    """Why an endpoint cannot be added, if it cannot: an unknown event type, or a URL the egress
+    guard would not connect to now (checked again at every delivery)."""
+    unknown = [event for event in events if event not in webhooks_db.EVENT_TYPES]
+    if unknown or not events:
+        return f"unknown event types {unknown}: choose among {', '.join(webhooks_db.EVENT_TYPES)}"
+    try:
+        async with httpx.AsyncClient() as client:
+            await EgressGuard.from_config(settings.webhook_allow).request(client, "POST", url, {})
+    except EgressRefused as refused:
+        return f"{url} would not be delivered to: {refused} (RESPONSES_WEBHOOK_ALLOW names networks to allow)"
+    return None
 
 
 async def _limits(engine: AsyncEngine, args: argparse.Namespace) -> int:

@@ -89,6 +89,17 @@ CONTINUED = Counter(
     registry=REGISTRY,
 )
 REQUEUED = Counter("responses_requeued", "Queued responses enqueued again after Redis lost them.", registry=REGISTRY)
+WEBHOOK_DELIVERIES = Counter(
+    "responses_webhook_deliveries",
+    "Webhook delivery attempts by outcome: delivered, retried (due again later) or given up.",
+    ["outcome"],
+    registry=REGISTRY,
+)
+WEBHOOK_OLDEST_PENDING = Gauge(
+    "responses_webhook_oldest_pending_seconds",
+    "How long the oldest webhook delivery not yet delivered or given up has waited.",
+    registry=REGISTRY,
+)
 REDIS_UP = Gauge(
     "responses_redis_up",
     "1 while this process reaches Redis, 0 during an outage (app/queue/redis_link.py).",

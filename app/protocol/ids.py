@@ -5,7 +5,9 @@ from __future__ import annotations
 import secrets
 from typing import Literal
 
-Prefix = Literal["resp", "msg", "fc", "fco", "ctc", "ctco", "rs", "call", "req", "acct", "key", "conv", "cmp"]
+Prefix = Literal[
+    "resp", "msg", "fc", "fco", "ctc", "ctco", "rs", "call", "req", "acct", "key", "conv", "cmp", "we", "evt"
+]
 
 
 def new_id(prefix: Prefix) -> str:

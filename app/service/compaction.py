@@ -14,12 +14,15 @@ from typing import Any
 from app import errors
 from app.protocol import compact_request
 from app.service import creation
+from app.service.idempotency import IdempotencyKey
 from app.service.state import AppState
 from app.storage import items as items_db
 from app.storage.accounts import Caller
 
 
-async def compact(state: AppState, caller: Caller, body: dict[str, Any], body_bytes: int) -> creation.Created:
+async def compact(
+    state: AppState, caller: Caller, body: dict[str, Any], body_bytes: int, key: IdempotencyKey | None = None
+) -> creation.Created:
     create_body = compact_request.as_create(body)
     if state.seal is None:
         raise errors.InvalidRequest(
@@ -28,7 +31,7 @@ async def compact(state: AppState, caller: Caller, body: dict[str, Any], body_by
             param=None,
             code="compaction_unavailable",
         )
-    return await creation.create(state, caller, create_body, body_bytes, compaction=True)
+    return await creation.create(state, caller, create_body, body_bytes, compaction=True, key=key)
 
 
 async def answer(state: AppState, response: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,8 @@ from app import errors
 from app.protocol import conversation_request
 from app.protocol.input_items import Item
 from app.protocol.sealing import open_sealed_items
+from app.service import idempotency
+from app.service.idempotency import IdempotencyKey
 from app.service.image_fetch import check_images
 from app.service.state import AppState
 from app.storage import conversations as conversations_db
@@ -23,11 +25,20 @@ async def _checked(state: AppState, items: list[Item]) -> list[Item]:
     return [items_db.with_new_id(item) for item in items]
 
 
-async def create(state: AppState, account_id: str, body: dict[str, Any]) -> dict[str, Any]:
+async def create(
+    state: AppState, account_id: str, body: dict[str, Any], key: IdempotencyKey | None = None
+) -> dict[str, Any]:
+    """With `key` (Idempotency-Key), the same request sent again answers with the conversation
+    the first created."""
     metadata, items = conversation_request.parse_create(body)
     items = await _checked(state, items)
-    async with state.engine.begin() as conn:
-        conversation = await conversations_db.create(conn, account_id, metadata, items)
+    try:
+        async with state.engine.begin() as conn:
+            await idempotency.claim(conn, account_id, key)
+            conversation = await conversations_db.create(conn, account_id, metadata, items)
+            await idempotency.record(conn, account_id, key, conversation.id)
+    except idempotency.Replay as replay:
+        return await retrieve(state, account_id, replay.resource_id)
     return conversation.render()
 
 
@@ -94,16 +105,30 @@ def _listed(data: list[Item], has_more: bool) -> dict[str, Any]:
 
 
 async def add_items(
-    state: AppState, account_id: str, conversation_id: str, body: dict[str, Any], include: list[str]
+    state: AppState,
+    account_id: str,
+    conversation_id: str,
+    body: dict[str, Any],
+    include: list[str],
+    key: IdempotencyKey | None = None,
 ) -> dict[str, Any]:
+    """With `key` (Idempotency-Key), the same request sent again answers with the items the
+    first added (those still there), adding none."""
     conversation_request.check_include(include)
     items = await _checked(state, conversation_request.parse_added_items(body))
-    async with state.engine.begin() as conn:
-        if await conversations_db.get(conn, account_id, conversation_id, for_update=True) is None:
-            raise errors.conversation_not_found(conversation_id)
-        if await conversations_db.busy_with(conn, conversation_id) is not None:
-            raise errors.conversation_locked()  # its response's items join first, when it ends
-        await conversations_db.add_items(conn, conversation_id, items)
+    try:
+        async with state.engine.begin() as conn:
+            if await conversations_db.get(conn, account_id, conversation_id, for_update=True) is None:
+                raise errors.conversation_not_found(conversation_id)
+            await idempotency.claim(conn, account_id, key)
+            if await conversations_db.busy_with(conn, conversation_id) is not None:
+                raise errors.conversation_locked()  # its response's items join first, when it ends
+            await conversations_db.add_items(conn, conversation_id, items)
+            await idempotency.record(conn, account_id, key, conversation_id, [item["id"] for item in items])
+    except idempotency.Replay as replay:
+        async with state.engine.connect() as conn:
+            added = [await conversations_db.get_item(conn, replay.resource_id, item_id) for item_id in replay.item_ids]
+        return _listed([item for item in added if item is not None], has_more=False)
     return _listed(items, has_more=False)
 
 

@@ -37,7 +37,8 @@ from app.protocol.tools import HOSTED_TOOL_TYPES
 from app.protocol.vocabulary import ACTIVE_STATUSES
 from app.queue.jobs import GenerateJob
 from app.queue.redis_link import REDIS_DOWN
-from app.service import admission
+from app.service import admission, idempotency, reading
+from app.service.idempotency import IdempotencyKey
 from app.service.image_fetch import check_images
 from app.service.state import AppState
 from app.service.stopping import stop
@@ -79,10 +80,22 @@ class Created:
 
 
 async def create(
-    state: AppState, caller: Caller, body: dict[str, Any], body_bytes: int, *, compaction: bool = False
+    state: AppState,
+    caller: Caller,
+    body: dict[str, Any],
+    body_bytes: int,
+    *,
+    compaction: bool = False,
+    key: IdempotencyKey | None = None,
 ) -> Created:
-    """`compaction`: the response compacts its context (app/service/compaction.py)."""
-    accepted = await accept(state, caller.account_id, body, caller.limits, body_bytes, compaction=compaction)
+    """`compaction`: the response compacts its context (app/service/compaction.py). With `key`
+    (Idempotency-Key), the same request sent again answers with the response the first created."""
+    try:
+        accepted = await accept(
+            state, caller.account_id, body, caller.limits, body_bytes, compaction=compaction, key=key
+        )
+    except idempotency.Replay as replay:
+        return await _replayed(state, caller.account_id, replay.resource_id)
     record = accepted.record
     request_log.note(model=record.model, response_id=record.id)
     CREATED.labels(record.model, "background" if record.background else "stream" if record.stream else "json").inc()
@@ -94,7 +107,7 @@ async def create(
     except BaseException:
         if subscription is not None:
             await subscription.close()
-        await withdraw(state, accepted)
+        await withdraw(state, accepted, caller.account_id, key)
         raise
     request_log.phase("queue")
     if subscription is None:
@@ -104,6 +117,31 @@ async def create(
     events = follow(state.log_source(accepted.durable), subscription, record.id, -1, known_log=accepted.opening)
     on_disconnect = None if record.background else partial(stop, state, record.id, accepted.durable)
     return Created(record, events, on_disconnect)
+
+
+async def _replayed(state: AppState, account_id: str, response_id: str) -> Created:
+    """The answer to a create sent again with its Idempotency-Key: the response the first one
+    created, as its mode answers it (a background one at once, as it is now; a stream, or a JSON
+    answer that waits, from its log's start, as a resume would), and nothing generated again."""
+    try:
+        record = await reading.retrieve(state, account_id, response_id)
+    except errors.NotFound:
+        raise errors.Conflict(
+            f"The request with this {idempotency.HEADER} created a response that is not stored (store=false) "
+            "or no longer exists; it cannot be answered again. Use a new key for a new request.",
+            param=idempotency.HEADER,
+            code="idempotency_key_unreplayable",
+        ) from None
+    request_log.note(model=record.model, response_id=record.id)
+    if record.background and not record.stream:
+        return Created(record, None, None)
+    try:
+        events = await reading.replay(state, account_id, response_id)
+    except errors.InvalidRequest:
+        if record.status in ACTIVE_STATUSES or record.stream:
+            raise
+        return Created(record, None, None)  # ended, and its log is gone: the stored response
+    return Created(record, events, None)  # (a replay's client leaving stops nothing)
 
 
 async def validated(
@@ -134,12 +172,16 @@ async def accept(
     body_bytes: int = 0,
     *,
     compaction: bool = False,
+    key: IdempotencyKey | None = None,
 ) -> Accepted:
     create, model = await validated(state, body, input_optional=compaction)  # a chain alone is compacted
     request_log.phase("validate")
     record = new_record(create, model)
     if compaction:
         record.settings["compaction"] = True
+    if key is not None:  # a request sent again is answered before it is counted against any limit
+        async with state.engine.connect() as conn:
+            await idempotency.check(conn, account_id, key)
     if limits is not None:
         await _admit(state, account_id, record, model, limits, body_bytes)
     _log_hosted_tools(create)
@@ -159,24 +201,29 @@ async def accept(
                 await conn.execution_options(isolation_level="AUTOCOMMIT")  # one read: no BEGIN/ROLLBACK
                 link = await chain_link(conn, account_id, previous_id, create.input_items)
         new = responses_db.NewResponse(record, account_id, link, input_items, opening)
-        if create.conversation_id is not None:
-            await _store_in_conversation(state, create.conversation_id, new)
+        if key is not None or create.conversation_id is not None:
+            async with state.engine.begin() as conn:  # the key, the conversation and the response at once
+                await idempotency.claim(conn, account_id, key)
+                if create.conversation_id is not None:
+                    await _store_in_conversation(conn, create.conversation_id, new)
+                elif accepted.durable:
+                    await responses_db.insert_responses(conn, [new])
+                await idempotency.record(conn, account_id, key, record.id)
         elif accepted.durable:  # with the others being stored at the same moment: one statement
             await state.stored(new)
     request_log.phase("store")
     return accepted
 
 
-async def _store_in_conversation(state: AppState, conversation_id: str, new: responses_db.NewResponse) -> None:
+async def _store_in_conversation(conn: AsyncConnection, conversation_id: str, new: responses_db.NewResponse) -> None:
     """Stores a response created in a conversation as the one running on it: a second is refused
     until it ends (OpenAI's `conversation_locked`), as is a conversation unknown to the account."""
-    async with state.engine.begin() as conn:
-        if await conversations_db.get(conn, new.account_id, conversation_id, for_update=True) is None:
-            raise errors.conversation_not_found(conversation_id, param="conversation")
-        if await conversations_db.busy_with(conn, conversation_id) is not None:
-            raise errors.conversation_locked()
-        await responses_db.insert_responses(conn, [new])
-        await conversations_db.set_active(conn, conversation_id, new.record.id)
+    if await conversations_db.get(conn, new.account_id, conversation_id, for_update=True) is None:
+        raise errors.conversation_not_found(conversation_id, param="conversation")
+    if await conversations_db.busy_with(conn, conversation_id) is not None:
+        raise errors.conversation_locked()
+    await responses_db.insert_responses(conn, [new])
+    await conversations_db.set_active(conn, conversation_id, new.record.id)
 
 
 async def _admit(
@@ -229,12 +276,13 @@ async def enqueue(state: AppState, accepted: Accepted) -> None:
         raise errors.ServiceUnavailable("The job queue (Redis) is unavailable; please retry.") from error
 
 
-async def withdraw(state: AppState, accepted: Accepted) -> None:
+async def withdraw(state: AppState, accepted: Accepted, account_id: str, key: IdempotencyKey | None = None) -> None:
     """Undoes an accept whose hand-over failed, so the client's error leaves nothing behind that
-    could still run later."""
-    if accepted.durable:
-        async with state.engine.begin() as conn:
+    could still run later (nor a key that would answer with it)."""
+    async with state.engine.begin() as conn:
+        if accepted.durable:
             await responses_db.delete_response(conn, accepted.record.id, None)
+        await idempotency.release(conn, account_id, key)
 
 
 def _log_hosted_tools(create: ValidatedCreate) -> None:

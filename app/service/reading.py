@@ -46,6 +46,24 @@ async def resume(
     return follow(state.log_source(True), subscription, response_id, after, first_page=page)
 
 
+async def replay(state: AppState, account_id: str, response_id: str) -> AsyncIterator[list[WireEvent] | None]:
+    """The response's events from its first, then live until its end, whatever mode it was
+    created in (an Idempotency-Key's create sent again); a 400 once its log is gone."""
+    subscription = await state.hub.subscribe(response_id, durable=True)
+    try:
+        page = await state.log_reader.read(response_id, -1)
+        if not page.found or page.account_id != account_id:
+            raise errors.response_not_found(response_id)
+        if page.events_purged:
+            raise errors.InvalidRequest(
+                "This response's stream is no longer kept: retrieve it instead.", param="stream"
+            )
+    except BaseException:
+        await subscription.close()
+        raise
+    return follow(state.log_source(True), subscription, response_id, -1, first_page=page)
+
+
 def _check_resumable(state: AppState, account_id: str, response_id: str, page: LogPage) -> None:
     if not page.found or page.account_id != account_id:
         raise errors.response_not_found(response_id)

@@ -20,6 +20,7 @@ from app.queue.jobs import GenerateJob, enqueue_many, queue_pool
 from app.queue.redis_keys import events_channel
 from app.service import reaper
 from app.service.image_fetch import ImageFetcher
+from app.service.webhook_delivery import WebhookDeliverer
 from app.settings import Settings
 from app.storage import accounts as accounts_db
 from app.storage import responses as responses_db
@@ -63,10 +64,12 @@ class AppState:
         )
         # The event logs followers read: one statement for all that ask at the same moment.
         self.log_reader = LogReader(self.engine)
+        self.webhooks = WebhookDeliverer(self.engine, self.settings)
 
     def start(self) -> None:
         # Every API process reaps lost generations: a model with no worker alive still ends them.
         self.side_tasks.start_every("reaper", self.settings.housekeeping_seconds, self._reap)
+        self.side_tasks.start("webhooks", self.webhooks.run)
 
     async def _reap(self) -> None:
         await reaper.reap_expired_leases(
@@ -107,6 +110,7 @@ class AppState:
 
     async def close(self) -> None:
         await self.side_tasks.close()
+        await self.webhooks.close()
         if self.images is not None:
             await self.images.close()
         await self.hub.close()

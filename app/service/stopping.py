@@ -22,6 +22,7 @@ from app.service.reading import retrieve
 from app.service.state import AppState
 from app.storage import events as events_db
 from app.storage import responses as responses_db
+from app.storage import webhooks as webhooks_db
 
 CANCEL_WAIT_SECONDS = 10.0
 
@@ -33,6 +34,7 @@ async def stop(state: AppState, response_id: str, durable: bool) -> None:
         async with state.engine.begin() as conn:
             published = await _stop_in(conn, response_id)
         if published:
+            state.webhooks.nudge()  # a queued response cancelled: its deliveries were written with its end
             await channel.publish(state.redis, events_channel(state.settings.queue_name), {response_id: published})
     await signal_stop(state.redis, response_id, durable)
 
@@ -47,6 +49,7 @@ async def _stop_in(conn: AsyncConnection, response_id: str) -> list[WireEvent]:
     cancelled = responses_db.record_from_row(row, []).evolve(status="cancelled", completed_at=time.time())
     published = await events_db.append(conn, response_id, [terminal_event(cancelled)])
     await responses_db.cancel_queued(conn, response_id)
+    await webhooks_db.announce_end(conn, response_id)
     return published
 
 

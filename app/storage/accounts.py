@@ -62,6 +62,11 @@ async def ensure_account(conn: AsyncConnection, name: str) -> str:
     return str((await conn.execute(stmt.returning(accounts.c.id))).scalar_one())
 
 
+async def account_id(conn: AsyncConnection, name: str) -> str | None:
+    found = await conn.scalar(select(accounts.c.id).where(accounts.c.name == name))
+    return None if found is None else str(found)
+
+
 async def create_key(conn: AsyncConnection, account_name: str) -> tuple[KeyInfo, str]:
     """Returns the key's info and the key itself, which is shown once and never stored."""
     account_id = await ensure_account(conn, account_name)

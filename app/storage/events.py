@@ -22,6 +22,7 @@ from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import TERMINAL_STATUSES
 from app.storage import items as items_db
 from app.storage import output_refs
+from app.storage import webhooks as webhooks_db
 from app.storage.driver import DriverStatement
 from app.storage.responses import Outcome
 from app.storage.tables import output_snapshots
@@ -29,13 +30,21 @@ from app.storage.tables import output_snapshots
 Event = dict[str, Any]
 
 
+# The deliveries of the background responses ended in the statement below.
+ANNOUNCING = webhooks_db.announced(
+    "(SELECT a.id, a.account_id, a.background, f.status FROM allocated a JOIN endings f ON f.response_id = a.id"
+    " WHERE a.ended) ended"
+)
+
 # One statement numbers and inserts the events of many responses and ends those that end in
 # the batch (terminal status, usage, output items): atomic without a transaction around it (no
 # BEGIN/COMMIT round trips), a number is never allocated without its event, and a terminal
 # status never commits without its terminal event. Only active responses take events or end:
 # the UPDATE is the compare-and-set of design invariant 3, and late events are dropped.
 _APPEND = DriverStatement(
-    text("""
+    text(
+        ANNOUNCING.join(
+            """
     WITH batch AS (
         SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
                              CAST(:payloads AS text[]), CAST(:output_ats AS int[]), CAST(:output_paths AS text[]))
@@ -64,7 +73,12 @@ _APPEND = DriverStatement(
           -- it was stalled, which another worker may be continuing.
           AND (CAST(:worker_id AS text) IS NULL OR r.worker_id = :worker_id)
         RETURNING r.id, r.next_sequence_number - c.n AS first, f.response_id IS NOT NULL AS ended,
-                  r.context_branches[cardinality(r.context_branches)] AS branch_id, r.chain_depth
+                  r.context_branches[cardinality(r.context_branches)] AS branch_id, r.chain_depth,
+                  r.account_id, r.background
+    ), announced AS (
+        -- A background response that ends tells its account's webhook endpoints (invariant 8):
+        -- here, so that an ended response always has its deliveries and no other has any.
+        {announce}
     ), inserted AS (
         -- Each event's JSON text with its number spliced in, as encoding.numbered does for the
         -- followers: a replay sends the very text they got live.
@@ -105,7 +119,9 @@ _APPEND = DriverStatement(
         ) m ON m.response_id = j.response_id
     )
     SELECT id, first FROM allocated
-""")
+""".split("{announce}")
+        )
+    )
 )
 
 

@@ -314,4 +314,82 @@ conversation_items = Table(
     comment="The items of each conversation in order: references to items its responses hold, or items of its own.",
 )
 
+webhook_endpoints = Table(
+    "webhook_endpoints",
+    metadata,
+    Column("id", Text, primary_key=True, comment="we_… id"),
+    Column(
+        "account_id",
+        Text,
+        ForeignKey("accounts.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+        comment="whose responses it hears of",
+    ),
+    Column("url", Text, nullable=False, comment="where deliveries are POSTed (through the egress guard)"),
+    Column("events", ARRAY(Text), nullable=False, comment="the event types it is sent: response.completed, …"),
+    Column("secret", Text, nullable=False, comment="whsec_…: signs its deliveries (Standard Webhooks)"),
+    Column(
+        "previous_secret",
+        Text,
+        comment="the secret before the last rotation: deliveries carry a signature by each for a day after it",
+    ),
+    Column("rotated_at", DateTime(timezone=True), comment="when the secret was last rotated"),
+    _now(),
+    comment="Where an account's webhooks go: `responses-server webhooks add|list|remove|rotate`.",
+)
+
+PENDING = "delivered_at IS NULL AND failed_at IS NULL"
+
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("id", Text, primary_key=True, comment="evt_…: the event's id and its webhook-id on every attempt"),
+    Column("endpoint_id", Text, ForeignKey("webhook_endpoints.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column(
+        "response_id",
+        Text,
+        nullable=False,
+        comment="the response whose end it tells (no foreign key: deleting it does not take back what it announced)",
+    ),
+    Column("type", Text, nullable=False, comment="response.completed, response.failed, …"),
+    Column("payload", Text, nullable=False, comment="the body, as signed and sent on every attempt"),
+    _now(),
+    Column("attempts", Integer, nullable=False, server_default=text("0"), comment="attempts begun"),
+    Column(
+        "next_attempt_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=func.now(),
+        comment="when it is due; while an attempt runs, when that attempt counts as lost",
+    ),
+    Column("delivered_at", DateTime(timezone=True), comment="when its endpoint answered 2xx"),
+    Column("failed_at", DateTime(timezone=True), comment="when it was given up (72 hours of attempts)"),
+    Column("last_status", Integer, comment="the HTTP status of its last attempt, if one came"),
+    Column("last_error", Text, comment="why its last attempt failed"),
+    CheckConstraint("delivered_at IS NULL OR failed_at IS NULL", name="ended_once"),
+    Index("ix_webhook_deliveries_due", "next_attempt_at", postgresql_where=text(PENDING)),
+    Index("ix_webhook_deliveries_pending_since", "created_at", postgresql_where=text(PENDING)),
+    Index("ix_webhook_deliveries_done_expiry", "created_at", postgresql_where=text(f"NOT ({PENDING})")),
+    comment="The webhook outbox: one row per event and endpoint, written with the response's end.",
+)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("account_id", Text, ForeignKey("accounts.id", ondelete="CASCADE"), nullable=False),
+    Column("key", Text, nullable=False, comment="the client's Idempotency-Key"),
+    Column("fingerprint", Text, nullable=False, comment="SHA-256 of the request: its route and body"),
+    Column(
+        "resource_id",
+        Text,
+        comment="what the first request created (a response, a conversation); null while it is being created",
+    ),
+    Column("item_ids", ARRAY(Text), comment="the items it created, for an items create"),
+    _now(),
+    PrimaryKeyConstraint("account_id", "key"),
+    Index("ix_idempotency_keys_expiry", "created_at"),
+    comment="Idempotency-Key: a create sent again within 24 hours answers with what the first created.",
+)
+
 # The views are created by migrations 0001 and 0010 (views are not metadata objects).

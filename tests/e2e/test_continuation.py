@@ -13,8 +13,9 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 
-from tests.conftest import Environment, FakeRuntime, answers_200, free_port, wait_until
+from tests.conftest import Environment, FakeRuntime, answers_200, free_port, new_environment, wait_until
 from tests.e2e.processes import Stack
 
 WORDS = [f"w{i}" for i in range(80)]
@@ -164,8 +165,15 @@ def test_past_its_grace_with_no_other_alive_a_generation_waits_for_the_next_work
 
 
 def test_a_generation_is_continued_at_most_the_configured_number_of_times(
-    environment: Environment, fake: FakeRuntime
+    tmp_path_factory: pytest.TempPathFactory, fake_runtime_url: str, fake: FakeRuntime
 ) -> None:
+    # A database of its own: the limit is each process's setting, and the session's processes
+    # (another limit) would reap this response too.
+    with new_environment(tmp_path_factory, fake_runtime_url) as environment:
+        _continued_at_most_once(environment, fake)
+
+
+def _continued_at_most_once(environment: Environment, fake: FakeRuntime) -> None:
     stack = Stack(environment, RESPONSES_MAX_CONTINUATIONS="1")
     script = "#fake " + json.dumps({"text": " ".join(WORDS), "delay": 0.1})  # 8 s
     try:

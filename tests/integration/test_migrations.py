@@ -45,6 +45,7 @@ async def test_upgrade_head_matches_the_table_definitions(empty_database_url: st
         assert tables == {
             *("accounts", "api_keys", "responses", "items", "response_events", "output_snapshots", "alembic_version"),
             *("conversations", "conversation_items"),
+            *("webhook_endpoints", "webhook_deliveries", "idempotency_keys"),
         }
         assert (await conn.execute(text("SELECT count(*) FROM response_overview"))).scalar() == 0
         comment = (await conn.execute(text("SELECT obj_description('responses'::regclass)"))).scalar()

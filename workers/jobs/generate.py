@@ -215,6 +215,8 @@ async def _finish(
     if not ended:
         log.info("response %s ended elsewhere first; its %s is discarded", record.id, outcome.status)
     else:
+        if record.background:  # its webhook deliveries, if any, were written with its end
+            state.webhooks.nudge()
         FINISHED.labels(record.model, outcome.status).inc()
         if outcome.usage:
             INPUT_TOKENS.labels(record.model).inc(outcome.usage.get("input_tokens") or 0)

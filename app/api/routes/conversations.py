@@ -13,6 +13,7 @@ from app import errors
 from app.api.auth import authenticate
 from app.api.http import json_body, query_choice, query_int
 from app.service import conversations
+from app.service.idempotency import HEADER, IdempotencyKey
 from app.service.state import AppState
 
 
@@ -37,7 +38,8 @@ async def create(request: Request) -> JSONResponse:
     state = _state(request)
     caller = await authenticate(state, request)
     body = await json_body(request, state.settings.max_body_bytes)
-    return JSONResponse(await conversations.create(state, caller.account_id, body.data))
+    key = IdempotencyKey.of(request.headers.get(HEADER), "conversations.create", body.data)
+    return JSONResponse(await conversations.create(state, caller.account_id, body.data, key))
 
 
 async def retrieve(request: Request) -> JSONResponse:
@@ -80,8 +82,12 @@ async def add_items(request: Request) -> JSONResponse:
     caller = await authenticate(state, request)
     body = await json_body(request, state.settings.max_body_bytes)
     conversation_id = _conversation_id(request)
+    route = (
+        f"conversations/{conversation_id}/items.create"  # (the same items for another conversation: another request)
+    )
+    key = IdempotencyKey.of(request.headers.get(HEADER), route, body.data)
     return JSONResponse(
-        await conversations.add_items(state, caller.account_id, conversation_id, body.data, _include(request))
+        await conversations.add_items(state, caller.account_id, conversation_id, body.data, _include(request), key)
     )
 
 

@@ -20,6 +20,7 @@ from app.events.sse import EventStreamResponse
 from app.protocol.encoding import WireEvent
 from app.protocol.response_object import render
 from app.service import compaction, creation, input_tokens, reading, stopping
+from app.service.idempotency import HEADER, IdempotencyKey
 from app.service.state import AppState
 
 
@@ -32,7 +33,8 @@ async def create(request: Request) -> Response | ASGIApp:
     state = _state(request)
     caller = await authenticate(state, request)
     body = await json_body(request, state.settings.max_body_bytes)
-    created = await creation.create(state, caller, body.data, body.size)
+    key = IdempotencyKey.of(request.headers.get(HEADER), "responses.create", body.data)
+    created = await creation.create(state, caller, body.data, body.size, key=key)
     if created.events is None:
         return JSONResponse(render(created.record))
     if created.record.stream:
@@ -46,12 +48,14 @@ async def create(request: Request) -> Response | ASGIApp:
     return FinalResponse(created.events, created.on_disconnect)
 
 
-async def compact(request: Request) -> ASGIApp:
+async def compact(request: Request) -> Response | ASGIApp:
     state = _state(request)
     caller = await authenticate(state, request)
     body = await json_body(request, state.settings.max_body_bytes)
-    created = await compaction.compact(state, caller, body.data, body.size)
-    assert created.events is not None  # a foreground JSON response: answered when it ends
+    key = IdempotencyKey.of(request.headers.get(HEADER), "responses.compact", body.data)
+    created = await compaction.compact(state, caller, body.data, body.size, key)
+    if created.events is None:  # sent again with its Idempotency-Key, ended, its log no longer kept
+        return JSONResponse(await compaction.answer(state, render(created.record)))
     return FinalResponse(created.events, created.on_disconnect, render=partial(compaction.answer, state))
 
 

@@ -1,0 +1,226 @@
+"""Webhooks: an account's endpoints, and the outbox of deliveries (design invariant 8).
+
+A background response that ends gets one delivery per endpoint of its account subscribed to
+its event, written in the statement that ends it (app/storage/events.py, ANNOUNCED) or, for a
+queued response cancelled, in the cancel's transaction (`announce_end`). Deliveries are taken
+when due by any process (SKIP LOCKED), leased by pushing their due time past the attempt, and
+marked delivered, due again later, or given up.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, select, text, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.protocol.ids import new_id
+from app.storage.driver import DriverStatement
+from app.storage.tables import webhook_endpoints
+
+EVENT_TYPES = ("response.completed", "response.failed", "response.cancelled", "response.incomplete")
+
+# The pieces of a delivery written from SQL (a response `r`-like source with `id`, `account_id`,
+# `background`, its status in `status`): an id like app/protocol/ids.py makes, and OpenAI's body.
+_EVENT_ID = "'evt_' || replace(gen_random_uuid()::text, '-', '') || left(replace(gen_random_uuid()::text, '-', ''), 16)"
+_ANNOUNCE = """
+    INSERT INTO webhook_deliveries (id, endpoint_id, response_id, type, payload)
+    SELECT e.id, e.endpoint_id, e.response_id, e.type,
+           json_build_object('id', e.id, 'object', 'event', 'type', e.type,
+                             'created_at', floor(extract(epoch FROM now()))::bigint,
+                             'data', json_build_object('id', e.response_id))::text
+    FROM (
+        -- (an id per row: in this list the id's volatile function is evaluated for each one)
+        SELECT {event_id} AS id, w.id AS endpoint_id, ended.id AS response_id, 'response.' || ended.status AS type
+        FROM {ended}
+        JOIN webhook_endpoints w ON w.account_id = ended.account_id
+        WHERE ended.background AND 'response.' || ended.status = ANY(w.events)
+    ) e
+"""
+
+
+def announced(ended: str) -> str:
+    """The INSERT that writes the deliveries of the ended responses `ended` (a FROM item
+    aliased `ended`, with `id`, `account_id`, `background` and `status`)."""
+    return _ANNOUNCE.format(ended=ended, event_id=_EVENT_ID)
+
+
+_ANNOUNCE_ONE = text(announced("(SELECT id, account_id, background, status FROM responses WHERE id = :id) ended"))
+
+
+async def announce_end(conn: AsyncConnection, response_id: str) -> None:
+    """The deliveries of a response that just ended outside the event writer (a queued one
+    cancelled): call it in the transaction that ends it."""
+    await conn.execute(_ANNOUNCE_ONE, {"id": response_id})
+
+
+def new_secret() -> str:
+    """A signing secret as OpenAI's look, and as the SDK's `unwrap` takes them."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    id: str
+    account: str
+    url: str
+    events: list[str]
+    created_at: datetime
+
+
+async def add_endpoint(conn: AsyncConnection, account_id: str, url: str, events: Sequence[str]) -> tuple[str, str]:
+    """A new endpoint of the account: its id and its secret (shown once)."""
+    endpoint_id, secret = new_id("we"), new_secret()
+    await conn.execute(
+        webhook_endpoints.insert().values(
+            id=endpoint_id, account_id=account_id, url=url, events=list(events), secret=secret
+        )
+    )
+    return endpoint_id, secret
+
+
+_ENDPOINTS = """
+    SELECT w.id, a.name, w.url, w.events, w.created_at FROM webhook_endpoints w JOIN accounts a ON a.id = w.account_id
+"""
+
+
+async def list_endpoints(conn: AsyncConnection, account_name: str | None = None) -> list[Endpoint]:
+    where, parameters = ("WHERE a.name = :name", {"name": account_name}) if account_name else ("", {})
+    rows = await conn.execute(text(f"{_ENDPOINTS} {where} ORDER BY a.name, w.created_at"), parameters)
+    return [Endpoint(*row) for row in rows]
+
+
+async def remove_endpoint(conn: AsyncConnection, endpoint_id: str) -> bool:
+    """Removes the endpoint and its deliveries, pending ones too."""
+    removed = await conn.execute(delete(webhook_endpoints).where(webhook_endpoints.c.id == endpoint_id))
+    return removed.rowcount == 1
+
+
+async def rotate_secret(conn: AsyncConnection, endpoint_id: str) -> str | None:
+    """A new secret for the endpoint (None: no such endpoint); the old one still signs beside it
+    for a day (ROTATION_OVERLAP), so receivers can switch without losing a delivery."""
+    secret = new_secret()
+    rotated = await conn.execute(
+        update(webhook_endpoints)
+        .where(webhook_endpoints.c.id == endpoint_id)
+        .values(previous_secret=webhook_endpoints.c.secret, secret=secret, rotated_at=text("now()"))
+    )
+    return secret if rotated.rowcount == 1 else None
+
+
+ROTATION_OVERLAP = "1 day"
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A delivery taken for one attempt."""
+
+    id: str
+    endpoint_id: str
+    url: str
+    payload: str
+    secrets: list[str]  # the endpoint's, then its previous one while the rotation overlaps
+    attempts: int  # this one included
+    created_at: datetime
+
+
+# Takes due deliveries, at most `per_endpoint` of an endpoint and none of those busy here, and
+# leases them: their due time moves past the attempt, so one whose process dies is taken again.
+_TAKE = DriverStatement(
+    text(f"""
+    WITH due AS (
+        SELECT id FROM (
+            SELECT first.id, row_number() OVER (PARTITION BY first.endpoint_id ORDER BY first.next_attempt_at) AS nth
+            FROM (
+                SELECT id, endpoint_id, next_attempt_at FROM webhook_deliveries
+                WHERE delivered_at IS NULL AND failed_at IS NULL AND next_attempt_at <= now()
+                  AND endpoint_id <> ALL(CAST(:busy AS text[]))
+                ORDER BY next_attempt_at
+                LIMIT :scan
+            ) first
+        ) ranked
+        WHERE nth <= :per_endpoint
+        LIMIT :limit
+    ), taken AS (
+        UPDATE webhook_deliveries d
+        SET attempts = d.attempts + 1, next_attempt_at = now() + CAST(:lease AS interval)
+        -- (the lock re-reads a row another process took meanwhile, and its due time leaves it out)
+        FROM (
+            SELECT id FROM webhook_deliveries
+            WHERE id IN (SELECT id FROM due) AND next_attempt_at <= now() AND delivered_at IS NULL AND failed_at IS NULL
+            FOR UPDATE SKIP LOCKED
+        ) locked
+        WHERE d.id = locked.id
+        RETURNING d.id, d.endpoint_id, d.payload, d.attempts, d.created_at
+    )
+    SELECT t.id, t.endpoint_id, w.url, t.payload,
+           array_remove(ARRAY[w.secret, CASE WHEN w.rotated_at > now() - interval '{ROTATION_OVERLAP}'
+                                             THEN w.previous_secret END], NULL),
+           t.attempts, t.created_at
+    FROM taken t JOIN webhook_endpoints w ON w.id = t.endpoint_id
+    ORDER BY t.created_at
+""")
+)
+
+
+async def take_due(
+    conn: AsyncConnection, limit: int, per_endpoint: int, busy: Sequence[str], lease_seconds: float
+) -> list[Due]:
+    parameters = {
+        "limit": limit,
+        "scan": limit * 4,
+        "per_endpoint": per_endpoint,
+        "busy": list(busy),
+        "lease": timedelta(seconds=lease_seconds),
+    }
+    return [Due(*row) for row in await _TAKE.rows(conn, parameters)]
+
+
+async def delivered(conn: AsyncConnection, delivery_id: str, status: int) -> None:
+    await conn.execute(
+        text("UPDATE webhook_deliveries SET delivered_at = now(), last_status = :status WHERE id = :id"),
+        {"id": delivery_id, "status": status},
+    )
+
+
+async def failed_attempt(
+    conn: AsyncConnection, delivery_id: str, status: int | None, error: str, retry_after_seconds: float | None
+) -> None:
+    """An attempt that failed: due again after `retry_after_seconds`, or given up (None)."""
+    if retry_after_seconds is None:
+        statement = "UPDATE webhook_deliveries SET failed_at = now(), last_status = :status, last_error = :error"
+        parameters: dict[str, object] = {}
+    else:
+        statement = (
+            "UPDATE webhook_deliveries SET next_attempt_at = now() + CAST(:after AS interval), "
+            "last_status = :status, last_error = :error"
+        )
+        parameters = {"after": timedelta(seconds=retry_after_seconds)}
+    await conn.execute(
+        text(f"{statement} WHERE id = :id"), {"id": delivery_id, "status": status, "error": error[:500], **parameters}
+    )
+
+
+async def seconds_until_due(conn: AsyncConnection) -> float | None:
+    """How long until the next pending delivery is due (None: none is pending)."""
+    seconds = await conn.scalar(
+        text(
+            "SELECT extract(epoch FROM min(next_attempt_at) - now()) FROM webhook_deliveries "
+            "WHERE delivered_at IS NULL AND failed_at IS NULL"
+        )
+    )
+    return None if seconds is None else float(seconds)
+
+
+async def oldest_pending_seconds(conn: AsyncConnection) -> float:
+    """How long the oldest delivery still pending has waited (0: none)."""
+    seconds = await conn.scalar(
+        select(text("extract(epoch FROM now() - min(created_at))")).select_from(
+            text("webhook_deliveries WHERE delivered_at IS NULL AND failed_at IS NULL")
+        )
+    )
+    return float(seconds or 0.0)

@@ -1,0 +1,286 @@
+"""Webhooks (design invariant 8): every way a background response ends writes its deliveries with
+its end; they arrive signed as the OpenAI SDK checks, retried with one webhook-id until accepted
+or given up; a dead endpoint holds up no other; the egress guard refuses private addresses
+before connecting. The receivers listen on loopback (allowed in the tests' settings)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import secrets
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import openai
+import pytest
+from sqlalchemy import select, text, update
+
+from app.process.metrics import REGISTRY
+from app.queue.redis_keys import events_channel
+from app.service import reaper, stopping
+from app.service.state import AppState
+from app.service.webhook_delivery import WebhookDeliverer
+from app.storage import accounts as accounts_db
+from app.storage import responses as responses_db
+from app.storage import webhooks as webhooks_db
+from app.storage.tables import responses, webhook_deliveries
+from tests.conftest import FakeRuntime
+from tests.integration.conftest import OpenWorker, accept, run_job
+from tests.webhook_receiver import Receiver
+
+SDK = openai.OpenAI(api_key="unused", base_url="http://127.0.0.1:9/v1")  # only its `webhooks.unwrap` is used
+
+
+@pytest.fixture
+async def account(state: AppState) -> AsyncIterator[str]:
+    """An account of the test's own, so no other test's endpoints hear of its responses; its
+    endpoints, and their deliveries still being retried, go with the test."""
+    async with state.engine.begin() as conn:
+        account_id = await accounts_db.ensure_account(conn, f"hooks-{secrets.token_hex(4)}")
+    yield account_id
+    async with state.engine.begin() as conn:
+        await conn.execute(text("DELETE FROM webhook_endpoints WHERE account_id = :a"), {"a": account_id})
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    started = Receiver().start()
+    yield started
+    started.stop()
+
+
+async def endpoint(state: AppState, account: str, url: str, events: tuple[str, ...] = webhooks_db.EVENT_TYPES) -> str:
+    """A new endpoint's secret."""
+    async with state.engine.begin() as conn:
+        return (await webhooks_db.add_endpoint(conn, account, url, events))[1]
+
+
+async def deliveries(state: AppState, response_id: str) -> list[Any]:
+    async with state.engine.connect() as conn:
+        query = select(webhook_deliveries).where(webhook_deliveries.c.response_id == response_id)
+        return list((await conn.execute(query)).all())
+
+
+async def ended_in_background(state: AppState, account: str, worker: OpenWorker, **body: Any) -> str:
+    response_id = await accept(state, account, background=True, **body)
+    await run_job(await worker(), response_id)
+    return response_id
+
+
+async def test_a_background_response_that_ends_is_delivered_as_the_sdk_checks(
+    state: AppState, account: str, open_worker: OpenWorker, fake: FakeRuntime, receiver: Receiver
+) -> None:
+    secret = await endpoint(state, account, receiver.url)
+    response_id = await ended_in_background(state, account, open_worker, input="hello")
+    [received] = await receiver.arrival(1)
+    event = SDK.webhooks.unwrap(received.body, received.headers, secret=secret)
+    assert (event.type, event.data.id, event.object) == ("response.completed", response_id, "event")
+    assert event.id == received.headers["webhook-id"] and event.id.startswith("evt_")
+    assert json.loads(received.body) == {
+        "id": event.id,
+        "object": "event",
+        "type": "response.completed",
+        "created_at": event.created_at,
+        "data": {"id": response_id},
+    }
+    await asyncio.sleep(0.2)  # (its row is marked after the answer)
+    [row] = await deliveries(state, response_id)
+    assert row.delivered_at is not None and row.attempts == 1 and row.last_status == 200
+
+
+async def test_a_receiver_that_fails_three_times_gets_one_event_in_four_attempts_with_one_id(
+    state: AppState, account: str, open_worker: OpenWorker, fake: FakeRuntime, receiver: Receiver
+) -> None:
+    receiver.statuses = [500, 503, 404]
+    secret = await endpoint(state, account, receiver.url)
+    response_id = await ended_in_background(state, account, open_worker, input="hello")
+    received = await receiver.arrival(4)
+    assert len({r.headers["webhook-id"] for r in received}) == 1
+    for attempt in received:  # each attempt signed at its own time, each valid
+        assert SDK.webhooks.unwrap(attempt.body, attempt.headers, secret=secret).data.id == response_id
+    await asyncio.sleep(0.2)
+    [row] = await deliveries(state, response_id)
+    assert (row.attempts, row.last_status) == (4, 200) and row.delivered_at is not None
+    # Backing off: each wait longer than the one before.
+    gaps = [b.at - a.at for a, b in itertools.pairwise(received)]
+    assert gaps[0] < gaps[2]
+
+
+async def test_every_way_a_background_response_ends_announces_its_event(
+    state: AppState, account: str, open_worker: OpenWorker, fake: FakeRuntime, receiver: Receiver
+) -> None:
+    await endpoint(state, account, receiver.url)
+    completed = await ended_in_background(state, account, open_worker, input="hello")
+    failed = await ended_in_background(state, account, open_worker, input='#fake {"status": 400}')
+    cut = await ended_in_background(state, account, open_worker, input="one two three " * 20, max_output_tokens=16)
+    cancelled = await accept(state, account, input="never runs", background=True)
+    await stopping.cancel(state, account, cancelled)
+    reaped = await accept(state, account, input="orphan", background=True)
+    async with state.engine.begin() as conn:
+        assert await responses_db.claim(conn, reaped, "dead-worker", 30) is not None
+        await conn.execute(
+            update(responses).where(responses.c.id == reaped).values(lease_expires_at=responses_db.db_now(-1))
+        )
+    channel = events_channel(state.settings.queue_name)
+    assert reaped in await reaper.reap_expired_leases(state.engine, state.redis, channel, state.continuations)
+    received = await receiver.arrival(5)
+    told = {json.loads(r.body)["data"]["id"]: json.loads(r.body)["type"] for r in received}
+    assert told == {
+        completed: "response.completed",
+        failed: "response.failed",
+        cut: "response.incomplete",
+        cancelled: "response.cancelled",
+        reaped: "response.failed",
+    }
+
+
+async def test_only_background_responses_and_subscribed_events_are_announced(
+    state: AppState, account: str, open_worker: OpenWorker, fake: FakeRuntime, receiver: Receiver
+) -> None:
+    await endpoint(state, account, receiver.url, events=("response.failed",))
+    foreground = await accept(state, account, input="hello")
+    await run_job(await open_worker(), foreground)
+    completed = await ended_in_background(state, account, open_worker, input="hello")
+    failed = await ended_in_background(state, account, open_worker, input='#fake {"status": 400}')
+    [received] = await receiver.arrival(1)
+    assert json.loads(received.body)["data"]["id"] == failed
+    assert await deliveries(state, foreground) == [] and await deliveries(state, completed) == []
+
+
+async def test_a_dead_endpoint_does_not_hold_up_a_healthy_one(
+    state: AppState, account: str, open_worker: OpenWorker, fake: FakeRuntime, receiver: Receiver
+) -> None:
+    dead = Receiver(delay=30.0).start()  # answers nothing within the attempt's time (2 s here)
+    try:
+        await endpoint(state, account, dead.url)
+        await endpoint(state, account, receiver.url)
+        worker = await open_worker()
+        ids = [await accept(state, account, input=f"job {n}", background=True) for n in range(12)]
+        await asyncio.gather(*(run_job(worker, response_id) for response_id in ids))
+        received = await receiver.arrival(12, timeout=5.0)
+        assert {json.loads(r.body)["data"]["id"] for r in received} == set(ids)
+        assert max(r.at for r in received) - min(r.at for r in received) < 2.0  # none waited for a dead one
+    finally:
+        dead.stop()
+
+
+async def test_a_private_address_is_refused_before_any_connection(
+    state: AppState, account: str, open_worker: OpenWorker, fake: FakeRuntime
+) -> None:
+    await endpoint(state, account, "http://10.255.255.1:9/hook")  # (not in RESPONSES_WEBHOOK_ALLOW)
+    response_id = await ended_in_background(state, account, open_worker, input="hello")
+    for _ in range(100):
+        [row] = await deliveries(state, response_id)
+        if row.last_error is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert row.last_error.startswith("not sent: its host resolves to 10.255.255.1")
+    assert row.last_status is None and row.delivered_at is None
+
+
+async def test_a_delivery_whose_process_died_mid_attempt_is_taken_again_with_its_id(
+    state: AppState, account: str, receiver: Receiver
+) -> None:
+    async with state.engine.begin() as conn:
+        endpoint_id, _ = await webhooks_db.add_endpoint(conn, account, receiver.url, webhooks_db.EVENT_TYPES)
+        await conn.execute(
+            text(
+                "INSERT INTO webhook_deliveries (id, endpoint_id, response_id, type, payload, next_attempt_at)"
+                " VALUES ('evt_lost', :e, 'resp_x', 'response.completed', '{}', now() + interval '1 hour')"
+            ),
+            {"e": endpoint_id},
+        )
+        await conn.execute(text("UPDATE webhook_deliveries SET next_attempt_at = now() WHERE id = 'evt_lost'"))
+        taken = {due.id: due for due in await webhooks_db.take_due(conn, 1000, 1000, [], lease_seconds=0.2)}
+    assert taken["evt_lost"].attempts == 1  # then "the process died"
+    received = await receiver.arrival(1)  # once its lease lapsed, another deliverer took it
+    assert received[0].headers["webhook-id"] == "evt_lost"
+    await asyncio.sleep(0.2)
+    async with state.engine.connect() as conn:
+        attempts = await conn.scalar(text("SELECT attempts FROM webhook_deliveries WHERE id = 'evt_lost'"))
+    assert attempts == 2
+
+
+async def test_a_delivery_past_its_window_is_given_up(
+    state: AppState, account: str, open_worker: OpenWorker, fake: FakeRuntime, receiver: Receiver
+) -> None:
+    receiver.statuses = [500] * 1000
+    await endpoint(state, account, receiver.url)
+    given_up = REGISTRY.get_sample_value("responses_webhook_deliveries_total", {"outcome": "given_up"}) or 0.0
+    response_id = await ended_in_background(state, account, open_worker, input="hello")
+    async with state.engine.begin() as conn:  # as if its 72 hours had passed
+        await conn.execute(
+            update(webhook_deliveries)
+            .where(webhook_deliveries.c.response_id == response_id)
+            .values(created_at=text("now() - interval '73 hours'"))
+        )
+    for _ in range(200):
+        [row] = await deliveries(state, response_id)
+        if row.failed_at is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert row.failed_at is not None and row.delivered_at is None and row.last_status == 500
+    assert REGISTRY.get_sample_value("responses_webhook_deliveries_total", {"outcome": "given_up"}) == given_up + 1
+
+
+async def test_after_a_rotation_both_secrets_verify_for_a_day(
+    state: AppState, account: str, open_worker: OpenWorker, fake: FakeRuntime, receiver: Receiver
+) -> None:
+    old = await endpoint(state, account, receiver.url)
+    async with state.engine.begin() as conn:
+        [listed] = await webhooks_db.list_endpoints(conn, await _name(conn, account))
+        new = await webhooks_db.rotate_secret(conn, listed.id)
+    assert new is not None and new != old
+    response_id = await ended_in_background(state, account, open_worker, input="hello")
+    [received] = await receiver.arrival(1)
+    assert received.headers["webhook-signature"].count("v1,") == 2
+    for secret in (old, new):
+        assert SDK.webhooks.unwrap(received.body, received.headers, secret=secret).data.id == response_id
+    async with state.engine.begin() as conn:  # a day later only the new one signs
+        await conn.execute(text("UPDATE webhook_endpoints SET rotated_at = now() - interval '25 hours'"))
+    later = await ended_in_background(state, account, open_worker, input="again")
+    received = (await receiver.arrival(2))[1]
+    assert received.headers["webhook-signature"].count("v1,") == 1
+    assert SDK.webhooks.unwrap(received.body, received.headers, secret=new).data.id == later
+    with pytest.raises(openai.InvalidWebhookSignatureError):
+        SDK.webhooks.unwrap(received.body, received.headers, secret=old)
+
+
+async def _name(conn: Any, account_id: str) -> str:
+    return str(await conn.scalar(text("SELECT name FROM accounts WHERE id = :id"), {"id": account_id}))
+
+
+def test_retries_back_off_with_jitter_up_to_an_hour() -> None:
+    from app.service.webhook_delivery import retry_delay
+
+    assert 0.8 * 5 <= retry_delay(1, 5.0) <= 1.2 * 5
+    assert 0.8 * 40 <= retry_delay(4, 5.0) <= 1.2 * 40
+    assert retry_delay(30, 5.0) <= 1.2 * 3600
+    assert len({round(retry_delay(3, 5.0), 6) for _ in range(20)}) > 1
+    assert timedelta(seconds=retry_delay(1, 5.0)) < timedelta(seconds=7)
+
+
+_ = WebhookDeliverer  # (the deliverer under test runs in the API state's side tasks)
+
+
+async def test_processes_taking_at_once_never_take_one_delivery_twice(state: AppState, account: str) -> None:
+    async with state.engine.begin() as conn:
+        endpoint_id, _ = await webhooks_db.add_endpoint(
+            conn, account, "http://127.0.0.1:9/closed", webhooks_db.EVENT_TYPES
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO webhook_deliveries (id, endpoint_id, response_id, type, payload)"
+                " SELECT 'evt_race_' || n, :e, 'resp_x', 'response.completed', '{}' FROM generate_series(1, 200) n"
+            ),
+            {"e": endpoint_id},
+        )
+
+    async def take() -> list[str]:
+        async with state.engine.begin() as conn:
+            return [due.id for due in await webhooks_db.take_due(conn, 20, 100, [], lease_seconds=60)]
+
+    taken = [due_id for batch in await asyncio.gather(*(take() for _ in range(16))) for due_id in batch]
+    assert len(taken) == len(set(taken)) and taken

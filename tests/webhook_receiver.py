@@ -1,0 +1,81 @@
+"""A webhook receiver for the tests: a Starlette app on a loopback port, served by uvicorn in a
+thread of its own (so sync and async tests alike can use it), that records what it is sent and
+answers as scripted."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tests.conftest import free_port
+
+
+@dataclass(frozen=True)
+class Received:
+    headers: dict[str, str]
+    body: bytes
+    at: float  # time.time() when it arrived
+
+
+@dataclass
+class Receiver:
+    port: int = field(default_factory=free_port)
+    statuses: list[int] = field(default_factory=list)  # answered in turn, then 200
+    delay: float = 0.0  # seconds before answering
+    received: list[Received] = field(default_factory=list)
+    _server: uvicorn.Server | None = None
+    _thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    async def _hook(self, request: Request) -> Response:
+        self.received.append(Received(dict(request.headers), await request.body(), time.time()))
+        await asyncio.sleep(self.delay)
+        return Response(status_code=self.statuses.pop(0) if self.statuses else 200)
+
+    def start(self) -> Receiver:
+        app = Starlette(routes=[Route("/hook", self._hook, methods=["POST"])])
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the webhook receiver did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        assert self._server is not None and self._thread is not None
+        self._server.should_exit = True
+        self._thread.join(10)
+
+    async def arrival(self, count: int, timeout: float = 15.0) -> list[Received]:
+        """`wait_for` for a test whose loop runs the deliverer: it waits without blocking it."""
+        deadline = time.monotonic() + timeout
+        while len(self.received) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(self.received)} of {count} webhook requests arrived")
+            await asyncio.sleep(0.02)
+        return self.received
+
+    def wait_for(self, count: int, timeout: float = 15.0) -> list[Received]:
+        deadline = time.monotonic() + timeout
+        while len(self.received) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(self.received)} of {count} webhook requests arrived")
+            time.sleep(0.02)
+        return self.received
