@@ -23,6 +23,7 @@ class Received:
     headers: dict[str, str]
     body: bytes
     at: float  # time.time() when it arrived
+    concurrent: int  # requests in flight when it arrived, itself included
 
 
 @dataclass
@@ -31,6 +32,7 @@ class Receiver:
     statuses: list[int] = field(default_factory=list)  # answered in turn, then 200
     delay: float = 0.0  # seconds before answering
     received: list[Received] = field(default_factory=list)
+    in_flight: int = 0
     _server: uvicorn.Server | None = None
     _thread: threading.Thread | None = None
 
@@ -39,9 +41,14 @@ class Receiver:
         return f"http://127.0.0.1:{self.port}/hook"
 
     async def _hook(self, request: Request) -> Response:
-        self.received.append(Received(dict(request.headers), await request.body(), time.time()))
-        await asyncio.sleep(self.delay)
-        return Response(status_code=self.statuses.pop(0) if self.statuses else 200)
+        self.in_flight += 1
+        try:
+            body = await request.body()
+            self.received.append(Received(dict(request.headers), body, time.time(), self.in_flight))
+            await asyncio.sleep(self.delay)
+            return Response(status_code=self.statuses.pop(0) if self.statuses else 200)
+        finally:
+            self.in_flight -= 1
 
     def start(self) -> Receiver:
         app = Starlette(routes=[Route("/hook", self._hook, methods=["POST"])])

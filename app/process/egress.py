@@ -13,11 +13,22 @@ import asyncio
 import ipaddress
 import socket
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import httpx
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """A URL as the guard lets it be connected to: `url` names the checked address; `host` goes
+    in the Host header and `server_name` (https) is the TLS server name, both the URL's host."""
+
+    url: str
+    host: str
+    server_name: str | None
 
 
 class EgressRefused(Exception):
@@ -33,6 +44,18 @@ class EgressGuard:
         """`allowed`: comma-separated networks (`10.0.0.0/8,127.0.0.1/32`)."""
         return cls([ipaddress.ip_network(net.strip()) for net in allowed.split(",") if net.strip()])
 
+    async def destination(self, url: str) -> Destination:
+        """Where to connect for `url`: the one address checked for its host."""
+        target = httpx.URL(url)
+        if target.scheme not in ("http", "https") or not target.host:
+            raise EgressRefused("only http and https URLs are connected to")
+        address = await self._checked_address(target)
+        return Destination(
+            str(target.copy_with(host=str(address))),
+            target.netloc.decode("ascii"),
+            target.host if target.scheme == "https" else None,
+        )
+
     async def request(
         self,
         client: httpx.AsyncClient,
@@ -41,17 +64,14 @@ class EgressGuard:
         headers: Mapping[str, str],
         content: bytes | None = None,
     ) -> httpx.Request:
-        """A request for `url` sent to the one address checked for its host."""
-        target = httpx.URL(url)
-        if target.scheme not in ("http", "https") or not target.host:
-            raise EgressRefused("only http and https URLs are connected to")
-        address = await self._checked_address(target)
+        """An httpx request for `url` sent to its destination."""
+        to = await self.destination(url)
         return client.build_request(
             method,
-            target.copy_with(host=str(address)),
-            headers={"Host": target.netloc.decode("ascii"), **headers},
+            to.url,
+            headers={"Host": to.host, **headers},
             content=content,
-            extensions={"sni_hostname": target.host} if target.scheme == "https" else {},
+            extensions={"sni_hostname": to.server_name} if to.server_name else {},
         )
 
     async def _checked_address(self, target: httpx.URL) -> Address:

@@ -7,8 +7,11 @@ public addresses unless RESPONSES_WEBHOOK_ALLOW names the network) with the same
 on every attempt and a signature made at the attempt, and marked delivered on any 2xx within
 RESPONSES_WEBHOOK_TIMEOUT_SECONDS. Otherwise it is due again after a delay that doubles from
 RESPONSES_WEBHOOK_RETRY_SECONDS up to an hour, jittered, until RESPONSES_WEBHOOK_GIVE_UP_HOURS
-after its event, when it is given up. Attempts run beside each other, at most a few per
-endpoint in a process, so a slow or dead endpoint holds up neither the others nor generation.
+after its event, when it is given up. Attempts run beside each other, at most PER_ENDPOINT to
+an endpoint in a process and PER_FAILING_ENDPOINT to one whose last attempt failed, so a slow
+or dead endpoint holds up neither the others nor generation. Each turn of the loop is one
+statement (the outcomes of the attempts that ended, and the next due): a delivery costs about
+a millisecond of CPU (bench/webhook_benchmark.py).
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import logging
 import random
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
-import httpx
-from sqlalchemy.ext.asyncio import AsyncEngine
+import aiohttp
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.process.egress import EgressGuard, EgressRefused
 from app.process.metrics import WEBHOOK_DELIVERIES, WEBHOOK_OLDEST_PENDING
@@ -31,7 +36,8 @@ from app.storage import webhooks as webhooks_db
 
 log = logging.getLogger(__name__)
 
-PER_ENDPOINT = 4  # attempts to one endpoint in flight in one process
+PER_ENDPOINT = 16  # attempts to one endpoint in flight in one process
+PER_FAILING_ENDPOINT = 2  # … to one whose last attempt here failed, until one succeeds
 MAX_RETRY_SECONDS = 3600.0
 LEASE_MARGIN_SECONDS = 30.0  # beyond the attempt's timeout, before a taken delivery counts as lost
 OLDEST_EVERY_SECONDS = 5.0
@@ -49,12 +55,12 @@ class WebhookDeliverer:
         self.engine = engine
         self.settings = settings
         self.guard = EgressGuard.from_config(settings.webhook_allow)
-        self._client = httpx.AsyncClient(
-            trust_env=False, follow_redirects=False, timeout=settings.webhook_timeout_seconds
-        )
+        self._session: aiohttp.ClientSession | None = None  # made in the loop that uses it
         self._wake = asyncio.Event()
         self._in_flight: Counter[str] = Counter()  # by endpoint
+        self._failing: set[str] = set()  # endpoints whose last attempt here failed
         self._attempts: set[asyncio.Task[None]] = set()
+        self._attempted: list[webhooks_db.Attempted] = []  # outcomes not recorded yet
         self._oldest_read_at = 0.0
 
     def nudge(self) -> None:
@@ -62,30 +68,55 @@ class WebhookDeliverer:
         self._wake.set()
 
     async def run(self) -> None:
-        """Sends due deliveries for ever (a side task)."""
+        """Sends due deliveries for ever (a side task). Each turn is one statement: it records
+        the outcomes of the attempts that ended and takes what is due."""
         while True:
             self._wake.clear()
-            taken = await self._take()
-            for due in taken:
+            attempted = self._attempted[:]
+            room = max(self.settings.webhook_concurrency - len(self._attempts), 0)
+            taken = await self._record_and_take(attempted, room)
+            del self._attempted[: len(attempted)]  # (kept for the next turn if that failed)
+            for outcome in attempted:
+                WEBHOOK_DELIVERIES.labels(_outcome_label(outcome)).inc()
+            for due in taken.due:
                 self._start(due)
             await self._report_oldest()
-            if not taken or len(self._attempts) >= self.settings.webhook_concurrency:
-                await self._wait()
+            if len(taken.due) < room or room == 0:  # (a full take: there may be more)
+                await self._wait(taken.seconds_until_due)
 
     async def close(self) -> None:
+        """Cancels the attempts in flight (their leases lapse: they are sent again) and records
+        the outcomes of those that ended, so that none of those is sent twice."""
         for attempt in self._attempts:
             attempt.cancel()
         await asyncio.gather(*self._attempts, return_exceptions=True)
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
+        try:
+            async with self._autocommit() as conn:
+                await webhooks_db.record_and_take(conn, self._attempted, 0, PER_ENDPOINT, {}, 0)
+        except Exception:
+            log.warning("the outcomes of %d webhook attempts were not recorded", len(self._attempted), exc_info=True)
 
-    async def _take(self) -> list[webhooks_db.Due]:
-        room = self.settings.webhook_concurrency - len(self._attempts)
-        if room <= 0:
-            return []
-        busy = [endpoint for endpoint, n in self._in_flight.items() if n >= PER_ENDPOINT]
+    def _rooms(self) -> dict[str, int]:
+        """The endpoints that may take fewer than PER_ENDPOINT more now."""
+        rooms = {endpoint: PER_ENDPOINT - n for endpoint, n in self._in_flight.items()}
+        rooms.update({endpoint: PER_FAILING_ENDPOINT - self._in_flight[endpoint] for endpoint in self._failing})
+        return rooms
+
+    async def _record_and_take(self, attempted: list[webhooks_db.Attempted], room: int) -> webhooks_db.Taken:
+        if room == 0 and not attempted:
+            return webhooks_db.Taken([], None)
         lease = self.settings.webhook_timeout_seconds + LEASE_MARGIN_SECONDS
-        async with self.engine.begin() as conn:
-            return await webhooks_db.take_due(conn, room, PER_ENDPOINT, busy, lease)
+        async with self._autocommit() as conn:
+            return await webhooks_db.record_and_take(conn, attempted, room, PER_ENDPOINT, self._rooms(), lease)
+
+    @asynccontextmanager
+    async def _autocommit(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for one statement: no BEGIN and COMMIT round trips around it."""
+        async with self.engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            yield conn
 
     def _start(self, due: webhooks_db.Due) -> None:
         self._in_flight[due.endpoint_id] += 1
@@ -98,20 +129,17 @@ class WebhookDeliverer:
         self._in_flight[endpoint_id] -= 1
         if not self._in_flight[endpoint_id]:
             del self._in_flight[endpoint_id]
-        self._wake.set()  # room for more
+        self._wake.set()  # its outcome to record, and room for more
         if not attempt.cancelled() and attempt.exception() is not None:
             log.error("webhook attempt failed unexpectedly", exc_info=attempt.exception())
 
-    async def _wait(self) -> None:
-        """Until told, a slot frees, the next delivery is due, or the poll comes round (for what
-        other processes wrote)."""
+    async def _wait(self, seconds_until_due: float | None) -> None:
+        """Until told, an attempt ends, the next delivery this process can take is due, or the
+        poll comes round (for what other processes wrote)."""
         wait = self.settings.webhook_poll_seconds
-        if len(self._attempts) < self.settings.webhook_concurrency:
-            async with self.engine.connect() as conn:
-                due_in = await webhooks_db.seconds_until_due(conn)
-            if due_in is not None:
-                # (one due now but not taken is another process's, or its endpoint's slots are full)
-                wait = min(wait, max(due_in, MIN_WAIT_SECONDS))
+        if seconds_until_due is not None:
+            # (one due now but not taken is another process's, or its endpoint's slots are full)
+            wait = min(wait, max(seconds_until_due, MIN_WAIT_SECONDS))
         try:
             await asyncio.wait_for(self._wake.wait(), wait)
         except TimeoutError:
@@ -119,32 +147,49 @@ class WebhookDeliverer:
 
     async def _attempt(self, due: webhooks_db.Due) -> None:
         status, error = await self._send(due)
-        async with self.engine.begin() as conn:
-            if error is None:
-                await webhooks_db.delivered(conn, due.id, status or 200)
-                WEBHOOK_DELIVERIES.labels("delivered").inc()
-                return
-            delay: float | None = retry_delay(due.attempts, self.settings.webhook_retry_seconds)
-            give_up_at = due.created_at + timedelta(hours=self.settings.webhook_give_up_hours)
-            if datetime.now(UTC) + timedelta(seconds=delay or 0) > give_up_at:
-                delay = None
-            await webhooks_db.failed_attempt(conn, due.id, status, error, delay)
-        WEBHOOK_DELIVERIES.labels("retried" if delay is not None else "given_up").inc()
+        if error is None:
+            self._failing.discard(due.endpoint_id)
+            self._attempted.append(webhooks_db.Attempted(due.id, True, status, None, None))
+            return
+        self._failing.add(due.endpoint_id)
+        delay: float | None = retry_delay(due.attempts, self.settings.webhook_retry_seconds)
+        give_up_at = due.created_at + timedelta(hours=self.settings.webhook_give_up_hours)
+        if datetime.now(UTC) + timedelta(seconds=delay or 0) > give_up_at:
+            delay = None
+        self._attempted.append(webhooks_db.Attempted(due.id, False, status, error, delay))
         log.info("webhook %s to %s: %s (attempt %d)", due.id, due.url, error, due.attempts)
 
     async def _send(self, due: webhooks_db.Due) -> tuple[int | None, str | None]:
         """The answer's status, and what went wrong (None: delivered)."""
         headers = webhook_signing.headers(due.id, int(time.time()), due.payload, due.secrets)
         try:
-            request = await self.guard.request(self._client, "POST", due.url, headers, due.payload.encode())
-            response = await self._client.send(request)
+            to = await self.guard.destination(due.url)
+            answer = await self._http().post(
+                to.url,
+                data=due.payload.encode(),
+                headers={"Host": to.host, "Content-Type": "application/json", **headers},
+                server_hostname=to.server_name,
+                allow_redirects=False,
+            )
+            answer.release()  # (its body is not read: the status decides)
         except EgressRefused as refused:
             return None, f"not sent: {refused}"
-        except httpx.HTTPError as exc:
+        except (aiohttp.ClientError, TimeoutError) as exc:
             return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        if 200 <= response.status_code < 300:
-            return response.status_code, None
-        return response.status_code, f"answered HTTP {response.status_code}"
+        if 200 <= answer.status < 300:
+            return answer.status, None
+        return answer.status, f"answered HTTP {answer.status}"
+
+    def _http(self) -> aiohttp.ClientSession:
+        # aiohttp (not httpx, which the image fetcher uses): a third of the CPU a request costs
+        # here, which a burst of deliveries beside generation feels.
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.settings.webhook_timeout_seconds),
+                connector=aiohttp.TCPConnector(limit=0),
+                auto_decompress=False,
+            )
+        return self._session
 
     async def _report_oldest(self) -> None:
         now = time.monotonic()
@@ -153,3 +198,9 @@ class WebhookDeliverer:
         self._oldest_read_at = now
         async with self.engine.connect() as conn:
             WEBHOOK_OLDEST_PENDING.set(await webhooks_db.oldest_pending_seconds(conn))
+
+
+def _outcome_label(outcome: webhooks_db.Attempted) -> str:
+    if outcome.delivered:
+        return "delivered"
+    return "retried" if outcome.retry_after_seconds is not None else "given_up"

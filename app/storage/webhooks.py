@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -128,22 +128,51 @@ class Due:
     created_at: datetime
 
 
-# Takes due deliveries, at most `per_endpoint` of an endpoint and none of those busy here, and
-# leases them: their due time moves past the attempt, so one whose process dies is taken again.
-_TAKE = DriverStatement(
+@dataclass(frozen=True, slots=True)
+class Attempted:
+    """How an attempt went: delivered, or due again `retry_after_seconds` later, or given up (None)."""
+
+    id: str
+    delivered: bool
+    status: int | None
+    error: str | None
+    retry_after_seconds: float | None
+
+
+# Records the outcomes of attempts that ended, then takes due deliveries, at most `per_endpoint`
+# of an endpoint (fewer for those in `rooms`, none of those with no room), and leases them: their
+# due time moves past the attempt, so one whose process dies is taken again. One statement: a
+# delivery costs the deliverer a round trip, not a transaction. (The take reads the outbox as it
+# was before the outcomes, which leaves out nothing: a delivery just attempted is leased.)
+_RECORD_AND_TAKE = DriverStatement(
     text(f"""
-    WITH due AS (
+    WITH recorded AS (
+        UPDATE webhook_deliveries d SET
+            delivered_at = CASE WHEN a.delivered THEN now() END,
+            failed_at = CASE WHEN NOT a.delivered AND a.retry_after IS NULL THEN now() END,
+            next_attempt_at = CASE WHEN NOT a.delivered AND a.retry_after IS NOT NULL
+                                   THEN now() + make_interval(secs => a.retry_after) ELSE d.next_attempt_at END,
+            last_status = a.status,
+            last_error = a.error
+        FROM unnest(CAST(:ids AS text[]), CAST(:delivered AS bool[]), CAST(:statuses AS int[]),
+                    CAST(:errors AS text[]), CAST(:retry_afters AS float8[]))
+            AS a(id, delivered, status, error, retry_after)
+        WHERE d.id = a.id
+    ), rooms AS (
+        SELECT * FROM unnest(CAST(:room_endpoints AS text[]), CAST(:rooms AS int[])) AS r(endpoint_id, room)
+    ), due AS MATERIALIZED (
         SELECT id FROM (
-            SELECT first.id, row_number() OVER (PARTITION BY first.endpoint_id ORDER BY first.next_attempt_at) AS nth
+            SELECT first.id, first.endpoint_id,
+                   row_number() OVER (PARTITION BY first.endpoint_id ORDER BY first.next_attempt_at) AS nth
             FROM (
                 SELECT id, endpoint_id, next_attempt_at FROM webhook_deliveries
                 WHERE delivered_at IS NULL AND failed_at IS NULL AND next_attempt_at <= now()
-                  AND endpoint_id <> ALL(CAST(:busy AS text[]))
+                  AND endpoint_id NOT IN (SELECT endpoint_id FROM rooms WHERE room <= 0)
                 ORDER BY next_attempt_at
                 LIMIT :scan
             ) first
         ) ranked
-        WHERE nth <= :per_endpoint
+        WHERE nth <= coalesce((SELECT room FROM rooms WHERE rooms.endpoint_id = ranked.endpoint_id), :per_endpoint)
         LIMIT :limit
     ), taken AS (
         UPDATE webhook_deliveries d
@@ -151,69 +180,67 @@ _TAKE = DriverStatement(
         -- (the lock re-reads a row another process took meanwhile, and its due time leaves it out)
         FROM (
             SELECT id FROM webhook_deliveries
-            WHERE id IN (SELECT id FROM due) AND next_attempt_at <= now() AND delivered_at IS NULL AND failed_at IS NULL
+            -- (by primary key: the planner, misjudging a fresh outbox's size, may otherwise join the
+            -- whole outbox against `due` row by row)
+            WHERE id = ANY(ARRAY(SELECT id FROM due))
+              AND next_attempt_at <= now() AND delivered_at IS NULL AND failed_at IS NULL
             FOR UPDATE SKIP LOCKED
         ) locked
         WHERE d.id = locked.id
         RETURNING d.id, d.endpoint_id, d.payload, d.attempts, d.created_at
+    ), later AS (
+        -- When the next delivery this process could take is due, of those not taken now (those
+        -- recorded now are left out too: this statement sees them as they were, leased).
+        SELECT extract(epoch FROM min(next_attempt_at) - now())::float8 AS seconds FROM webhook_deliveries
+        WHERE delivered_at IS NULL AND failed_at IS NULL
+          AND id <> ALL(ARRAY(SELECT id FROM due)) AND id <> ALL(CAST(:ids AS text[]))
+          AND endpoint_id NOT IN (SELECT endpoint_id FROM rooms WHERE room <= 0)
     )
-    SELECT t.id, t.endpoint_id, w.url, t.payload,
+    SELECT later.seconds, t.id, t.endpoint_id, w.url, t.payload,
            array_remove(ARRAY[w.secret, CASE WHEN w.rotated_at > now() - interval '{ROTATION_OVERLAP}'
                                              THEN w.previous_secret END], NULL),
            t.attempts, t.created_at
-    FROM taken t JOIN webhook_endpoints w ON w.id = t.endpoint_id
+    FROM later LEFT JOIN (taken t JOIN webhook_endpoints w ON w.id = t.endpoint_id) ON true
     ORDER BY t.created_at
 """)
 )
 
 
-async def take_due(
-    conn: AsyncConnection, limit: int, per_endpoint: int, busy: Sequence[str], lease_seconds: float
-) -> list[Due]:
+@dataclass(frozen=True, slots=True)
+class Taken:
+    due: list[Due]  # taken for an attempt now
+    seconds_until_due: float | None  # until the next one this process could take is due (None: none pending)
+
+
+async def record_and_take(
+    conn: AsyncConnection,
+    attempted: Sequence[Attempted],
+    limit: int,
+    per_endpoint: int,
+    rooms: Mapping[str, int],
+    lease_seconds: float,
+) -> Taken:
+    """Records `attempted`, then takes at most `limit` due deliveries; `rooms`: the endpoints
+    that may take fewer than `per_endpoint` now (0: none)."""
     parameters = {
+        "ids": [a.id for a in attempted],
+        "delivered": [a.delivered for a in attempted],
+        "statuses": [a.status for a in attempted],
+        "errors": [None if a.error is None else a.error[:500] for a in attempted],
+        "retry_afters": [a.retry_after_seconds for a in attempted],
         "limit": limit,
         "scan": limit * 4,
         "per_endpoint": per_endpoint,
-        "busy": list(busy),
+        "room_endpoints": list(rooms),
+        "rooms": list(rooms.values()),
         "lease": timedelta(seconds=lease_seconds),
     }
-    return [Due(*row) for row in await _TAKE.rows(conn, parameters)]
-
-
-async def delivered(conn: AsyncConnection, delivery_id: str, status: int) -> None:
-    await conn.execute(
-        text("UPDATE webhook_deliveries SET delivered_at = now(), last_status = :status WHERE id = :id"),
-        {"id": delivery_id, "status": status},
-    )
-
-
-async def failed_attempt(
-    conn: AsyncConnection, delivery_id: str, status: int | None, error: str, retry_after_seconds: float | None
-) -> None:
-    """An attempt that failed: due again after `retry_after_seconds`, or given up (None)."""
-    if retry_after_seconds is None:
-        statement = "UPDATE webhook_deliveries SET failed_at = now(), last_status = :status, last_error = :error"
-        parameters: dict[str, object] = {}
-    else:
-        statement = (
-            "UPDATE webhook_deliveries SET next_attempt_at = now() + CAST(:after AS interval), "
-            "last_status = :status, last_error = :error"
-        )
-        parameters = {"after": timedelta(seconds=retry_after_seconds)}
-    await conn.execute(
-        text(f"{statement} WHERE id = :id"), {"id": delivery_id, "status": status, "error": error[:500], **parameters}
-    )
-
-
-async def seconds_until_due(conn: AsyncConnection) -> float | None:
-    """How long until the next pending delivery is due (None: none is pending)."""
-    seconds = await conn.scalar(
-        text(
-            "SELECT extract(epoch FROM min(next_attempt_at) - now()) FROM webhook_deliveries "
-            "WHERE delivered_at IS NULL AND failed_at IS NULL"
-        )
-    )
-    return None if seconds is None else float(seconds)
+    rows = await _RECORD_AND_TAKE.rows(conn, parameters)
+    seconds = rows[0][0]
+    retries = [a.retry_after_seconds for a in attempted if not a.delivered and a.retry_after_seconds is not None]
+    if retries:
+        seconds = min(retries) if seconds is None else min(seconds, *retries)
+    return Taken([Due(*row[1:]) for row in rows if row[1] is not None], seconds)
 
 
 async def oldest_pending_seconds(conn: AsyncConnection) -> float:

@@ -21,7 +21,7 @@ from app.process.metrics import REGISTRY
 from app.queue.redis_keys import events_channel
 from app.service import reaper, stopping
 from app.service.state import AppState
-from app.service.webhook_delivery import WebhookDeliverer
+from app.service.webhook_delivery import PER_ENDPOINT, PER_FAILING_ENDPOINT, WebhookDeliverer
 from app.storage import accounts as accounts_db
 from app.storage import responses as responses_db
 from app.storage import webhooks as webhooks_db
@@ -193,7 +193,9 @@ async def test_a_delivery_whose_process_died_mid_attempt_is_taken_again_with_its
             {"e": endpoint_id},
         )
         await conn.execute(text("UPDATE webhook_deliveries SET next_attempt_at = now() WHERE id = 'evt_lost'"))
-        taken = {due.id: due for due in await webhooks_db.take_due(conn, 1000, 1000, [], lease_seconds=0.2)}
+        taken = {
+            due.id: due for due in (await webhooks_db.record_and_take(conn, [], 1000, 1000, {}, lease_seconds=0.2)).due
+        }
     assert taken["evt_lost"].attempts == 1  # then "the process died"
     received = await receiver.arrival(1)  # once its lease lapsed, another deliverer took it
     assert received[0].headers["webhook-id"] == "evt_lost"
@@ -280,7 +282,89 @@ async def test_processes_taking_at_once_never_take_one_delivery_twice(state: App
 
     async def take() -> list[str]:
         async with state.engine.begin() as conn:
-            return [due.id for due in await webhooks_db.take_due(conn, 20, 100, [], lease_seconds=60)]
+            return [due.id for due in (await webhooks_db.record_and_take(conn, [], 20, 100, {}, lease_seconds=60)).due]
 
     taken = [due_id for batch in await asyncio.gather(*(take() for _ in range(16))) for due_id in batch]
     assert len(taken) == len(set(taken)) and taken
+
+
+async def due_deliveries(conn: Any, endpoint_id: str, count: int) -> None:
+    await conn.execute(
+        text(
+            "INSERT INTO webhook_deliveries (id, endpoint_id, response_id, type, payload)"
+            " SELECT 'evt_' || md5(random()::text), :e, 'resp_x', 'response.completed', '{}'"
+            " FROM generate_series(1, :n)"
+        ),
+        {"e": endpoint_id, "n": count},
+    )
+
+
+async def test_a_take_gives_each_endpoint_at_most_its_room(state: AppState, account: str) -> None:
+    async with state.engine.begin() as conn:  # (uncommitted: no deliverer sees these)
+        full, limited, free = [
+            (await webhooks_db.add_endpoint(conn, account, f"http://127.0.0.1:9/{n}", webhooks_db.EVENT_TYPES))[0]
+            for n in range(3)
+        ]
+        for endpoint_id in (full, limited, free):
+            await due_deliveries(conn, endpoint_id, 10)
+        taken = await webhooks_db.record_and_take(conn, [], 100, 4, {full: 0, limited: 1}, lease_seconds=60)
+        await conn.rollback()
+    by_endpoint = [due.endpoint_id for due in taken.due]
+    assert (by_endpoint.count(full), by_endpoint.count(limited), by_endpoint.count(free)) == (0, 1, 4)
+    assert taken.seconds_until_due is not None and taken.seconds_until_due <= 0  # the limited one has more due
+
+
+async def test_outcomes_are_recorded_in_the_statement_that_takes_the_next(state: AppState, account: str) -> None:
+    async with state.engine.begin() as conn:
+        endpoint_id, _ = await webhooks_db.add_endpoint(conn, account, "http://127.0.0.1:9/", webhooks_db.EVENT_TYPES)
+        await due_deliveries(conn, endpoint_id, 3)
+        first = await webhooks_db.record_and_take(conn, [], 3, 3, {}, lease_seconds=60)
+        delivered, retried, given_up = (due.id for due in first.due)
+        outcomes = [
+            webhooks_db.Attempted(delivered, True, 204, None, None),
+            webhooks_db.Attempted(retried, False, 503, "answered HTTP 503", 30.0),
+            webhooks_db.Attempted(given_up, False, None, "ConnectionRefused", None),
+        ]
+        later = await webhooks_db.record_and_take(conn, outcomes, 3, 3, {}, lease_seconds=60)
+        rows = {
+            row.id: row
+            for row in await conn.execute(
+                select(webhook_deliveries).where(webhook_deliveries.c.endpoint_id == endpoint_id)
+            )
+        }
+        now = await conn.scalar(text("SELECT now()"))
+        await conn.rollback()
+    assert later.due == [] and later.seconds_until_due == 30.0  # the retry is the next due
+    assert rows[delivered].delivered_at is not None and rows[delivered].last_status == 204
+    assert rows[retried].next_attempt_at == now + timedelta(seconds=30) and rows[retried].last_error
+    assert rows[retried].delivered_at is None and rows[retried].failed_at is None
+    assert rows[given_up].failed_at is not None and rows[given_up].last_error == "ConnectionRefused"
+
+
+async def test_a_healthy_endpoint_is_sent_many_deliveries_at_once(
+    state: AppState, account: str, receiver: Receiver
+) -> None:
+    receiver.delay = 0.3
+    async with state.engine.begin() as conn:
+        endpoint_id, _ = await webhooks_db.add_endpoint(conn, account, receiver.url, webhooks_db.EVENT_TYPES)
+        await due_deliveries(conn, endpoint_id, 2 * PER_ENDPOINT)
+    state.webhooks.nudge()
+    received = await receiver.arrival(2 * PER_ENDPOINT)
+    assert len({hook.headers["webhook-id"] for hook in received}) == 2 * PER_ENDPOINT
+    assert max(hook.concurrent for hook in received) >= PER_ENDPOINT
+
+
+async def test_an_endpoint_that_fails_is_sent_at_most_two_at_once_until_it_answers(
+    state: AppState, account: str, receiver: Receiver
+) -> None:
+    receiver.delay, receiver.statuses = 0.1, [500] * PER_ENDPOINT * 2
+    async with state.engine.begin() as conn:
+        endpoint_id, _ = await webhooks_db.add_endpoint(conn, account, receiver.url, webhooks_db.EVENT_TYPES)
+        await due_deliveries(conn, endpoint_id, PER_ENDPOINT)
+    state.webhooks.nudge()
+    received = await receiver.arrival(PER_ENDPOINT * 2 + PER_ENDPOINT, timeout=30)
+    # The first attempts went out at once; once they failed, a process sends two at a time (this
+    # one, and the e2e session's API and worker when the whole suite runs).
+    assert max(hook.concurrent for hook in received[:PER_ENDPOINT]) > 2
+    retries = received[PER_ENDPOINT : PER_ENDPOINT * 2]
+    assert max(hook.concurrent for hook in retries) <= PER_FAILING_ENDPOINT * 3
