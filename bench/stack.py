@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import asyncpg
 
@@ -47,8 +48,8 @@ class Stack:
         )
 
 
-async def admin(statement: str) -> None:
-    conn = await asyncpg.connect(PG_ADMIN_URL)
+async def admin(statement: str, admin_url: str = PG_ADMIN_URL) -> None:
+    conn = await asyncpg.connect(admin_url)
     try:
         await conn.execute(statement)
     finally:
@@ -62,13 +63,15 @@ async def running_stack(
     worker_args: tuple[str, ...] = (),
     worker_processes: int = 1,
     fake_model_fields: str = "",
+    postgres_admin_url: str = PG_ADMIN_URL,
     **env_overrides: str,
 ) -> AsyncIterator[Stack]:
     """Without `models_toml`, the catalog is the fake runtime as model "fake" (with
     `fake_model_fields`, TOML lines, added to its entry); with it, that catalog (and `worker_args`,
-    say `--model ID` for a model the worker hosts)."""
+    say `--model ID` for a model the worker hosts). Its database is made on the server of
+    `postgres_admin_url`."""
     name = f"rs_bench_{os.getpid()}"
-    await admin(f'CREATE DATABASE "{name}"')
+    await admin(f'CREATE DATABASE "{name}"', postgres_admin_url)
     runtime_port, api_port = free_port(), free_port()
     catalog = Path(tempfile.mkdtemp()) / "models.toml"
     catalog.write_text(
@@ -76,7 +79,7 @@ async def running_stack(
         or f'[[models]]\nid = "fake"\nruntime = "openai"\nbase_url = "http://127.0.0.1:{runtime_port}/v1"\n'
         f"max_output_tokens = {max_output_tokens}\n{fake_model_fields}"
     )
-    database_url = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
+    database_url = f"postgresql+asyncpg://{urlsplit(postgres_admin_url).netloc}/{name}"
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
@@ -125,4 +128,4 @@ async def running_stack(
         for process in reversed(processes):
             process.terminate()
             process.wait(30)
-        await admin(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin(f'DROP DATABASE "{name}" WITH (FORCE)', postgres_admin_url)

@@ -1,0 +1,147 @@
+"""What a streamed token costs Postgres: table, index and TOAST bytes and WAL, per output token.
+
+    python bench/storage_benchmark.py [--responses 128] [--tokens 256] [--concurrency 16] [--rounds 2]
+
+Starts a Postgres cluster of its own (initdb into a temporary directory, the binaries of the
+machine's PostgreSQL; run as root it runs them as the `postgres` user), so that nothing else
+writes WAL, and the stack (bench/stack.py) on it. Each round streams `--responses` stored responses
+of `--tokens` tokens, `--concurrency` at a time, one token every `--token-delay` seconds (a GPU's
+pace), and reports the growth of every table of the database (heap, indexes, TOAST; the event
+log apart) and the WAL written, per output token and as a multiple of the tokens' text. A VACUUM
+runs between rounds: a later round is steady traffic, reusing what VACUUM freed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.stack import running_stack
+from bench.stream_benchmark import load
+from tests.conftest import free_port
+
+
+def _postgres_binaries() -> Path:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    if found:
+        return found[-1].parent
+    initdb = shutil.which("initdb")
+    if initdb is None:
+        raise SystemExit("initdb not found: install PostgreSQL's server binaries")
+    return Path(initdb).parent
+
+
+@contextmanager
+def private_cluster() -> Iterator[str]:
+    """A Postgres cluster in a temporary directory, on a free port: its admin URL."""
+    binaries, port = _postgres_binaries(), free_port()
+    directory = Path(tempfile.mkdtemp(prefix="rs-storage-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses root
+        shutil.chown(directory, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    data = directory / "data"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    subprocess.run([*as_user, binaries / "initdb", "-D", data, "-U", "postgres", "--auth=trust"], check=True, **quiet)  # type: ignore[call-overload]
+    options = f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c max_connections=300"
+    subprocess.run([*as_user, binaries / "pg_ctl", "-D", data, "-o", options, "-w", "start"], check=True, **quiet)  # type: ignore[call-overload]
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, binaries / "pg_ctl", "-D", data, "-m", "immediate", "stop"], **quiet)  # type: ignore[call-overload]
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+_SIZES = """
+    SELECT c.relname,
+           pg_relation_size(c.oid) AS heap,
+           pg_indexes_size(c.oid) AS index,
+           coalesce(pg_total_relation_size(c.reltoastrelid), 0) AS toast
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.relkind = 'r' AND n.nspname = 'public'
+"""
+
+
+async def snapshot(conn: asyncpg.Connection) -> dict[str, Any]:
+    tables = {row["relname"]: dict(row) for row in await conn.fetch(_SIZES)}
+    wal = await conn.fetchval("SELECT pg_current_wal_lsn()")
+    return {"tables": tables, "wal": wal}
+
+
+def growth(
+    before: dict[str, Any], after: dict[str, Any], wal_bytes: int, tokens: int, text_bytes: int
+) -> dict[str, Any]:
+    def grown(tables: list[str], part: str) -> int:
+        return sum(after["tables"][t][part] - before["tables"].get(t, {}).get(part, 0) for t in tables)
+
+    everything, log = list(after["tables"]), ["response_events"]
+    figures: dict[str, Any] = {"tokens": tokens, "text_bytes": text_bytes, "wal_bytes": wal_bytes}
+    for name, tables in (("all_tables", everything), ("event_log", log)):
+        heap, index, toast = grown(tables, "heap"), grown(tables, "index"), grown(tables, "toast")
+        total = heap + index + toast
+        figures[name] = {
+            "heap": heap,
+            "index": index,
+            "toast": toast,
+            "bytes_per_token": round(total / tokens, 1),
+            "times_text": round(total / text_bytes, 1),
+        }
+    figures["wal_bytes_per_token"] = round(wal_bytes / tokens, 1)
+    figures["wal_times_text"] = round(wal_bytes / text_bytes, 1)
+    return figures
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--responses", type=int, default=128)
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--token-delay", type=float, default=0.02)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    words = [f"w{i}" for i in range(args.tokens)]  # (the fake streams a word a token, a space between)
+    text_bytes_each = len(" ".join(words))
+    script = "#fake " + json.dumps({"text": " ".join(words), "delay": args.token_delay})
+    rounds = []
+    with private_cluster() as admin_url:
+        async with running_stack(max_output_tokens=args.tokens * 2, postgres_admin_url=admin_url) as stack:
+            body = {"model": "fake", "input": script, "stream": True, "stream_options": {"include_obfuscation": False}}
+            stream = (f"{stack.api_url}/responses", body, stack.headers, b"response.output_text.delta")
+            conn = await asyncpg.connect(stack.database_url.replace("+asyncpg", ""))
+            try:
+                for number in range(args.rounds):
+                    if number:
+                        await conn.execute("VACUUM")
+                    before = await snapshot(conn)
+                    per_slot = -(-args.responses // args.concurrency)
+                    run = await load(*stream, args.concurrency, per_slot, args.tokens * args.token_delay)
+                    after = await snapshot(conn)
+                    wal = await conn.fetchval("SELECT pg_wal_lsn_diff($1, $2)", after["wal"], before["wal"])
+                    responses = args.concurrency * per_slot - run.errors
+                    row = growth(before, after, int(wal), responses * args.tokens, responses * text_bytes_each)
+                    row |= {"round": number + 1, "responses": responses, "errors": run.errors}
+                    rounds.append(row)
+                    print(json.dumps(row), flush=True)
+            finally:
+                await conn.close()
+    if args.out:
+        args.out.write_text(json.dumps({"arguments": vars(args) | {"out": str(args.out)}, "rounds": rounds}, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
