@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -186,7 +187,8 @@ class WebhookDeliverer:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.settings.webhook_timeout_seconds),
-                connector=aiohttp.TCPConnector(limit=0),
+                # The trust store as it is now: SSL_CERT_FILE may add an internal CA.
+                connector=aiohttp.TCPConnector(limit=0, ssl=ssl.create_default_context()),
                 auto_decompress=False,
             )
         return self._session

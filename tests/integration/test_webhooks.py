@@ -6,15 +6,20 @@ before connecting. The receivers listen on loopback (allowed in the tests' setti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import secrets
+import ssl
+import tempfile
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+import trustme
 from sqlalchemy import select, text, update
 
 from app.process.metrics import REGISTRY
@@ -368,3 +373,42 @@ async def test_an_endpoint_that_fails_is_sent_at_most_two_at_once_until_it_answe
     assert max(hook.concurrent for hook in received[:PER_ENDPOINT]) > 2
     retries = received[PER_ENDPOINT : PER_ENDPOINT * 2]
     assert max(hook.concurrent for hook in retries) <= PER_FAILING_ENDPOINT * 3
+
+
+async def test_an_https_endpoint_is_reached_at_the_checked_address_and_its_certificate_checked(
+    state: AppState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection goes to the address the guard checked; the certificate is checked against
+    the URL's host name and the trust store (which SSL_CERT_FILE extends)."""
+    authority = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("localhost").configure_cert(server_context)
+    arrived: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
+            arrived.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+            await writer.drain()
+        writer.close()
+
+    listening = await asyncio.start_server(handle, "localhost", 0, ssl=server_context)
+    port = listening.sockets[0].getsockname()[1]
+    due = webhooks_db.Due(
+        "evt_tls", "we_tls", f"https://localhost:{port}/hook", "{}", ["whsec_" + "A" * 44], 1, datetime.now(UTC)
+    )
+    # (the guard resolves localhost, and the connection goes to the address it allowed)
+    settings = state.settings.model_copy(update={"webhook_allow": "127.0.0.1/32,::1/128"})
+    with tempfile.TemporaryDirectory() as directory:
+        trusted = Path(directory) / "ca.pem"
+        authority.cert_pem.write_to_path(str(trusted))
+        untrusting = WebhookDeliverer(state.engine, settings)
+        status, error = await untrusting._send(due)
+        assert status is None and error is not None and "certificate" in error.lower()
+        monkeypatch.setenv("SSL_CERT_FILE", str(trusted))
+        trusting = WebhookDeliverer(state.engine, settings)
+        assert await trusting._send(due) == (204, None)
+    assert arrived and f"host: localhost:{port}".encode() in arrived[-1].lower()
+    for deliverer in (untrusting, trusting):
+        await deliverer.close()
+    listening.close()
