@@ -2,10 +2,9 @@
 
     python bench/storage_benchmark.py [--responses 128] [--tokens 256] [--concurrency 16] [--rounds 2]
 
-Starts a Postgres cluster of its own (initdb into a temporary directory, the binaries of the
-machine's PostgreSQL; run as root it runs them as the `postgres` user), so that nothing else
-writes WAL, and the stack (bench/stack.py) on it. Each round streams `--responses` stored responses
-of `--tokens` tokens, `--concurrency` at a time, one token every `--token-delay` seconds (a GPU's
+Starts a Postgres cluster of its own (tests/private_postgres.py), so that nothing else writes
+WAL, and the stack (bench/stack.py) on it. Each round streams `--responses` stored responses of
+`--tokens` tokens, `--concurrency` at a time, one token every `--token-delay` seconds (a GPU's
 pace), and reports the growth of every table of the database (heap, indexes, TOAST; the event
 log apart) and the WAL written, per output token and as a multiple of the tokens' text. A VACUUM
 runs between rounds: a later round is steady traffic, reusing what VACUUM freed.
@@ -16,13 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,39 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.stack import running_stack
 from bench.stream_benchmark import load
-from tests.conftest import free_port
-
-
-def _postgres_binaries() -> Path:
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-    if found:
-        return found[-1].parent
-    initdb = shutil.which("initdb")
-    if initdb is None:
-        raise SystemExit("initdb not found: install PostgreSQL's server binaries")
-    return Path(initdb).parent
-
-
-@contextmanager
-def private_cluster() -> Iterator[str]:
-    """A Postgres cluster in a temporary directory, on a free port: its admin URL."""
-    binaries, port = _postgres_binaries(), free_port()
-    directory = Path(tempfile.mkdtemp(prefix="rs-storage-"))
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # initdb refuses root
-        shutil.chown(directory, "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    data = directory / "data"
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    subprocess.run([*as_user, binaries / "initdb", "-D", data, "-U", "postgres", "--auth=trust"], check=True, **quiet)  # type: ignore[call-overload]
-    options = f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c max_connections=300"
-    subprocess.run([*as_user, binaries / "pg_ctl", "-D", data, "-o", options, "-w", "start"], check=True, **quiet)  # type: ignore[call-overload]
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*as_user, binaries / "pg_ctl", "-D", data, "-m", "immediate", "stop"], **quiet)  # type: ignore[call-overload]
-        shutil.rmtree(directory, ignore_errors=True)
-
+from tests.private_postgres import private_cluster
 
 _SIZES = """
     SELECT c.relname,
@@ -118,8 +79,8 @@ async def main() -> None:
     text_bytes_each = len(" ".join(words))
     script = "#fake " + json.dumps({"text": " ".join(words), "delay": args.token_delay})
     rounds = []
-    with private_cluster() as admin_url:
-        async with running_stack(max_output_tokens=args.tokens * 2, postgres_admin_url=admin_url) as stack:
+    with private_cluster() as cluster:
+        async with running_stack(max_output_tokens=args.tokens * 2, postgres_admin_url=cluster.url()) as stack:
             body = {"model": "fake", "input": script, "stream": True, "stream_options": {"include_obfuscation": False}}
             stream = (f"{stack.api_url}/responses", body, stack.headers, b"response.output_text.delta")
             conn = await asyncpg.connect(stack.database_url.replace("+asyncpg", ""))

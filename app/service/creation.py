@@ -46,7 +46,7 @@ from app.storage import conversations as conversations_db
 from app.storage import items as items_db
 from app.storage import responses as responses_db
 from app.storage.accounts import Caller, Limits
-from app.storage.driver import foreign_key_violated
+from app.storage.driver import autocommit, foreign_key_violated
 
 log = logging.getLogger(__name__)
 
@@ -197,8 +197,7 @@ async def accept(
     with _previous_deleted_meanwhile(previous_id):
         link = responses_db.ChainLink(None, 0)
         if previous_id is not None:
-            async with state.engine.connect() as conn:
-                await conn.execution_options(isolation_level="AUTOCOMMIT")  # one read: no BEGIN/ROLLBACK
+            async with autocommit(state.engine) as conn:  # one read
                 link = await chain_link(conn, account_id, previous_id, create.input_items)
         new = responses_db.NewResponse(record, account_id, link, input_items, opening)
         if key is not None or create.conversation_id is not None:

@@ -22,18 +22,17 @@ import random
 import ssl
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 import aiohttp
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.process.egress import EgressGuard, EgressRefused
 from app.process.metrics import WEBHOOK_DELIVERIES, WEBHOOK_OLDEST_PENDING
 from app.protocol import webhook_signing
 from app.settings import Settings
 from app.storage import webhooks as webhooks_db
+from app.storage.driver import autocommit
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +93,7 @@ class WebhookDeliverer:
         if self._session is not None:
             await self._session.close()
         try:
-            async with self._autocommit() as conn:
+            async with autocommit(self.engine) as conn:
                 await webhooks_db.record_and_take(conn, self._attempted, 0, PER_ENDPOINT, {}, 0)
         except Exception:
             log.warning("the outcomes of %d webhook attempts were not recorded", len(self._attempted), exc_info=True)
@@ -109,15 +108,8 @@ class WebhookDeliverer:
         if room == 0 and not attempted:
             return webhooks_db.Taken([], None)
         lease = self.settings.webhook_timeout_seconds + LEASE_MARGIN_SECONDS
-        async with self._autocommit() as conn:
+        async with autocommit(self.engine) as conn:
             return await webhooks_db.record_and_take(conn, attempted, room, PER_ENDPOINT, self._rooms(), lease)
-
-    @asynccontextmanager
-    async def _autocommit(self) -> AsyncIterator[AsyncConnection]:
-        """A connection for one statement: no BEGIN and COMMIT round trips around it."""
-        async with self.engine.connect() as conn:
-            await conn.execution_options(isolation_level="AUTOCOMMIT")
-            yield conn
 
     def _start(self, due: webhooks_db.Due) -> None:
         self._in_flight[due.endpoint_id] += 1

@@ -17,13 +17,14 @@ whose statement was interrupted, is invalidated so that its pool (or its holder)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import TextClause
 
 Rows = Sequence[Sequence[Any]]
@@ -64,6 +65,15 @@ class DriverStatement:
             if isinstance(exc, Exception):
                 raise OperationalError(self._sql, args, exc, connection_invalidated=True) from exc
             raise
+
+
+@asynccontextmanager
+async def autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A pooled connection in autocommit, for statements that stand alone: no BEGIN and COMMIT
+    (or ROLLBACK) round trips around them, and DriverStatements go straight to the driver."""
+    async with engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        yield conn
 
 
 def refused_data(exc: BaseException) -> bool:

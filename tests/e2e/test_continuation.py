@@ -73,15 +73,22 @@ def assert_one_unbroken_answer(follower: Follower, fake: FakeRuntime) -> None:
     assert continuation["messages"][:-1] == first["messages"]  # the same request, then the answer so far
 
 
+def killed_mid_answer(stack: Stack, environment: Environment, fake: FakeRuntime, model: str) -> Follower:
+    """A follower of a response whose worker was killed mid-answer, with a second worker alive,
+    followed to its end: one unbroken answer."""
+    workers = [stack.start_worker(), stack.start_worker()]
+    follower = Follower(stack.client, model)
+    wait_until(lambda: follower.deltas() >= 10)
+    running_worker(environment, follower.response_id, workers).send_signal(signal.SIGKILL)
+    follower.join()
+    assert_one_unbroken_answer(follower, fake)
+    return follower
+
+
 def test_a_killed_workers_generation_is_continued_by_another(environment: Environment, fake: FakeRuntime) -> None:
     stack = Stack(environment)
     try:
-        workers = [stack.start_worker(), stack.start_worker()]
-        follower = Follower(stack.client, "continuing-model")
-        wait_until(lambda: follower.deltas() >= 10)
-        running_worker(environment, follower.response_id, workers).send_signal(signal.SIGKILL)
-        follower.join()
-        assert_one_unbroken_answer(follower, fake)
+        follower = killed_mid_answer(stack, environment, fake, "continuing-model")
         continuation = fake.requests()[1]
         assert continuation["continue_final_message"] is True and continuation["add_generation_prompt"] is False
         [row] = environment.query("SELECT continuations FROM responses WHERE id = $1", follower.response_id)
@@ -95,12 +102,7 @@ def test_a_model_that_continues_a_trailing_assistant_message_itself_is_sent_it_a
 ) -> None:
     stack = Stack(environment)
     try:
-        workers = [stack.start_worker(), stack.start_worker()]
-        follower = Follower(stack.client, "prefill-model")
-        wait_until(lambda: follower.deltas() >= 10)
-        running_worker(environment, follower.response_id, workers).send_signal(signal.SIGKILL)
-        follower.join()
-        assert_one_unbroken_answer(follower, fake)
+        killed_mid_answer(stack, environment, fake, "prefill-model")
         assert "continue_final_message" not in fake.requests()[1]
     finally:
         stack.close()

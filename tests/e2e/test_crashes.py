@@ -4,14 +4,11 @@ every follower sees it end. Each test runs its own API and workers on a private 
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,8 +17,9 @@ import pytest
 import redis
 
 from app.storage.migrate import migrate
-from tests.conftest import Environment, FakeRuntime, answers_200, free_port, wait_until
+from tests.conftest import Environment, FakeRuntime, answers_200, wait_until
 from tests.e2e.processes import SLOW, PrivateRedis, Stack, read_until_deltas
+from tests.private_postgres import private_cluster
 
 
 @pytest.fixture
@@ -252,52 +250,16 @@ def test_with_every_database_connection_taken_new_requests_get_503_and_a_running
         stack.close()
 
 
-PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"))), None)
 Restart = Callable[..., None]
 
 
 @pytest.fixture
 def private_postgres() -> Iterator[tuple[str, Restart]]:
     """A PostgreSQL cluster of the test's own (the shared one is never restarted): its URL, and a
-    function that restarts it (running `while_down` between its stop and its start). Run as the
-    `postgres` user, since the server refuses root."""
-    if PG_BIN is None or shutil.which("runuser") is None:
-        pytest.fail("needs PostgreSQL's server binaries under /usr/lib/postgresql and runuser")
-    base = Path(tempfile.mkdtemp(prefix="rs-pg-"))  # pytest's tmp_path is closed to other users
-    base.chmod(0o755)
-    data = base / "pgdata"
-    data.mkdir()
-    shutil.chown(data, "postgres", "postgres")
-    port = free_port()
-
-    def as_postgres(*command: str) -> None:
-        # No pipes: a started server would hold them open and the call would never return.
-        subprocess.run(
-            ["runuser", "-u", "postgres", "--", *command],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    as_postgres(f"{PG_BIN}/initdb", "-D", str(data), "-A", "trust", "-U", "postgres")
-    server_options = f"-p {port} -k /tmp -c listen_addresses=127.0.0.1"
-    ctl = (f"{PG_BIN}/pg_ctl", "-D", str(data), "-w", "-o", server_options, "-l", str(data / "log"))
-    as_postgres(*ctl, "start")
-    as_postgres(f"{PG_BIN}/createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "responses")
-
-    def restart(while_down: Callable[[], None] | None = None) -> None:
-        if while_down is None:
-            as_postgres(*ctl, "-m", "fast", "restart")
-            return
-        as_postgres(*ctl, "-m", "fast", "stop")
-        try:
-            while_down()
-        finally:
-            as_postgres(*ctl, "start")
-
-    yield f"postgresql+asyncpg://postgres@127.0.0.1:{port}/responses", restart
-    as_postgres(*ctl, "-m", "immediate", "stop")
-    shutil.rmtree(base)
+    function that restarts it (running `while_down` between its stop and its start)."""
+    with private_cluster() as cluster:
+        cluster.create_database("responses")
+        yield cluster.url("responses", driver="postgresql+asyncpg"), cluster.restart
 
 
 @pytest.fixture

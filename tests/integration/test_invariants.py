@@ -195,16 +195,22 @@ async def test_a_queued_response_stopped_before_it_runs_never_runs(
     assert await status_of(state, response_id) == "cancelled"
 
 
-async def test_a_dead_workers_response_is_failed_by_the_reaper_where_its_model_cannot_continue_it(
-    state: AppState, account_id: str
-) -> None:
-    response_id = await accept(state, account_id, input="orphan")
+async def orphaned(state: AppState, account_id: str, **body: Any) -> str:
+    """A response whose worker claimed it, began its log, and died: its lease has lapsed."""
+    response_id = await accept(state, account_id, input="orphan", **body)
     async with state.engine.begin() as conn:
         assert await responses_db.claim(conn, response_id, "dead-worker", 30) is not None
         await events_db.append(conn, response_id, [{"type": "response.created"}, {"type": "response.in_progress"}])
         await conn.execute(
             update(responses).where(responses.c.id == response_id).values(lease_expires_at=responses_db.db_now(-1))
         )
+    return response_id
+
+
+async def test_a_dead_workers_response_is_failed_by_the_reaper_where_its_model_cannot_continue_it(
+    state: AppState, account_id: str
+) -> None:
+    response_id = await orphaned(state, account_id)
     channel = events_channel(state.settings.queue_name)
     assert response_id in await reaper.reap_expired_leases(state.engine, state.redis, channel, state.continuations)
     assert response_id not in await reaper.reap_expired_leases(state.engine, state.redis, channel, state.continuations)
@@ -218,13 +224,7 @@ async def test_a_dead_workers_response_is_failed_by_the_reaper_where_its_model_c
 async def test_a_dead_workers_response_is_left_to_another_worker_to_continue_and_its_late_events_dropped(
     state: AppState, account_id: str
 ) -> None:
-    response_id = await accept(state, account_id, model="continuing-model", input="orphan")
-    async with state.engine.begin() as conn:
-        assert await responses_db.claim(conn, response_id, "dead-worker", 30) is not None
-        await events_db.append(conn, response_id, [{"type": "response.created"}, {"type": "response.in_progress"}])
-        await conn.execute(
-            update(responses).where(responses.c.id == response_id).values(lease_expires_at=responses_db.db_now(-1))
-        )
+    response_id = await orphaned(state, account_id, model="continuing-model")
     channel = events_channel(state.settings.queue_name)
     assert await reaper.reap_expired_leases(state.engine, state.redis, channel, state.continuations) == []
     [row] = await rows_of(state, response_id, responses.c.status, responses.c.worker_id, responses.c.continuations)
