@@ -412,3 +412,16 @@ async def test_an_https_endpoint_is_reached_at_the_checked_address_and_its_certi
     for deliverer in (untrusting, trusting):
         await deliverer.close()
     listening.close()
+
+
+async def test_a_response_is_announced_to_its_own_accounts_endpoints_only(
+    state: AppState, account: str, open_worker: OpenWorker, fake: FakeRuntime, receiver: Receiver
+) -> None:
+    async with state.engine.begin() as conn:
+        other = await accounts_db.ensure_account(conn, f"hooks-{secrets.token_hex(4)}")
+    await endpoint(state, account, receiver.url)
+    await ended_in_background(state, other, open_worker, input="hello")
+    own = await ended_in_background(state, account, open_worker, input="hello")
+    [received] = await receiver.arrival(1)
+    await asyncio.sleep(0.5)  # (another's would have come by now)
+    assert len(receiver.received) == 1 and json.loads(received.body)["data"]["id"] == own
