@@ -64,7 +64,7 @@ class WorkerState:
 
     def __post_init__(self) -> None:
         self.conversations = ConversationItems(int(self.settings.conversation_cache_mb * 1_000_000))
-        self.webhooks = WebhookDeliverer(self.engine, self.settings)
+        self.webhooks = WebhookDeliverer(self.settings)
         self.seal = Seal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
         self.claims = Batched(self._claim_many, "claims")
         self.claim_connection = HeldConnection(self.engine)

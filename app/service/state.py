@@ -64,7 +64,7 @@ class AppState:
         )
         # The event logs followers read: one statement for all that ask at the same moment.
         self.log_reader = LogReader(self.engine)
-        self.webhooks = WebhookDeliverer(self.engine, self.settings)
+        self.webhooks = WebhookDeliverer(self.settings)
 
     def start(self) -> None:
         # Every API process reaps lost generations: a model with no worker alive still ends them.

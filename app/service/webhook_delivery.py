@@ -25,7 +25,6 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import aiohttp
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.process.egress import EgressGuard, EgressRefused
 from app.process.metrics import WEBHOOK_DELIVERIES, WEBHOOK_OLDEST_PENDING
@@ -33,6 +32,7 @@ from app.protocol import webhook_signing
 from app.settings import Settings
 from app.storage import webhooks as webhooks_db
 from app.storage.driver import autocommit
+from app.storage.engine import create_engine
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,10 @@ def retry_delay(attempts: int, base: float) -> float:
 
 
 class WebhookDeliverer:
-    def __init__(self, engine: AsyncEngine, settings: Settings) -> None:
-        self.engine = engine
+    def __init__(self, settings: Settings) -> None:
+        # A pool of its own, one statement at a time: it never waits behind requests for a
+        # connection, nor takes one they wait for.
+        self.engine = create_engine(settings, pool_size=1, max_overflow=0)
         self.settings = settings
         self.guard = EgressGuard.from_config(settings.webhook_allow)
         self._session: aiohttp.ClientSession | None = None  # made in the loop that uses it
@@ -97,6 +99,7 @@ class WebhookDeliverer:
                 await webhooks_db.record_and_take(conn, self._attempted, 0, PER_ENDPOINT, {}, 0)
         except Exception:
             log.warning("the outcomes of %d webhook attempts were not recorded", len(self._attempted), exc_info=True)
+        await self.engine.dispose()
 
     def _rooms(self) -> dict[str, int]:
         """The endpoints that may take fewer than PER_ENDPOINT more now."""

@@ -19,11 +19,13 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from app.settings import Settings
 
 
-def create_engine(settings: Settings) -> AsyncEngine:
+def create_engine(settings: Settings, pool_size: int | None = None, max_overflow: int | None = None) -> AsyncEngine:
+    """The process's engine; a component that must never wait for the process's pool asks for a
+    small one of its own (`pool_size`, `max_overflow`)."""
     engine = create_async_engine(
         settings.database_url,
-        pool_size=settings.db_pool_size,
-        max_overflow=settings.db_max_overflow,
+        pool_size=settings.db_pool_size if pool_size is None else pool_size,
+        max_overflow=settings.db_max_overflow if max_overflow is None else max_overflow,
         pool_timeout=settings.db_pool_timeout,
     )
     event.listen(engine.sync_engine, "checkout", _refuse_closed)

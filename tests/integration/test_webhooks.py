@@ -19,6 +19,7 @@ from typing import Any
 
 import openai
 import pytest
+import sqlalchemy.exc
 import trustme
 from sqlalchemy import select, text, update
 
@@ -31,7 +32,7 @@ from app.storage import accounts as accounts_db
 from app.storage import responses as responses_db
 from app.storage import webhooks as webhooks_db
 from app.storage.tables import responses, webhook_deliveries
-from tests.conftest import FakeRuntime
+from tests.conftest import Environment, FakeRuntime
 from tests.integration.conftest import OpenWorker, accept, run_job
 from tests.webhook_receiver import Receiver
 
@@ -402,11 +403,11 @@ async def test_an_https_endpoint_is_reached_at_the_checked_address_and_its_certi
     with tempfile.TemporaryDirectory() as directory:
         trusted = Path(directory) / "ca.pem"
         authority.cert_pem.write_to_path(str(trusted))
-        untrusting = WebhookDeliverer(state.engine, settings)
+        untrusting = WebhookDeliverer(settings)
         status, error = await untrusting._send(due)
         assert status is None and error is not None and "certificate" in error.lower()
         monkeypatch.setenv("SSL_CERT_FILE", str(trusted))
-        trusting = WebhookDeliverer(state.engine, settings)
+        trusting = WebhookDeliverer(settings)
         assert await trusting._send(due) == (204, None)
     assert arrived and f"host: localhost:{port}".encode() in arrived[-1].lower()
     for deliverer in (untrusting, trusting):
@@ -425,3 +426,24 @@ async def test_a_response_is_announced_to_its_own_accounts_endpoints_only(
     [received] = await receiver.arrival(1)
     await asyncio.sleep(0.5)  # (another's would have come by now)
     assert len(receiver.received) == 1 and json.loads(received.body)["data"]["id"] == own
+
+
+async def test_the_deliverer_takes_and_records_while_every_connection_of_its_process_is_taken(
+    environment: Environment,
+) -> None:
+    settings = environment.settings().model_copy(
+        update={"db_pool_size": 1, "db_max_overflow": 0, "db_pool_timeout": 0.5, "housekeeping_seconds": 3600.0}
+    )
+    small = await AppState.open(settings)
+    try:
+        async with small.engine.connect() as held:
+            await held.execute(text("SELECT 1"))
+            with pytest.raises(sqlalchemy.exc.TimeoutError):  # a request would wait, then get a 503
+                async with small.engine.connect():
+                    pass
+            # The deliverer has a connection of its own: it neither waits for one nor takes one.
+            taken = await asyncio.wait_for(small.webhooks._record_and_take([], 0), 5)
+            assert taken.due == []
+            await asyncio.wait_for(small.webhooks._report_oldest(), 5)
+    finally:
+        await small.close()
