@@ -147,7 +147,10 @@ async def stored_bytes(stack: Stack, response_id: str) -> int:
     engine = create_async_engine(stack.database_url)
     async with engine.connect() as conn:
         total = await conn.scalar(
-            text("SELECT coalesce(sum(octet_length(payload)), 0) FROM response_events WHERE response_id = :id"),
+            text(
+                "SELECT coalesce(sum(octet_length(e.payload)), 0) FROM event_log e "
+                "JOIN responses r ON r.log_key = e.log_key WHERE r.id = :id"
+            ),
             {"id": response_id},
         )
     await engine.dispose()

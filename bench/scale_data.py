@@ -59,10 +59,19 @@ WHERE r.id LIKE $2 AND i.response_id = $1
 """
 
 _EVENTS = """
-INSERT INTO response_events (response_id, sequence_number, type, payload, created_at)
-SELECT r.id, e.sequence_number, e.type, e.payload, r.completed_at
-FROM responses r, response_events e
-WHERE r.id LIKE 'resp_scale_%' AND r.next_sequence_number > 0 AND e.response_id = $1
+INSERT INTO event_log (log_key, sequence_number, template, output_at, type, payload, output_path)
+SELECT r.log_key, e.sequence_number, e.template, e.output_at, e.type, e.payload, e.output_path
+FROM responses r, event_log e
+WHERE r.id LIKE 'resp_scale_%' AND r.next_sequence_number > 0
+  AND e.log_key = (SELECT log_key FROM responses WHERE id = $1)
+"""
+
+_TEMPLATES = """
+INSERT INTO event_templates (log_key, id, type, prefix, suffix)
+SELECT r.log_key, t.id, t.type, t.prefix, t.suffix
+FROM responses r, event_templates t
+WHERE r.id LIKE 'resp_scale_%' AND r.next_sequence_number > 0
+  AND t.log_key = (SELECT log_key FROM responses WHERE id = $1)
 """
 
 # One branch: each turn continues the one before it (docs/architecture.md, "Chains").
@@ -89,6 +98,7 @@ async def fill(database_url: str, template: str, size: Size) -> dict[str, float]
             ("responses", _RESPONSES, (size.responses, size.accounts, template, size.events_every)),
             ("items", _ITEMS, (template, "resp_scale_%")),
             ("events", _EVENTS, (template,)),
+            ("event_templates", _TEMPLATES, (template,)),
             ("chain", _CHAIN, (size.chain, template)),
             ("chain_items", _ITEMS, (template, "resp_chain_%")),
             ("analyze", "ANALYZE", ()),

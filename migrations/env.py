@@ -9,13 +9,15 @@ from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.settings import Settings
-from app.storage.tables import metadata
+from app.storage.tables import described_here, metadata
 
 config = context.config
 
 
 def _run(connection: Connection) -> None:
-    context.configure(connection=connection, target_metadata=metadata, compare_server_default=True)
+    context.configure(
+        connection=connection, target_metadata=metadata, compare_server_default=True, include_object=described_here
+    )
     with context.begin_transaction():
         context.run_migrations()
 

@@ -144,20 +144,29 @@ class Environment:
         )
 
 
-def write_mark(environment: Environment) -> datetime:
-    """The database clock now: rows a request writes after this are counted by `rows_written_since`."""
-    [row] = environment.query("SELECT clock_timestamp() AS now")
-    return row["now"]  # type: ignore[no-any-return]
+@dataclass(frozen=True)
+class WriteMark:
+    """The database clock and transaction counter now: rows a request writes after this are
+    counted by `rows_written_since` (event rows have no time of their own: by their xmin)."""
+
+    at: datetime
+    transaction: int
 
 
-def rows_written_since(environment: Environment, mark: datetime) -> tuple[int, int, int]:
+def write_mark(environment: Environment) -> WriteMark:
+    [row] = environment.query("SELECT clock_timestamp() AS now, pg_current_xact_id()::text::bigint AS xact")
+    return WriteMark(row["now"], row["xact"])
+
+
+def rows_written_since(environment: Environment, mark: WriteMark) -> tuple[int, int, int]:
     """Responses, items and events written after `mark` (counted by age, not totals: retention deletes
     old event logs while tests run)."""
     [row] = environment.query(
         "SELECT (SELECT count(*) FROM responses WHERE created_at >= $1) a, "
         "(SELECT count(*) FROM items JOIN responses r ON r.id = items.response_id WHERE r.created_at >= $1) b, "
-        "(SELECT count(*) FROM response_events WHERE created_at >= $1) c",
-        mark,
+        "(SELECT count(*) FROM event_log WHERE xmin::text::bigint > $2) c",
+        mark.at,
+        mark.transaction,
     )
     return (row["a"], row["b"], row["c"])
 

@@ -1,4 +1,6 @@
-"""Retention: expired data is deleted from Postgres, not hidden (docs/configuration.md).
+"""Retention: expired data is deleted from Postgres, not hidden (docs/configuration.md). An
+expired event log is unreadable the moment its response is marked purged, and its rows go with
+its day's partition (workers/log_partitions.py), dropped once every log of that day has expired.
 
 Every worker runs it periodically. Each step is one statement over a small batch, found through
 an index of its own in the order it came due and locked with SKIP LOCKED: it commits in
@@ -21,6 +23,7 @@ from app.process.metrics import RETENTION_BEHIND, RETENTION_REMOVED
 from app.settings import Settings
 from app.storage.idempotency import KEY_HOURS
 from app.storage.tables import PENDING
+from workers import log_partitions
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +68,19 @@ class Step:
             f"SELECT {self.key} FROM {self.table} WHERE {self.due} AND {self.since} < now() - CAST(:age AS interval) "
             f"ORDER BY {self.since} LIMIT :batch FOR UPDATE SKIP LOCKED"
         )
-        if not self.purge_log:  # a response's items and events go with it (ON DELETE CASCADE)
+        if not self.purge_log:  # a response's items (ON DELETE CASCADE) and event log (a trigger) go with it
             return (
                 f"WITH gone AS (DELETE FROM {self.table} WHERE ({self.key}) IN ({due}) RETURNING 1) "
                 "SELECT count(*) FROM gone"
             )
         return f"""
             WITH due AS ({due}),
-            marked AS (UPDATE responses r SET events_purged_at = now() FROM due WHERE r.id = due.id RETURNING r.id),
-            gone AS (DELETE FROM response_events e USING marked WHERE e.response_id = marked.id),
+            marked AS (UPDATE responses r SET events_purged_at = now() FROM due WHERE r.id = due.id
+                       RETURNING r.id, r.log_key),
+            -- The log's rows go with their day's partition (workers/log_partitions.py); only
+            -- a day that had none holds them in the default one.
+            gone AS (DELETE FROM event_log_default e USING marked WHERE e.log_key = marked.log_key),
+            templates AS (DELETE FROM event_templates t USING marked WHERE t.log_key = marked.log_key),
             snapshots AS (DELETE FROM output_snapshots s USING marked WHERE s.response_id = marked.id)
             SELECT count(*) FROM marked"""
 
@@ -177,6 +184,8 @@ async def apply(engine: AsyncEngine, policy: RetentionPolicy, report_every: floa
         if backlog and time.monotonic() - reported >= report_every:
             reported = time.monotonic()
             log.info("retention: removed %s so far; behind by %s", report.removed, await behind(engine, policy))
+    partitions = await log_partitions.maintain(engine)
+    report.removed["log_partitions"] = len(partitions.dropped)
     report.seconds = round(time.monotonic() - started, 2)
     report.behind_seconds = await behind(engine, policy)
     for step in STEPS:

@@ -1,4 +1,5 @@
-"""The durable event log: `response_events`, numbered per response from 0 without gaps.
+"""The durable event log: `event_log`, numbered per response from 0 without gaps, read
+through the `response_events` view as it was streamed.
 
 Sequence numbers are allocated from `responses.next_sequence_number` by an UPDATE that only
 matches active responses, in the same statement that inserts the events. It serialises writers
@@ -20,8 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.protocol import accumulate, encoding
 from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import TERMINAL_STATUSES
+from app.storage import event_templates, output_refs
 from app.storage import items as items_db
-from app.storage import output_refs
 from app.storage import webhooks as webhooks_db
 from app.storage.driver import DriverStatement
 from app.storage.responses import Outcome
@@ -47,8 +48,9 @@ _APPEND = DriverStatement(
             """
     WITH batch AS (
         SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
-                             CAST(:payloads AS text[]), CAST(:output_ats AS int[]), CAST(:output_paths AS text[]))
-            AS e(response_id, position, type, payload, output_at, output_path)
+                             CAST(:heads AS text[]), CAST(:bodies AS text[]), CAST(:tails AS text[]),
+                             CAST(:templates AS int[]), CAST(:output_ats AS int[]), CAST(:output_paths AS text[]))
+            AS e(response_id, position, type, head, body, tail, template, output_at, output_path)
     ), counts AS (
         SELECT response_id, count(*)::int AS n FROM batch GROUP BY response_id
     ), endings AS (
@@ -74,19 +76,38 @@ _APPEND = DriverStatement(
           AND (CAST(:worker_id AS text) IS NULL OR r.worker_id = :worker_id)
         RETURNING r.id, r.next_sequence_number - c.n AS first, f.response_id IS NOT NULL AS ended,
                   r.context_branches[cardinality(r.context_branches)] AS branch_id, r.chain_depth,
-                  r.account_id, r.background
+                  r.account_id, r.background, r.log_key
     ), announced AS (
         -- A background response that ends tells its account's webhook endpoints (invariant 8):
         -- here, so that an ended response always has its deliveries and no other has any.
         {announce}
-    ), inserted AS (
-        -- Each event's JSON text with its number spliced in, as encoding.numbered does for the
-        -- followers: a replay sends the very text they got live.
-        INSERT INTO response_events (response_id, sequence_number, type, payload, output_at, output_path)
-        SELECT b.response_id, a.first + b.position, b.type,
-               left(b.payload, -1) || ',"sequence_number":' || (a.first + b.position) || '}',
-               b.output_at, string_to_array(b.output_path, ',')
+    ), numbered AS (
+        SELECT a.log_key, a.first + b.position AS sequence_number, b.*
         FROM batch b JOIN allocated a ON a.id = b.response_id
+    ), new_templates AS (
+        INSERT INTO event_templates (log_key, id, type, prefix, suffix)
+        SELECT DISTINCT ON (log_key, template) log_key, template, type, head, tail
+        FROM numbered WHERE template IS NOT NULL
+        ON CONFLICT DO NOTHING
+        RETURNING log_key, id, type, prefix, suffix
+    ), inserted AS (
+        -- A delta whose template is exactly its own is stored as its text alone
+        -- (app/storage/event_templates.py); any other event as its JSON text with its number
+        -- spliced in, as encoding.numbered does for the followers: a replay sends the very text
+        -- they got live.
+        INSERT INTO event_log (log_key, sequence_number, template, output_at, type, payload, output_path)
+        SELECT n.log_key, n.sequence_number, CASE WHEN k.fits THEN n.template END, n.output_at,
+               CASE WHEN NOT k.fits THEN n.type END,
+               CASE WHEN k.fits THEN n.body
+                    ELSE n.head || n.body || n.tail || ',"sequence_number":' || n.sequence_number || '}' END,
+               string_to_array(n.output_path, ',')
+        FROM numbered n
+        LEFT JOIN event_templates t ON n.template IS NOT NULL AND t.log_key = n.log_key AND t.id = n.template
+        LEFT JOIN new_templates m ON m.log_key = n.log_key AND m.id = n.template
+        CROSS JOIN LATERAL (
+            SELECT coalesce((t.type, t.prefix, t.suffix) = (n.type, n.head, n.tail),
+                            (m.type, m.prefix, m.suffix) = (n.type, n.head, n.tail), false) AS fits
+        ) k
     ), outputs AS (
         INSERT INTO items (id, response_id, side, position, type, payload, branch_id, depth)
         SELECT o.id, o.response_id, 'output', o.position, o.type, o.payload, a.branch_id, a.chain_depth
@@ -144,14 +165,21 @@ async def append_many(
     positions: list[int] = []
     types: list[str] = []
     encoded: dict[str, list[str]] = {}
-    stored: list[output_refs.Stored] = []
+    splits: list[event_templates.Split] = []
+    output_ats: list[int | None] = []
+    output_paths: list[str | None] = []
     for response_id, events in events_by_response.items():
         encoded[response_id] = [encoding.encode(event) for event in events]
         ids += [response_id] * len(events)
         positions += range(len(events))
         types += [event["type"] for event in events]
         ending = endings.get(response_id)
-        stored += output_refs.as_stored(events, encoded[response_id], ending.output if ending else None)
+        stored = output_refs.as_stored(events, encoded[response_id], ending.output if ending else None)
+        for event, as_json, one in zip(events, encoded[response_id], stored, strict=True):
+            whole = one.output_at is None
+            splits.append(event_templates.split(event, as_json) if whole else event_templates.Split(one.payload[:-1]))
+            output_ats.append(one.output_at)
+            output_paths.append(one.output_path)
     if not ids:
         return {}
     outputs = [(rid, position, item) for rid, o in endings.items() for position, item in enumerate(o.output)]
@@ -162,9 +190,12 @@ async def append_many(
             "ids": ids,
             "positions": positions,
             "types": types,
-            "payloads": [one.payload for one in stored],
-            "output_ats": [one.output_at for one in stored],
-            "output_paths": [one.output_path for one in stored],
+            "heads": [one.head for one in splits],
+            "bodies": [one.body for one in splits],
+            "tails": [one.tail for one in splits],
+            "templates": [one.template for one in splits],
+            "output_ats": output_ats,
+            "output_paths": output_paths,
             "end_ids": list(endings),
             "end_statuses": [o.status for o in endings.values()],
             "end_usages": [_json_or_null(o.usage) for o in endings.values()],
@@ -225,21 +256,10 @@ async def output_so_far(conn: AsyncConnection, response_id: str) -> list[dict[st
     return output
 
 
-# A closing event stored with a piece of the output left out (app/storage/output_refs.py) gets it back
-# from the response's output items, as text: the very text the followers got live.
-_STORED_PAYLOAD = """
-    CASE WHEN e.output_at IS NULL THEN e.payload ELSE
-        left(e.payload, e.output_at) || (
-            SELECT ((
-                '[' || coalesce(string_agg('{"id":' || to_json(i.id)::text || ',' || substr(i.payload::text, 2),
-                                           ',' ORDER BY i.position), '') || ']'
-            )::json #> e.output_path)::text
-            FROM items i WHERE i.response_id = e.response_id AND i.side = 'output'
-        ) || substr(e.payload, e.output_at + 1)
-    END
-"""
-_EVENTS_AFTER = text(f"""
-    SELECT e.sequence_number, e.type, {_STORED_PAYLOAD}
+# Reads go through the `response_events` view (migration 0015), which puts each event back as
+# it was streamed: a delta with its template, a closing event with its piece of the output.
+_EVENTS_AFTER = text("""
+    SELECT e.sequence_number, e.type, e.payload
     FROM response_events e
     WHERE e.response_id = :response_id AND e.sequence_number > :after
     ORDER BY e.sequence_number
@@ -251,16 +271,16 @@ _EVENTS_AFTER = text(f"""
 # ended has its whole log in the page (when the page is not full). A follower's reads of one
 # moment cost one statement, however many followers ask.
 _LOGS_AFTER = DriverStatement(
-    text(f"""
+    text("""
     SELECT f.ord, r.status, r.account_id, r.background, r.stream, extract(epoch FROM r.completed_at)::float8,
            r.events_purged_at IS NOT NULL,
            e.sequence_number, e.type, e.payload
     FROM unnest(CAST(:ids AS text[]), CAST(:afters AS int[])) WITH ORDINALITY AS f(response_id, after, ord)
     LEFT JOIN responses r ON r.id = f.response_id
     LEFT JOIN LATERAL (
-        SELECT e.sequence_number, e.type, {_STORED_PAYLOAD} AS payload
+        SELECT e.sequence_number, e.type, e.payload
         FROM response_events e
-        WHERE r.id IS NOT NULL AND e.response_id = f.response_id AND e.sequence_number > f.after
+        WHERE e.log_key = r.log_key AND e.sequence_number > f.after
         ORDER BY e.sequence_number
         LIMIT :page
     ) e ON true

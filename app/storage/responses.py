@@ -143,10 +143,10 @@ _INSERT_WITH_INPUT = DriverStatement(
                coalesce(CASE WHEN c.id IS NULL THEN p.context_depths
                              ELSE p.context_depths[1:cardinality(p.context_depths) - 1] END, '{}') || r.chain_depth
         FROM new r LEFT JOIN continuing c ON c.id = r.id LEFT JOIN responses p ON p.id = r.context_parent_id
-        RETURNING id, context_branches[cardinality(context_branches)] AS branch_id, chain_depth
+        RETURNING id, context_branches[cardinality(context_branches)] AS branch_id, chain_depth, log_key
     ), opening AS (
-        INSERT INTO response_events (response_id, sequence_number, type, payload)
-        SELECT e.response_id, e.sequence_number, e.type, e.payload
+        INSERT INTO event_log (log_key, sequence_number, type, payload)
+        SELECT response.log_key, e.sequence_number, e.type, e.payload
         FROM unnest(CAST(:event_responses AS text[]), CAST(:event_numbers AS int[]), CAST(:event_types AS text[]),
                     CAST(:event_payloads AS text[])) AS e(response_id, sequence_number, type, payload)
         JOIN response ON response.id = e.response_id

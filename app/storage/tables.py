@@ -162,6 +162,16 @@ responses = Table(
         server_default="0",
         comment="sequence number the next event of this response gets",
     ),
+    Column(
+        "log_key",
+        BigInteger,
+        nullable=False,
+        unique=True,
+        # the day it was created in the upper 32 bits, a counter in the lower ones (migration
+        # 0015): keys grow with time, and one day's keys are one range
+        server_default=text("new_log_key()"),
+        comment="the key of its event log (event_log): its creation day in the upper 32 bits",
+    ),
     CheckConstraint(f"status IN ({', '.join(repr(s) for s in STATUSES)})", name="status"),
     Index(None, "account_id", "created_at"),
     Index(None, "context_parent_id"),
@@ -217,32 +227,78 @@ items = Table(
     comment="Every input and output item, stored once under the response that introduced it.",
 )
 
-response_events = Table(
-    "response_events",
+# The event log, compact: a response's integer key (no text id, no foreign key: their index
+# entries and locks cost every token), and a delta's row holds only the delta, the rest of the
+# event once per part in `event_templates` (app/storage/event_templates.py). Read it through the
+# `response_events` view below, which puts every event back as it was streamed.
+event_log = Table(
+    "event_log",
     metadata,
-    Column("response_id", Text, ForeignKey("responses.id", ondelete="CASCADE"), nullable=False),
+    Column("log_key", BigInteger, nullable=False, comment="responses.log_key of its response"),
     Column("sequence_number", Integer, nullable=False, comment="0, 1, 2, … per response, no gaps"),
-    Column("type", Text, nullable=False, comment="SSE event type, e.g. response.output_text.delta"),
     Column(
-        "payload",
-        Text,
-        nullable=False,
-        comment="the event as sent, sequence_number included: the worker's JSON text, never parsed here "
-        "(a closing event of a large answer without its piece of the output: see output_at)",
+        "template",
+        Integer,
+        comment="a delta: event_templates.id, payload is only the delta's JSON; null: payload is the whole event",
     ),
     Column(
         "output_at",
         Integer,
         comment="where in payload a piece of the response's output items was left out (characters); null: none",
     ),
+    Column("type", Text, comment="SSE event type, e.g. response.created (null: the template's)"),
+    Column(
+        "payload",
+        Text,
+        nullable=False,
+        comment="the event as sent, sequence_number included, never parsed here (a delta: its JSON string only; "
+        "a closing event of a large answer: without its piece of the output)",
+    ),
     Column(
         "output_path",
         ARRAY(Text),
         comment="which piece: its path in the output items ({} all, {2} item 2, {2,content,0,text} its text)",
     ),
-    _now(),
-    PrimaryKeyConstraint("response_id", "sequence_number"),
-    comment="The durable, replayable stream of each response: what SSE followers read.",
+    PrimaryKeyConstraint("log_key", "sequence_number"),
+    comment="The durable, replayable stream of each response (read it through the response_events view), "
+    "a partition a day (event_log_YYYY_MM_DD: the day its response was created).",
+    # a partition a day of log_key >> 32 (migration 0016, workers/log_partitions.py)
+    postgresql_partition_by="RANGE (log_key)",
+)
+
+event_templates = Table(
+    "event_templates",
+    metadata,
+    Column("log_key", BigInteger, nullable=False),
+    Column(
+        "id",
+        Integer,
+        nullable=False,
+        comment="from the delta type and its output and content indexes (app/storage/event_templates.py)",
+    ),
+    Column("type", Text, nullable=False, comment="SSE event type of its deltas"),
+    Column("prefix", Text, nullable=False, comment="the event's JSON before the delta's value"),
+    Column(
+        "suffix", Text, nullable=False, comment="the event's JSON after the delta's value, without its closing brace"
+    ),
+    PrimaryKeyConstraint("log_key", "id"),
+    comment="What the deltas of one part of a response share: the event without its delta, once.",
+)
+
+# Views (created by migrations, not by this metadata): described here to be queried.
+views = MetaData()
+
+response_events = Table(
+    "response_events",
+    views,
+    Column("response_id", Text),
+    Column("sequence_number", Integer),
+    Column("type", Text),
+    Column("payload", Text),
+    Column("output_at", Integer),
+    Column("output_path", ARRAY(Text)),
+    Column("log_key", BigInteger),
+    comment="Every stored event as it was streamed (event_log with its templates and left-out output put back).",
 )
 
 output_snapshots = Table(
@@ -257,6 +313,7 @@ output_snapshots = Table(
 
 # Numbers the branches of chains (docs/architecture.md, "Chains").
 branch_ids = Sequence("branch_ids", metadata=metadata)
+response_log_keys = Sequence("response_log_keys", metadata=metadata)
 
 conversations = Table(
     "conversations",
@@ -393,3 +450,9 @@ idempotency_keys = Table(
 )
 
 # The views are created by migrations 0001 and 0010 (views are not metadata objects).
+
+
+def described_here(obj: object, name: str | None, kind: str, reflected: bool, compare_to: object) -> bool:
+    """For alembic's comparison: every table but the event log's day partitions, which
+    workers/log_partitions.py makes and drops (migration 0016)."""
+    return not (kind == "table" and reflected and compare_to is None and (name or "").startswith("event_log_"))

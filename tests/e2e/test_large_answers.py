@@ -122,8 +122,8 @@ def test_a_large_answer_is_stored_once_beside_its_deltas_and_replays_as_it_strea
     )
     assert sse_data(replay) == sse_data(live)  # byte for byte, the referring events put back whole
     [stored] = environment.query(
-        "SELECT sum(octet_length(payload)) AS bytes, count(output_at) AS referring FROM response_events "
-        "WHERE response_id = $1",
+        "SELECT sum(octet_length(e.payload)) AS bytes, count(e.output_at) AS referring "
+        "FROM event_log e JOIN responses r ON r.log_key = e.log_key WHERE r.id = $1",
         response_id,
     )
     # The deltas hold the text once; the done events and the terminal one refer to the items.

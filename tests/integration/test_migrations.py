@@ -4,6 +4,7 @@ and `downgrade base` removes everything it made."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -18,8 +19,9 @@ from app.protocol.response_object import ResponseRecord
 from app.settings import Settings
 from app.storage import responses as responses_db
 from app.storage.migrate import migrate
-from app.storage.tables import metadata
+from app.storage.tables import described_here, metadata
 from tests.conftest import admin_sql
+from workers import log_partitions
 
 
 @pytest.fixture
@@ -31,7 +33,9 @@ def empty_database_url() -> Iterator[str]:
 
 
 def _differences(connection: Connection) -> list[object]:
-    context = MigrationContext.configure(connection, opts={"compare_server_default": True})
+    context = MigrationContext.configure(
+        connection, opts={"compare_server_default": True, "include_object": described_here}
+    )
     return list(compare_metadata(context, metadata))
 
 
@@ -42,12 +46,20 @@ async def test_upgrade_head_matches_the_table_definitions(empty_database_url: st
     async with engine.connect() as conn:
         assert await conn.run_sync(_differences) == []
         tables = set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
-        assert tables == {
-            *("accounts", "api_keys", "responses", "items", "response_events", "output_snapshots", "alembic_version"),
+        today = (await conn.execute(text("SELECT floor(extract(epoch FROM now()) / 86400)::bigint"))).scalar_one()
+        partitions = {"event_log_default", *(log_partitions.partition_name(today + n) for n in range(3))}
+        assert partitions <= tables  # today's and the next two days', made ahead
+        assert tables - partitions == {
+            *("accounts", "api_keys", "responses", "items", "event_log", "event_templates", "output_snapshots"),
+            "alembic_version",
             *("conversations", "conversation_items"),
             *("webhook_endpoints", "webhook_deliveries", "idempotency_keys"),
         }
         assert (await conn.execute(text("SELECT count(*) FROM response_overview"))).scalar() == 0
+        days = await conn.execute(text("SELECT partition, day FROM event_log_days ORDER BY day"))
+        assert [(name, (day - datetime.date(1970, 1, 1)).days) for name, day in days] == [
+            (log_partitions.partition_name(today + n), today + n) for n in range(3)
+        ]
         comment = (await conn.execute(text("SELECT obj_description('responses'::regclass)"))).scalar()
         assert comment and "items and events hang off it" in comment
         # as tables.py asks: room for in-place updates of a streaming response's sequence counter
@@ -205,4 +217,61 @@ async def test_downgrade_from_0009_puts_the_left_out_output_back_into_the_events
     async with engine.connect() as conn:
         payloads = await conn.scalars(text("SELECT payload FROM response_events ORDER BY sequence_number"))
         assert list(payloads) == [e.json for e in sent]
+    await engine.dispose()
+
+
+async def test_event_logs_stored_before_0015_move_into_the_compact_log_and_back(empty_database_url: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    import migrations
+    from app.storage import events as events_db
+
+    config = Config()
+    config.set_main_option("script_location", migrations.__path__[0])
+    config.set_main_option("sqlalchemy.url", empty_database_url)
+    await _in_thread(command.upgrade, config, "0014")
+    engine = create_async_engine(empty_database_url)
+    payloads = [
+        '{"type":"response.created","sequence_number":0}',
+        '{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,'
+        '"delta":"hi","logprobs":[],"sequence_number":1}',
+    ]
+    async with engine.begin() as conn:
+        await conn.execute(text("INSERT INTO accounts (id, name) VALUES ('acct_1', 'one')"))
+        for name, created in (("resp_old", "now() - interval '3 days'"), ("resp_new", "now()")):
+            await conn.execute(
+                text(
+                    "INSERT INTO responses (id, account_id, model, status, background, stream, settings, "
+                    "context_branches, context_depths, next_sequence_number, created_at) VALUES "
+                    f"(:id, 'acct_1', 'm', 'in_progress', true, true, '{{}}', ARRAY[nextval('branch_ids')], "
+                    f"ARRAY[0], 2, {created})"
+                ),
+                {"id": name},
+            )
+            for number, payload in enumerate(payloads):
+                await conn.execute(
+                    text(
+                        "INSERT INTO response_events (response_id, sequence_number, type, payload) "
+                        "VALUES (:id, :n, CAST(:payload AS json) ->> 'type', :payload)"
+                    ),
+                    {"id": name, "n": number, "payload": payload},
+                )
+    await _in_thread(command.upgrade, config, "head")
+    async with engine.begin() as conn:
+        for name in ("resp_old", "resp_new"):
+            assert [e.json for e in await events_db.events_after(conn, name, -1, None)] == payloads
+        days = await conn.execute(text("SELECT id, log_key >> 32 AS day FROM responses ORDER BY id"))
+        by_day = {str(row.id): int(row.day) for row in days}
+        assert by_day["resp_new"] - by_day["resp_old"] == 3  # the key tells the day it was created
+        more = {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0}
+        added = await events_db.append(conn, "resp_new", [{**more, "delta": " there", "logprobs": []}])
+        assert added[0].sequence_number == 2
+    await _in_thread(command.downgrade, config, "0014")
+    async with engine.connect() as conn:
+        rows = await conn.execute(text("SELECT response_id, payload FROM response_events ORDER BY 1, sequence_number"))
+        assert [tuple(row) for row in rows] == [
+            *(("resp_new", p) for p in [*payloads, added[0].json]),
+            *(("resp_old", p) for p in payloads),
+        ]
     await engine.dispose()

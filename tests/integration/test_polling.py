@@ -10,7 +10,7 @@ from sqlalchemy import delete, select
 from app.service import reading, stopping
 from app.service.state import AppState
 from app.storage import events as events_db
-from app.storage.tables import output_snapshots, response_events
+from app.storage.tables import event_log, output_snapshots, responses
 from tests.integration.conftest import in_progress
 from workers.runtimes.translate import StreamTranslator
 
@@ -44,11 +44,8 @@ async def test_a_poll_folds_only_the_events_after_the_last_snapshot(state: AppSt
     assert saved is not None
     # What the snapshot covers is never read again: without those events the output is whole.
     async with state.engine.begin() as conn:
-        await conn.execute(
-            delete(response_events).where(
-                response_events.c.response_id == response_id, response_events.c.sequence_number <= saved
-            )
-        )
+        key = select(responses.c.log_key).where(responses.c.id == response_id).scalar_subquery()
+        await conn.execute(delete(event_log).where(event_log.c.log_key == key, event_log.c.sequence_number <= saved))
     await append(state, response_id, [e for w in words[250:260] for e in translator.on_chunk(text_chunk(w))])
     polled = await reading.retrieve(state, account_id, response_id)
     assert polled.output[0]["content"][0]["text"] == "".join(words[:260])

@@ -12,7 +12,7 @@ from sqlalchemy import func, insert, select, text, update
 from app.service import conversations
 from app.service.state import AppState
 from app.storage import responses as responses_db
-from app.storage.tables import output_snapshots, response_events, responses
+from app.storage.tables import event_log, event_templates, output_snapshots, response_events, responses
 from tests.conftest import FakeRuntime
 from tests.integration.conftest import OpenWorker, accept, run_job
 from workers import retention
@@ -46,7 +46,21 @@ async def exists(state: AppState, response_id: str) -> bool:
         return await responses_db.get_row(conn, response_id) is not None
 
 
+async def log_key(state: AppState, response_id: str) -> int:
+    async with state.engine.connect() as conn:
+        return int((await conn.execute(select(responses.c.log_key).where(responses.c.id == response_id))).scalar_one())
+
+
+async def log_rows(state: AppState, key: int) -> int:
+    """Rows of a response's event log as stored (its events and their templates)."""
+    async with state.engine.connect() as conn:
+        events = select(func.count()).where(event_log.c.log_key == key).scalar_subquery()
+        templates = select(func.count()).where(event_templates.c.log_key == key).scalar_subquery()
+        return int((await conn.execute(select(events + templates))).scalar_one())
+
+
 async def event_count(state: AppState, response_id: str) -> int:
+    """Its events as readers see them (a purged log's rows go later, with their day: test_log_partitions)."""
     async with state.engine.connect() as conn:
         return int(
             (await conn.execute(select(func.count()).where(response_events.c.response_id == response_id))).scalar_one()
@@ -67,9 +81,12 @@ async def test_expired_responses_are_deleted_and_chains_skip_them(
     await run_job(worker, fresh_unstored)
     await age(state, old, created_at=timedelta(days=31))
     await age(state, unstored, completed_at=timedelta(minutes=11))
+    logs = [await log_key(state, old), await log_key(state, unstored)]
+    assert all([await log_rows(state, key) for key in logs])
     while await expire(state):
         pass
     assert not await exists(state, old) and not await exists(state, unstored)
+    assert [await log_rows(state, key) for key in logs] == [0, 0]  # their event logs went with them
     assert await exists(state, child) and await exists(state, fresh_unstored)
     async with state.engine.connect() as conn:
         row = await responses_db.get_row(conn, child)

@@ -79,7 +79,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "workers.runtimes": {"app.process", "app.protocol"},
     "workers.event_log": {"app.process", "app.protocol", "app.queue", "app.storage", "app.events"},
     "workers.leases": {"app.process", "app.queue", "app.storage"},
-    "workers.retention": {"app.process", "app.storage"},
+    "workers.log_partitions": set(),
+    "workers.retention": {"app.process", "app.storage", "workers.log_partitions"},
     "workers.conversation_items": {"app.process", "app.storage"},
     "workers.state": _APP_BELOW_SERVICE
     | {

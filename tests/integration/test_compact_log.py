@@ -1,0 +1,123 @@
+"""The compact event log: a delta is stored as its text, and every read gives back what was
+streamed, byte for byte (app/storage/event_templates.py, migration 0015)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from sqlalchemy import text
+
+from app.protocol.encoding import WireEvent
+from app.service.state import AppState
+from app.storage import events as events_db
+from app.storage import responses as responses_db
+from tests.integration.conftest import accept
+
+
+def delta(words: str, item_id: str = "msg_1", output_index: int = 0, **fields: Any) -> dict[str, Any]:
+    return {
+        "type": "response.output_text.delta",
+        "item_id": item_id,
+        "output_index": output_index,
+        "content_index": 0,
+        "delta": words,
+        "logprobs": [],
+        **fields,
+    }
+
+
+async def streamed(state: AppState, response_id: str, batches: list[list[dict[str, Any]]]) -> list[WireEvent]:
+    """Appends each batch in its own statement, as the event writer commits them; what went live."""
+    live: list[WireEvent] = []
+    for batch in batches:
+        async with state.engine.begin() as conn:
+            live += await events_db.append(conn, response_id, batch)
+    return live
+
+
+async def stored_rows(state: AppState, response_id: str) -> list[dict[str, Any]]:
+    async with state.engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT e.sequence_number, e.template, e.type, e.payload FROM event_log e "
+                "JOIN responses r ON r.log_key = e.log_key WHERE r.id = :id ORDER BY e.sequence_number"
+            ),
+            {"id": response_id},
+        )
+        return [dict(row._mapping) for row in rows]
+
+
+async def read_after(state: AppState, response_id: str, after: int) -> list[str]:
+    async with state.engine.connect() as conn:
+        return [e.json for e in await events_db.events_after(conn, response_id, after, None)]
+
+
+async def test_deltas_are_stored_as_their_text_and_every_resume_reads_back_what_was_streamed(
+    state: AppState, account_id: str
+) -> None:
+    response_id = await accept(state, account_id, input="hi", background=True, stream=True)
+    words = ["Hello", ", ", '"world"', " \u00e9\U0001f600", "\n", "", ',"delta":"x"']
+    reasoning = {"type": "response.reasoning_text.delta", "item_id": "rs_1", "output_index": 1, "content_index": 0}
+    batches = [[delta(w)] for w in words] + [[delta("a"), delta("b", output_index=2, item_id="msg_2")]]
+    batches += [[{**reasoning, "delta": "think"}], [{**reasoning, "delta": "ing"}]]
+    live = await streamed(state, response_id, batches)
+    assert len(live) == len(words) + 4
+
+    rows = [row for row in await stored_rows(state, response_id) if row["template"] is not None]
+    # every delta compact: its row is its text's JSON and no more
+    assert [orjson.loads(row["payload"]) for row in rows] == [*words, "a", "b", "think", "ing"]
+    assert all(row["type"] is None for row in rows)
+    async with state.engine.connect() as conn:
+        record = await responses_db.get_row(conn, response_id)
+    assert record is not None
+    opening = record.next_sequence_number - len(live)  # response.created, …: stored whole
+    assert len(await read_after(state, response_id, -1)) == opening + len(live)
+    for after in range(opening - 1, opening + len(live)):
+        assert await read_after(state, response_id, after) == [e.json for e in live][after + 1 - opening :]
+
+
+async def test_a_delta_unlike_its_parts_template_is_stored_whole_and_reads_back_as_it_went(
+    state: AppState, account_id: str
+) -> None:
+    # As a continuing worker might: another item at the same place, so another template's text.
+    response_id = await accept(state, account_id, input="hi", background=True, stream=True)
+    live = await streamed(state, response_id, [[delta("one")], [delta("two", item_id="msg_other")], [delta("three")]])
+    rows = await stored_rows(state, response_id)
+    templated = {row["sequence_number"]: row["template"] for row in rows}
+    first, other, third = (event.sequence_number for event in live)
+    assert templated[first] is not None and templated[third] == templated[first]
+    assert templated[other] is None  # whole: its own text, its own type
+    assert await read_after(state, response_id, first - 1) == [e.json for e in live]
+
+    # And in one statement: the batch's first delta takes the template, the other is whole.
+    both = await streamed(state, response_id, [[delta("x", output_index=3), delta("y", output_index=3, item_id="m")]])
+    assert await read_after(state, response_id, third) == [e.json for e in both]
+
+
+async def test_a_delta_with_logprobs_is_stored_whole(state: AppState, account_id: str) -> None:
+    response_id = await accept(state, account_id, input="hi", background=True, stream=True)
+    logprobs = [{"token": "a", "logprob": -0.5, "bytes": [97], "top_logprobs": []}]
+    live = await streamed(state, response_id, [[delta("a", logprobs=logprobs)], [delta("b")]])
+    rows = {row["sequence_number"]: row for row in await stored_rows(state, response_id)}
+    assert rows[live[0].sequence_number]["template"] is None
+    assert rows[live[1].sequence_number]["template"] is not None
+    assert await read_after(state, response_id, live[0].sequence_number - 1) == [e.json for e in live]
+
+
+async def test_deleting_a_response_deletes_its_log_and_templates(state: AppState, account_id: str) -> None:
+    response_id = await accept(state, account_id, input="hi", background=True, stream=True)
+    await streamed(state, response_id, [[delta("a")], [delta("b")]])
+    async with state.engine.begin() as conn:
+        key = await conn.scalar(text("SELECT log_key FROM responses WHERE id = :id"), {"id": response_id})
+        await conn.execute(text("UPDATE responses SET status = 'completed' WHERE id = :id"), {"id": response_id})
+        assert await responses_db.delete_response(conn, response_id, account_id) is not None
+    async with state.engine.connect() as conn:
+        left = await conn.scalar(
+            text(
+                "SELECT (SELECT count(*) FROM event_log WHERE log_key = :key)"
+                " + (SELECT count(*) FROM event_templates WHERE log_key = :key)"
+            ),
+            {"key": key},
+        )
+    assert left == 0

@@ -1,0 +1,147 @@
+"""The event log's day partitions: events land in their response's day, and a day is dropped
+whole once every response of it has had its log purged (workers/log_partitions.py)."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+
+from sqlalchemy import text
+
+from app.service.state import AppState
+from app.storage import events as events_db
+from tests.integration.conftest import accept
+from workers import log_partitions, retention
+
+POLICY = retention.RetentionPolicy(
+    stored=timedelta(days=30), unstored_background=timedelta(minutes=10), stream_log=timedelta(hours=24)
+)
+
+
+def delta(words: str) -> dict[str, object]:
+    return {
+        "type": "response.output_text.delta",
+        "item_id": "msg_1",
+        "output_index": 0,
+        "content_index": 0,
+        "delta": words,
+        "logprobs": [],
+    }
+
+
+async def query(state: AppState, sql: str, **params: object) -> list[tuple[object, ...]]:
+    async with state.engine.begin() as conn:
+        result = await conn.execute(text(sql), params)
+        return [tuple(row) for row in result] if result.returns_rows else []
+
+
+async def today(state: AppState) -> int:
+    [(day,)] = await query(state, "SELECT floor(extract(epoch FROM now()) / 86400)::bigint")
+    return int(str(day))
+
+
+async def partitions(state: AppState) -> set[str]:
+    rows = await query(
+        state,
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = 'event_log'::regclass",
+    )
+    return {str(name) for (name,) in rows}
+
+
+async def response_on_day(state: AppState, account_id: str, day: int) -> str:
+    """A running response as if created on `day`, with some events of its own."""
+    response_id = await accept(state, account_id, input="hi", background=True, stream=True)
+    key = (day << 32) | secrets.randbelow(2**32)
+    await query(
+        state,
+        "UPDATE event_log SET log_key = :key WHERE log_key = (SELECT log_key FROM responses WHERE id = :id)",
+        key=key,
+        id=response_id,
+    )
+    await query(
+        state, "UPDATE responses SET log_key = :key, status = 'in_progress' WHERE id = :id", key=key, id=response_id
+    )
+    async with state.engine.begin() as conn:
+        assert await events_db.append(conn, response_id, [delta("a"), delta("b")])
+    return response_id
+
+
+async def where_its_events_are(state: AppState, response_id: str) -> set[str]:
+    rows = await query(
+        state,
+        "SELECT DISTINCT e.tableoid::regclass::text FROM event_log e JOIN responses r ON r.log_key = e.log_key "
+        "WHERE r.id = :id",
+        id=response_id,
+    )
+    return {str(name) for (name,) in rows}
+
+
+async def purge(state: AppState, response_id: str) -> None:
+    """Ends the response and has retention purge its log, as it does when its window has passed."""
+    await query(
+        state,
+        "UPDATE responses SET status = 'completed', completed_at = now() - interval '2 days' WHERE id = :id",
+        id=response_id,
+    )
+    while sum([await retention.run_step(state.engine, POLICY, s) for s in retention.STEPS if s.purge_log]):
+        pass
+
+
+async def readable(state: AppState, response_id: str) -> int:
+    async with state.engine.connect() as conn:
+        return len(await events_db.events_after(conn, response_id, -1, None))
+
+
+async def test_partitions_are_made_ahead_and_a_response_logs_into_its_own_day(state: AppState, account_id: str) -> None:
+    day = await today(state)
+    await log_partitions.maintain(state.engine)
+    ahead = {log_partitions.partition_name(day + n) for n in range(log_partitions.DAYS_AHEAD + 1)}
+    assert ahead <= await partitions(state)
+    response_id = await accept(state, account_id, input="hi", background=True, stream=True)
+    assert await where_its_events_are(state, response_id) == {log_partitions.partition_name(day)}
+
+
+async def test_a_day_is_dropped_whole_once_every_log_of_it_is_purged(state: AppState, account_id: str) -> None:
+    past = await today(state) - 400  # a day of its own in this shared database
+    async with state.engine.begin() as conn:
+        await log_partitions.create(conn, past)
+    name = log_partitions.partition_name(past)
+    first = await response_on_day(state, account_id, past)
+    second = await response_on_day(state, account_id, past)
+    assert await where_its_events_are(state, first) == {name}
+
+    await purge(state, first)
+    assert await readable(state, first) == 0  # gone for readers the moment it is purged
+    assert await readable(state, second) > 0
+    dropped = await log_partitions.maintain(state.engine)
+    assert name not in dropped.dropped and name in await partitions(state)  # the second still needs it
+    assert await readable(state, second) > 0
+
+    await purge(state, second)
+    dropped = await log_partitions.maintain(state.engine)
+    assert name in dropped.dropped and name not in await partitions(state)
+    assert await query(state, "SELECT count(*) FROM event_log WHERE log_key >> 32 = :day", day=past) == [(0,)]
+    assert await query(state, "SELECT count(*) FROM event_templates WHERE log_key >> 32 = :day", day=past) == [(0,)]
+    assert log_partitions.partition_name(await today(state)) in await partitions(state)  # today's is kept
+
+
+async def test_a_day_without_a_partition_logs_into_the_default_one_whose_rows_its_purge_deletes(
+    state: AppState, account_id: str
+) -> None:
+    unmade = await today(state) - 800
+    response_id = await response_on_day(state, account_id, unmade)
+    assert await where_its_events_are(state, response_id) == {"event_log_default"}
+    assert await readable(state, response_id) > 0
+    await purge(state, response_id)
+    assert await query(state, "SELECT count(*) FROM event_log WHERE log_key >> 32 = :day", day=unmade) == [(0,)]
+
+
+async def test_a_deleted_responses_log_does_not_keep_its_day(state: AppState, account_id: str) -> None:
+    past = await today(state) - 401
+    async with state.engine.begin() as conn:
+        await log_partitions.create(conn, past)
+    response_id = await response_on_day(state, account_id, past)
+    await query(state, "DELETE FROM responses WHERE id = :id", id=response_id)
+    assert await query(state, "SELECT count(*) FROM event_log WHERE log_key >> 32 = :day", day=past) == [(0,)]
+    assert log_partitions.partition_name(past) in (await log_partitions.maintain(state.engine)).dropped
