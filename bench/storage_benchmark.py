@@ -6,7 +6,8 @@ Starts a Postgres cluster of its own (tests/private_postgres.py), so that nothin
 WAL, and the stack (bench/stack.py) on it. Each round streams `--responses` stored responses of
 `--tokens` tokens, `--concurrency` at a time, one token every `--token-delay` seconds (a GPU's
 pace), and reports the growth of every table of the database (heap, indexes, TOAST; the event
-log apart) and the WAL written, per output token and as a multiple of the tokens' text. A VACUUM
+log apart) and the WAL written, per output token and as a multiple of the tokens' text, with the
+WAL by kind of record (pg_waldump's statistics: which writes it is). A VACUUM
 runs between rounds: a later round is steady traffic, reusing what VACUUM freed.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,8 +41,30 @@ _SIZES = """
 
 async def snapshot(conn: asyncpg.Connection) -> dict[str, Any]:
     tables = {row["relname"]: dict(row) for row in await conn.fetch(_SIZES)}
-    wal = await conn.fetchval("SELECT pg_current_wal_lsn()")
+    wal = await conn.fetchval("SELECT pg_current_wal_flush_lsn()")
     return {"tables": tables, "wal": wal}
+
+
+# A line of `pg_waldump --stats=record`: kind, count (%), record bytes (%), full-page image bytes
+# (%), combined bytes (%).
+_WAL_RECORD = re.compile(r"^(\S+)\s+(\d+)\s+\(\s*[\d.]+\)\s+(\d+)\s+\(\s*[\d.]+\)\s+(\d+)\s+\(\s*[\d.]+\)\s+(\d+)")
+
+
+def wal_per_token(stats: str, tokens: int, at_least: float = 2.0) -> dict[str, dict[str, float]]:
+    """WAL bytes per token by kind of record (those of at least `at_least` bytes a token)."""
+    kinds: dict[str, dict[str, float]] = {}
+    for line in stats.splitlines():
+        found = _WAL_RECORD.match(line)
+        if found is None or found[1] == "Total":
+            continue
+        name, count, _, images, combined = found[1], *map(int, found.groups()[1:])
+        if combined / tokens >= at_least:
+            kinds[name] = {
+                "records_per_token": round(count / tokens, 2),
+                "bytes_per_token": round(combined / tokens, 1),
+                "of_which_page_images": round(images / tokens, 1),
+            }
+    return dict(sorted(kinds.items(), key=lambda kind: -kind[1]["bytes_per_token"]))
 
 
 def growth(
@@ -96,6 +120,8 @@ async def main() -> None:
                     wal = await conn.fetchval("SELECT pg_wal_lsn_diff($1, $2)", after["wal"], before["wal"])
                     responses = args.concurrency * per_slot - run.errors
                     row = growth(before, after, int(wal), responses * args.tokens, responses * text_bytes_each)
+                    records = cluster.wal_records(int(before["wal"]), int(after["wal"]))
+                    row["wal_by_record"] = wal_per_token(records, responses * args.tokens)
                     row |= {"round": number + 1, "responses": responses, "errors": run.errors}
                     rounds.append(row)
                     print(json.dumps(row), flush=True)

@@ -29,6 +29,15 @@ def _run(*command: str) -> None:
 class Cluster:
     port: int
     _ctl: tuple[str, ...]
+    data: Path
+
+    def wal_records(self, start: int, end: int) -> str:
+        """pg_waldump's statistics, by kind of record, of the WAL between two LSNs."""
+        start_at, end_at = (f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}" for lsn in (start, end))
+        pg_wal = str(self.data / "pg_wal")
+        command = [f"{PG_BIN}/pg_waldump", "--stats=record", "-p", pg_wal, "-s", start_at, "-e", end_at]
+        as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        return subprocess.run([*as_user, *command], capture_output=True, text=True, check=False).stdout
 
     def url(self, database: str = "postgres", driver: str = "postgresql") -> str:
         return f"{driver}://postgres@127.0.0.1:{self.port}/{database}"
@@ -64,7 +73,7 @@ def private_cluster() -> Iterator[Cluster]:
     ctl = (f"{PG_BIN}/pg_ctl", "-D", str(data), "-w", "-o", server_options, "-l", str(data / "log"))
     _run(*ctl, "start")
     try:
-        yield Cluster(port, ctl)
+        yield Cluster(port, ctl, data)
     finally:
         _run(*ctl, "-m", "immediate", "stop")
         shutil.rmtree(base, ignore_errors=True)
