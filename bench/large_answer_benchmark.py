@@ -9,7 +9,8 @@ Starts the stack (bench/stack.py), then:
    is retrieved `--polls` times, each poll after one more delta, as a client polls a response that
    is still generating. Baselines in the same run: the same polls with a 10-event log, and what
    one poll cost before output snapshots, folding the whole log (measured in this process on the
-   same database).
+   same database). Then the whole log is streamed 5 times (`GET …?stream=true`) and resumed 5
+   times from its middle (`starting_after`), each until its last event.
 2. A `--megabytes` answer (the fake runtime's `filler`, 256 KiB chunks) as JSON and as a stream,
    stored and not, and in the background (streamed, then retrieved): seconds to the whole answer,
    the largest message on the events channel meanwhile, and the bytes its events take in Postgres
@@ -53,9 +54,15 @@ def delta(item_id: str, text: str) -> dict[str, Any]:
 
 
 async def running_response(http: aiohttp.ClientSession, stack: Stack) -> str:
-    body = {"model": "fake", "input": "#fake " + json.dumps({"first_delay": 3600, "text": "x"}), "background": True}
+    """A background response that waits an hour for its first token; streamable, so that its log
+    can be replayed (its creating stream is left after its first event)."""
+    script = "#fake " + json.dumps({"first_delay": 3600, "text": "x"})
+    body = {"model": "fake", "input": script, "background": True, "stream": True}
     async with http.post(f"{stack.api_url}/responses", json=body, headers=stack.headers) as answer:
-        response_id: str = (await answer.json())["id"]
+        async for line in answer.content:
+            if line.startswith(b"data: "):
+                response_id: str = json.loads(line[6:])["response"]["id"]
+                break
     for _ in range(100):
         async with http.get(f"{stack.api_url}/responses/{response_id}", headers=stack.headers) as answer:
             if (await answer.json())["status"] == "in_progress":
@@ -101,10 +108,36 @@ async def poll_cost(http: aiohttp.ClientSession, stack: Stack, log_events: int, 
             events = await events_db.events_after(conn, response_id, -1, None)
         accumulate.output_so_far(event.data() for event in events)
         folds.append(time.perf_counter() - started)
+    async with engine.connect() as conn:
+        last = int(
+            await conn.scalar(text(f"SELECT next_sequence_number - 1 FROM responses WHERE id = '{response_id}'"))
+        )
     await engine.dispose()
+    replays = [await replay_seconds(http, stack, response_id, None, last) for _ in range(5)]
+    resumes = [await replay_seconds(http, stack, response_id, last // 2, last) for _ in range(5)]
     async with http.post(f"{stack.api_url}/responses/{response_id}/cancel", headers=stack.headers):
         pass
-    return {"log_events": log_events, "poll": percentiles(samples), "whole_log_fold": percentiles(folds)}
+    return {
+        "log_events": log_events,
+        "poll": percentiles(samples),
+        "whole_log_fold": percentiles(folds),
+        "replay_whole_log": percentiles(replays),
+        "resume_from_the_middle": percentiles(resumes),
+    }
+
+
+async def replay_seconds(
+    http: aiohttp.ClientSession, stack: Stack, response_id: str, after: int | None, last: int
+) -> float:
+    """Seconds to stream a running response's log from the start (or after `after`) to event `last`."""
+    params = {"stream": "true"} | ({} if after is None else {"starting_after": str(after)})
+    number = b'"sequence_number":%d' % last  # then "}" or, in a delta, ',"obfuscation":…'
+    started = time.perf_counter()
+    async with http.get(f"{stack.api_url}/responses/{response_id}", params=params, headers=stack.headers) as answer:
+        async for line in answer.content:
+            if line.startswith(b"data: ") and (number + b"}" in line or number + b"," in line):
+                break
+    return time.perf_counter() - started
 
 
 async def largest_message(redis: Redis, channel: str, done: asyncio.Event) -> int:
