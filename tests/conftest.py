@@ -154,7 +154,10 @@ class WriteMark:
 
 
 def write_mark(environment: Environment) -> WriteMark:
-    [row] = environment.query("SELECT clock_timestamp() AS now, pg_current_xact_id()::text::bigint AS xact")
+    # (xmin is the 32-bit transaction id: the 64-bit one without its epoch)
+    [row] = environment.query(
+        "SELECT clock_timestamp() AS now, pg_current_xact_id()::text::bigint % 4294967296 AS xact"
+    )
     return WriteMark(row["now"], row["xact"])
 
 
