@@ -14,7 +14,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from redis import Redis
 
+from app.queue.redis_keys import WORKER_PREFIX
 from tests.conftest import Environment, FakeRuntime, answers_200, free_port, new_environment, wait_until
 from tests.e2e.processes import Stack
 
@@ -53,6 +55,24 @@ class Follower:
         return "".join(e.delta for e in self.events if e.type == "response.output_text.delta")
 
 
+def two_workers(stack: Stack, environment: Environment) -> list[subprocess.Popen[bytes]]:
+    """Two workers, returned once both have announced themselves (their heartbeats): a worker
+    leaving hands over only to one it knows is alive."""
+    workers = [stack.start_worker(), stack.start_worker()]
+    redis = Redis.from_url(environment.redis_url)
+
+    def beating() -> set[int]:
+        beats: list[Any] = [redis.get(key) for key in redis.scan_iter(match=WORKER_PREFIX + "*")]
+        ids = [json.loads(beat) for beat in beats if beat]
+        return {int(b["worker_id"].rsplit(":", 1)[1]) for b in ids}
+
+    try:
+        wait_until(lambda: {w.pid for w in workers} <= beating())
+    finally:
+        redis.close()
+    return workers
+
+
 def running_worker(environment: Environment, response_id: str, workers: list[subprocess.Popen[bytes]]) -> Any:
     """The worker process generating the response."""
     [row] = environment.query("SELECT worker_id FROM responses WHERE id = $1", response_id)
@@ -76,7 +96,7 @@ def assert_one_unbroken_answer(follower: Follower, fake: FakeRuntime) -> None:
 def killed_mid_answer(stack: Stack, environment: Environment, fake: FakeRuntime, model: str) -> Follower:
     """A follower of a response whose worker was killed mid-answer, with a second worker alive,
     followed to its end: one unbroken answer."""
-    workers = [stack.start_worker(), stack.start_worker()]
+    workers = two_workers(stack, environment)
     follower = Follower(stack.client, model)
     wait_until(lambda: follower.deltas() >= 10)
     running_worker(environment, follower.response_id, workers).send_signal(signal.SIGKILL)
@@ -111,7 +131,7 @@ def test_a_model_that_continues_a_trailing_assistant_message_itself_is_sent_it_a
 def test_a_worker_shut_down_hands_its_generation_over_at_once(environment: Environment, fake: FakeRuntime) -> None:
     stack = Stack(environment, RESPONSES_SHUTDOWN_GRACE_SECONDS="30")
     try:
-        workers = [stack.start_worker(), stack.start_worker()]
+        workers = two_workers(stack, environment)
         follower = Follower(stack.client, "continuing-model")
         wait_until(lambda: follower.deltas() >= 10)
         leaving = running_worker(environment, follower.response_id, workers)
@@ -179,7 +199,7 @@ def _continued_at_most_once(environment: Environment, fake: FakeRuntime) -> None
     stack = Stack(environment, RESPONSES_MAX_CONTINUATIONS="1")
     script = "#fake " + json.dumps({"text": " ".join(WORDS), "delay": 0.1})  # 8 s
     try:
-        workers = [stack.start_worker(), stack.start_worker()]
+        workers = two_workers(stack, environment)
         follower = Follower(stack.client, "continuing-model", script)
         wait_until(lambda: follower.deltas() >= 5)
         running_worker(environment, follower.response_id, workers).send_signal(signal.SIGKILL)
