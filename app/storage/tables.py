@@ -262,7 +262,7 @@ event_log = Table(
     PrimaryKeyConstraint("log_key", "sequence_number"),
     comment="The durable, replayable stream of each response (read it through the response_events view), "
     "a partition a day (event_log_YYYY_MM_DD: the day its response was created).",
-    # a partition a day of log_key >> 32 (migration 0016, workers/log_partitions.py)
+    # a partition a day of log_key >> 32 (migration 0015, workers/log_partitions.py)
     postgresql_partition_by="RANGE (log_key)",
 )
 
@@ -454,5 +454,5 @@ idempotency_keys = Table(
 
 def described_here(obj: object, name: str | None, kind: str, reflected: bool, compare_to: object) -> bool:
     """For alembic's comparison: every table but the event log's day partitions, which
-    workers/log_partitions.py makes and drops (migration 0016)."""
+    workers/log_partitions.py makes and drops (migration 0015)."""
     return not (kind == "table" and reflected and compare_to is None and (name or "").startswith("event_log_"))

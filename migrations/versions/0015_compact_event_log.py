@@ -1,4 +1,4 @@
-"""a compact event log
+"""a compact event log, partitioned by day
 
 Revision ID: 0015
 Revises: 0014
@@ -9,12 +9,20 @@ times the token's text, and over 800 bytes of WAL. The log is now `event_log`, k
 response's `log_key` (an integer that tells its creation day), with no foreign key; a text
 delta's row holds only the delta's JSON and the number of its template in `event_templates`,
 which holds the rest of the event (type, item id, indexes) once per part. `response_events` is
-now a view that puts every event back as it was streamed, byte for byte.
+now a view that puts every event back as it was streamed, byte for byte, and hides a purged log.
+
+`event_log` is partitioned by its key's day (`log_key >> 32`): one table a UTC day,
+`event_log_YYYY_MM_DD`, which retention drops whole once every response of that day has had
+its log purged (workers/log_partitions.py); days without one go to `event_log_default`. The view
+`event_log_days` shows each day's size.
 Create Date: 2026-12-01 23:30:00
 """
 
 from __future__ import annotations
 
+import datetime
+
+import sqlalchemy as sa
 from alembic import op
 
 revision = "0015"
@@ -47,7 +55,24 @@ RESPONSE_EVENTS = f"""
     FROM event_log e
     JOIN responses r ON r.log_key = e.log_key
     LEFT JOIN event_templates t ON t.log_key = e.log_key AND t.id = e.template
+    WHERE r.events_purged_at IS NULL
 """
+
+EVENT_LOG_DAYS = """
+    SELECT to_date(substring(c.relname FROM 11), 'YYYY_MM_DD') AS day,
+           c.relname AS partition,
+           pg_total_relation_size(c.oid) AS bytes,
+           pg_size_pretty(pg_total_relation_size(c.oid)) AS size,
+           c.reltuples::bigint AS events_estimate
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = 'event_log'::regclass AND c.relname <> 'event_log_default'
+"""
+
+
+def partition_for(day: int) -> str:
+    name = (datetime.date(1970, 1, 1) + datetime.timedelta(days=day)).strftime("event_log_%Y_%m_%d")
+    return f"CREATE TABLE {name} PARTITION OF event_log FOR VALUES FROM ({day << 32}) TO ({(day + 1) << 32})"
+
 
 # A response's log goes with it: there is no foreign key (its lock cost every token WAL).
 DROP_LOGS = (
@@ -93,8 +118,14 @@ def upgrade() -> None:
             payload text NOT NULL,
             output_path text[],
             CONSTRAINT pk_event_log PRIMARY KEY (log_key, sequence_number)
-        )
+        ) PARTITION BY RANGE (log_key)
     """)
+    op.execute("CREATE TABLE event_log_default PARTITION OF event_log DEFAULT")
+    connection = op.get_bind()
+    today = connection.scalar(sa.text("SELECT floor(extract(epoch FROM now()) / 86400)::bigint"))
+    stored = connection.scalars(sa.text("SELECT DISTINCT log_key >> 32 FROM responses")).all()
+    for day in sorted({*stored, today, today + 1, today + 2}):
+        op.execute(partition_for(day))
     op.execute("""
         CREATE TABLE event_templates (
             log_key bigint NOT NULL,
@@ -116,15 +147,17 @@ def upgrade() -> None:
     op.execute(f"CREATE VIEW response_events AS {RESPONSE_EVENTS}")
     op.execute(
         "COMMENT ON VIEW response_events IS 'Every stored event as it was streamed (event_log with its templates "
-        "and left-out output put back).'"
+        "and left-out output put back); a purged log is gone from it at once.'"
     )
+    op.execute(f"CREATE VIEW event_log_days AS {EVENT_LOG_DAYS}")
+    op.execute("COMMENT ON VIEW event_log_days IS 'Each day''s event log partition and its size.'")
     for statement in DROP_LOGS:
         op.execute(statement)
 
 
 COMMENTS = (
     "COMMENT ON TABLE event_log IS 'The durable, replayable stream of each response (read it through the "
-    "response_events view).'",
+    "response_events view), a partition a day (event_log_YYYY_MM_DD: the day its response was created).'",
     "COMMENT ON COLUMN event_log.log_key IS 'responses.log_key of its response'",
     "COMMENT ON COLUMN event_log.sequence_number IS '0, 1, 2, … per response, no gaps'",
     "COMMENT ON COLUMN event_log.template IS 'a delta: event_templates.id, payload is only the delta''s JSON; "
@@ -149,6 +182,8 @@ COMMENTS = (
 def downgrade() -> None:
     op.execute("DROP TRIGGER responses_drop_event_logs ON responses")
     op.execute("DROP FUNCTION drop_event_logs()")
+    op.execute("DROP VIEW event_log_days")
+    # A purged log whose day had not been dropped yet is left behind: before this, it was deleted.
     op.execute("""
         CREATE TABLE response_events_v14 AS
         SELECT r.id AS response_id, e.sequence_number, coalesce(e.type, t.type) AS type,
@@ -158,6 +193,7 @@ def downgrade() -> None:
                e.output_at, e.output_path
         FROM event_log e JOIN responses r ON r.log_key = e.log_key
         LEFT JOIN event_templates t ON t.log_key = e.log_key AND t.id = e.template
+        WHERE r.events_purged_at IS NULL
     """)
     op.execute("DROP VIEW response_events")
     op.execute("""

@@ -12,19 +12,8 @@ from app.protocol.encoding import WireEvent
 from app.service.state import AppState
 from app.storage import events as events_db
 from app.storage import responses as responses_db
+from tests.deltas import text_delta
 from tests.integration.conftest import accept
-
-
-def delta(words: str, item_id: str = "msg_1", output_index: int = 0, **fields: Any) -> dict[str, Any]:
-    return {
-        "type": "response.output_text.delta",
-        "item_id": item_id,
-        "output_index": output_index,
-        "content_index": 0,
-        "delta": words,
-        "logprobs": [],
-        **fields,
-    }
 
 
 async def streamed(state: AppState, response_id: str, batches: list[list[dict[str, Any]]]) -> list[WireEvent]:
@@ -59,7 +48,7 @@ async def test_deltas_are_stored_as_their_text_and_every_resume_reads_back_what_
     response_id = await accept(state, account_id, input="hi", background=True, stream=True)
     words = ["Hello", ", ", '"world"', " \u00e9\U0001f600", "\n", "", ',"delta":"x"']
     reasoning = {"type": "response.reasoning_text.delta", "item_id": "rs_1", "output_index": 1, "content_index": 0}
-    batches = [[delta(w)] for w in words] + [[delta("a"), delta("b", output_index=2, item_id="msg_2")]]
+    batches = [[text_delta(w)] for w in words] + [[text_delta("a"), text_delta("b", output_index=2, item_id="msg_2")]]
     batches += [[{**reasoning, "delta": "think"}], [{**reasoning, "delta": "ing"}]]
     live = await streamed(state, response_id, batches)
     assert len(live) == len(words) + 4
@@ -82,7 +71,9 @@ async def test_a_delta_unlike_its_parts_template_is_stored_whole_and_reads_back_
 ) -> None:
     # As a continuing worker might: another item at the same place, so another template's text.
     response_id = await accept(state, account_id, input="hi", background=True, stream=True)
-    live = await streamed(state, response_id, [[delta("one")], [delta("two", item_id="msg_other")], [delta("three")]])
+    live = await streamed(
+        state, response_id, [[text_delta("one")], [text_delta("two", item_id="msg_other")], [text_delta("three")]]
+    )
     rows = await stored_rows(state, response_id)
     templated = {row["sequence_number"]: row["template"] for row in rows}
     first, other, third = (event.sequence_number for event in live)
@@ -91,14 +82,16 @@ async def test_a_delta_unlike_its_parts_template_is_stored_whole_and_reads_back_
     assert await read_after(state, response_id, first - 1) == [e.json for e in live]
 
     # And in one statement: the batch's first delta takes the template, the other is whole.
-    both = await streamed(state, response_id, [[delta("x", output_index=3), delta("y", output_index=3, item_id="m")]])
+    both = await streamed(
+        state, response_id, [[text_delta("x", output_index=3), text_delta("y", output_index=3, item_id="m")]]
+    )
     assert await read_after(state, response_id, third) == [e.json for e in both]
 
 
 async def test_a_delta_with_logprobs_is_stored_whole(state: AppState, account_id: str) -> None:
     response_id = await accept(state, account_id, input="hi", background=True, stream=True)
     logprobs = [{"token": "a", "logprob": -0.5, "bytes": [97], "top_logprobs": []}]
-    live = await streamed(state, response_id, [[delta("a", logprobs=logprobs)], [delta("b")]])
+    live = await streamed(state, response_id, [[text_delta("a", logprobs=logprobs)], [text_delta("b")]])
     rows = {row["sequence_number"]: row for row in await stored_rows(state, response_id)}
     assert rows[live[0].sequence_number]["template"] is None
     assert rows[live[1].sequence_number]["template"] is not None
@@ -107,7 +100,7 @@ async def test_a_delta_with_logprobs_is_stored_whole(state: AppState, account_id
 
 async def test_deleting_a_response_deletes_its_log_and_templates(state: AppState, account_id: str) -> None:
     response_id = await accept(state, account_id, input="hi", background=True, stream=True)
-    await streamed(state, response_id, [[delta("a")], [delta("b")]])
+    await streamed(state, response_id, [[text_delta("a")], [text_delta("b")]])
     async with state.engine.begin() as conn:
         key = await conn.scalar(text("SELECT log_key FROM responses WHERE id = :id"), {"id": response_id})
         await conn.execute(text("UPDATE responses SET status = 'completed' WHERE id = :id"), {"id": response_id})

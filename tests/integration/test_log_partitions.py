@@ -10,23 +10,13 @@ from sqlalchemy import text
 
 from app.service.state import AppState
 from app.storage import events as events_db
+from tests.deltas import text_delta
 from tests.integration.conftest import accept
 from workers import log_partitions, retention
 
 POLICY = retention.RetentionPolicy(
     stored=timedelta(days=30), unstored_background=timedelta(minutes=10), stream_log=timedelta(hours=24)
 )
-
-
-def delta(words: str) -> dict[str, object]:
-    return {
-        "type": "response.output_text.delta",
-        "item_id": "msg_1",
-        "output_index": 0,
-        "content_index": 0,
-        "delta": words,
-        "logprobs": [],
-    }
 
 
 async def query(state: AppState, sql: str, **params: object) -> list[tuple[object, ...]]:
@@ -63,7 +53,7 @@ async def response_on_day(state: AppState, account_id: str, day: int) -> str:
         state, "UPDATE responses SET log_key = :key, status = 'in_progress' WHERE id = :id", key=key, id=response_id
     )
     async with state.engine.begin() as conn:
-        assert await events_db.append(conn, response_id, [delta("a"), delta("b")])
+        assert await events_db.append(conn, response_id, [text_delta("a"), text_delta("b")])
     return response_id
 
 

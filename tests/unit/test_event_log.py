@@ -2,36 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from tests.deltas import text_delta
 from workers.event_log.writer import _coalesce
 
 
-def delta(text: str, item: str = "msg_1", content_index: int = 0) -> dict[str, Any]:
-    return {
-        "type": "response.output_text.delta",
-        "item_id": item,
-        "output_index": 0,
-        "content_index": content_index,
-        "delta": text,
-        "logprobs": [],
-    }
-
-
 def test_consecutive_deltas_of_one_part_merge() -> None:
-    pending = [delta("Hel")]
-    assert _coalesce(pending, delta("lo"))
-    assert pending == [delta("Hello")]
+    pending = [text_delta("Hel")]
+    assert _coalesce(pending, text_delta("lo"))
+    assert pending == [text_delta("Hello")]
 
 
 def test_other_events_and_other_parts_do_not_merge() -> None:
-    pending = [delta("a")]
-    assert not _coalesce(pending, delta("b", item="msg_2"))
-    assert not _coalesce(pending, delta("b", content_index=1))
+    pending = [text_delta("a")]
+    assert not _coalesce(pending, text_delta("b", item_id="msg_2"))
+    assert not _coalesce(pending, text_delta("b", content_index=1))
     assert not _coalesce(pending, {"type": "response.output_text.done", "text": "a"})
-    assert not _coalesce([], delta("a"))
-    assert not _coalesce([{"type": "response.content_part.added"}], delta("a"))
-    assert pending == [delta("a")]
+    assert not _coalesce([], text_delta("a"))
+    assert not _coalesce([{"type": "response.content_part.added"}], text_delta("a"))
+    assert pending == [text_delta("a")]
 
 
 def test_reasoning_and_function_argument_deltas_merge_too_but_not_with_each_other() -> None:
@@ -47,9 +35,9 @@ def test_reasoning_and_function_argument_deltas_merge_too_but_not_with_each_othe
 
 def test_merged_text_deltas_keep_every_tokens_logprobs() -> None:
     first, second = {"token": "Hel", "logprob": -0.1}, {"token": "lo", "logprob": -0.2}
-    pending = [{**delta("Hel"), "logprobs": [first]}]
-    assert _coalesce(pending, {**delta("lo"), "logprobs": [second]})
-    assert pending == [{**delta("Hello"), "logprobs": [first, second]}]
+    pending = [{**text_delta("Hel"), "logprobs": [first]}]
+    assert _coalesce(pending, {**text_delta("lo"), "logprobs": [second]})
+    assert pending == [{**text_delta("Hello"), "logprobs": [first, second]}]
 
 
 def test_summary_deltas_merge_within_one_summary_part() -> None:

@@ -9,18 +9,7 @@ import pytest
 
 from app.protocol import encoding
 from app.storage.event_templates import split
-
-
-def delta(text: Any, **fields: Any) -> dict[str, Any]:
-    return {
-        "type": "response.output_text.delta",
-        "item_id": "msg_1",
-        "output_index": 0,
-        "content_index": 0,
-        "delta": text,
-        "logprobs": [],
-        **fields,
-    }
+from tests.deltas import text_delta
 
 
 @pytest.mark.parametrize(
@@ -28,18 +17,18 @@ def delta(text: Any, **fields: Any) -> dict[str, Any]:
     ["Hello", "", ' "quoted" ,"delta":"x"', "\\", "\u00e9\u4e2d\U0001f600", "line\nbreak\ttab", ',"delta":'],
 )
 def test_a_delta_is_its_template_and_its_text_and_nothing_is_lost(text: str) -> None:
-    event = delta(text)
+    event = text_delta(text)
     encoded = encoding.encode(event)
     parts = split(event, encoded)
     assert parts.template is not None
     assert parts.head + parts.body + parts.tail == encoded[:-1]
     assert orjson.loads(parts.body) == text
-    assert split(delta("other"), encoding.encode(delta("other"))).head == parts.head  # one template per part
+    assert split(text_delta("other"), encoding.encode(text_delta("other"))).head == parts.head  # one template per part
 
 
 def test_the_parts_of_a_response_have_templates_of_their_own() -> None:
     def template(**fields: Any) -> int | None:
-        event = {k: v for k, v in delta("a", **fields).items() if v is not None}  # None: a field it has not
+        event = {k: v for k, v in text_delta("a", **fields).items() if v is not None}  # None: a field it has not
         return split(event, encoding.encode(event)).template
 
     kinds = [
@@ -60,11 +49,11 @@ def test_the_parts_of_a_response_have_templates_of_their_own() -> None:
     "event",
     [
         {"type": "response.created", "response": {"id": "resp_1"}},
-        delta("a", logprobs=[{"token": "a", "logprob": -0.1, "bytes": [97], "top_logprobs": []}]),
-        delta("a", output_index=10**9),
-        delta("a", content_index=-1),
-        delta("a", content_index=True),
-        delta(None),
+        text_delta("a", logprobs=[{"token": "a", "logprob": -0.1, "bytes": [97], "top_logprobs": []}]),
+        text_delta("a", output_index=10**9),
+        text_delta("a", content_index=-1),
+        text_delta("a", content_index=True),
+        text_delta(None),
     ],
 )
 def test_anything_else_is_stored_whole(event: dict[str, Any]) -> None:
