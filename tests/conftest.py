@@ -27,6 +27,7 @@ import pytest
 
 from app.settings import Settings
 from app.storage.migrate import migrate
+from tests import hang_report
 
 PG_ADMIN_URL = os.environ.get("TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_BASE_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379")
@@ -172,6 +173,21 @@ def rows_written_since(environment: Environment, mark: WriteMark) -> tuple[int, 
         mark.transaction,
     )
     return (row["a"], row["b"], row["c"])
+
+
+@pytest.fixture(autouse=True)
+def report_a_hang(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Shortly before pytest-timeout would end this test (its teardown included), says what it
+    waits on (tests/hang_report.py)."""
+    timeout = float(request.config.getini("timeout") or 0)
+    if timeout <= 20:
+        yield
+        return
+    timer = hang_report.watchdog(timeout - 15, PG_ADMIN_URL)
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 @pytest.fixture(scope="session")
