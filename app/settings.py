@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     webhook_poll_seconds: float = Field(2.0, gt=0, alias="RESPONSES_WEBHOOK_POLL_SECONDS")
     webhook_concurrency: int = Field(64, gt=0, alias="RESPONSES_WEBHOOK_CONCURRENCY")
 
+    # The least time between two of a worker's commits of streaming output (its first token and
+    # its end are committed at once): the deltas of a response that wait for the same commit are
+    # merged, which is what a token costs Postgres, Redis and the API (docs/capacity.md). Each
+    # delta reaches its followers up to this much later; 0 commits as fast as Postgres allows.
+    event_commit_interval: float = Field(0.05, ge=0, le=1, alias="RESPONSES_EVENT_COMMIT_INTERVAL_SECONDS")
     worker_max_jobs: int = Field(256, alias="RESPONSES_WORKER_MAX_JOBS")
     worker_poll_delay: float = Field(1.0, alias="RESPONSES_WORKER_POLL_DELAY")
     job_timeout_seconds: int = Field(6 * 3600, alias="RESPONSES_JOB_TIMEOUT_SECONDS")

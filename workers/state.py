@@ -110,7 +110,13 @@ class WorkerState:
             redis=redis,
             worker_id=worker_id,
             queue_name=queue_name or settings.queue_name,
-            writer=EventWriter(engine, redis, events_channel(settings.queue_name), worker_id=worker_id),
+            writer=EventWriter(
+                engine,
+                redis,
+                events_channel(settings.queue_name),
+                worker_id=worker_id,
+                commit_interval=settings.event_commit_interval,
+            ),
             runtime=ChatRuntimeClient(settings.runtime_connect_timeout, settings.runtime_read_timeout),
         )
 

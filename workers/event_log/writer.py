@@ -3,11 +3,13 @@
 One writer per worker process. Generations hand it events without waiting; a single flusher
 commits everything pending (many events of many responses) with one statement — in one
 transaction with the terminal status of any response that ends in the batch — then publishes
-each response's new events on its Redis channel. A commit in flight is the batching window, so
-an idle system adds no delay and a busy one gets bigger batches (and, past a size, a short pause
-to gather more). During that pause, a response's first output and its end still go out within
-URGENT_SPACING, alone: that is what a client waits on (its first token, its answer's end).
-Nothing is published before its commit (design invariant 2).
+each response's new events on its Redis channel. Commits of streaming output come at most every
+RESPONSES_EVENT_COMMIT_INTERVAL_SECONDS (and, past a batch size, after a pause of a few
+commit-times): a response's deltas that wait for the same commit merge into one event, one row
+and one message, so a token costs a fraction of a commit, a row, a publish and an SSE write
+even when few responses stream. A response's first output and its end do not wait: they go out
+within URGENT_SPACING, alone, since that is what a client waits on (its first token, its
+answer's end). Nothing is published before its commit (design invariant 2).
 
 A commit that Postgres refuses for its data, not for its connection, is not retried: the batch's
 responses commit one by one, and one whose own events are refused stops streaming and is ended
@@ -95,10 +97,13 @@ class EventWriter:
         channel: str,
         pause: Callable[[int, float], float] = pause_after,
         worker_id: str | None = None,
+        commit_interval: float = 0.0,
     ) -> None:
         """`worker_id`: commit only the events of responses this worker still runs (a response
-        handed over or reaped while it stalled may be another worker's now)."""
+        handed over or reaped while it stalled may be another worker's now). `commit_interval`:
+        the least time from one flush's start to the next that is not urgent."""
         self._worker_id = worker_id
+        self._commit_interval = commit_interval
         self._connection = HeldConnection(engine)
         self._redis = redis
         self._channel = channel
@@ -189,7 +194,7 @@ class EventWriter:
             # Pace the flushes: a commit costs about the same CPU for 1 event as for 100, so under
             # load the next batch gathers for longer (and text deltas coalesce), while an idle
             # writer still flushes the moment events arrive.
-            deadline = started + self._pause(self._last_batch_size, took)
+            deadline = started + max(self._commit_interval, self._pause(self._last_batch_size, took))
             while (left := deadline - loop.time()) > 0:
                 try:
                     await asyncio.wait_for(self._urgent_waiting.wait(), left)
