@@ -7,7 +7,7 @@ events. A closing event of a large answer is stored with that value left out, an
 (`output_at`, a character offset) and what it was (`output_path`, its path in the output array:
 `{}` the whole array, `{2}` item 2, `{2,content,0,text}` its text); a read puts it back from the
 items (app/storage/events.py), as the very text the followers got live. Small answers are stored
-whole: a reference costs the read more than it saves.
+whole: for a few hundred bytes a reference costs the read more than it saves.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
 Event = dict[str, Any]
 Path = list[str | int]
 
-REFERENCE_FROM_BYTES = 64 * 1024  # a terminal event at least this long: its answer is stored by reference
+REFERENCE_FROM_BYTES = 2 * 1024  # a terminal event at least this long: its answer is stored by reference
 
 # What no encoded event holds anywhere else: a NUL never reaches an event (the API refuses it,
 # model output has it replaced), so this JSON string marks exactly the place left out.
