@@ -109,9 +109,7 @@ async def poll_cost(http: aiohttp.ClientSession, stack: Stack, log_events: int, 
         accumulate.output_so_far(event.data() for event in events)
         folds.append(time.perf_counter() - started)
     async with engine.connect() as conn:
-        last = int(
-            await conn.scalar(text(f"SELECT next_sequence_number - 1 FROM responses WHERE id = '{response_id}'"))
-        )
+        last = (await events_db.log_ends(conn, [response_id]))[response_id][1]
     await engine.dispose()
     replays = [await replay_seconds(http, stack, response_id, None, last) for _ in range(5)]
     resumes = [await replay_seconds(http, stack, response_id, last // 2, last) for _ in range(5)]

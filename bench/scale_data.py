@@ -41,12 +41,12 @@ SELECT 'acct_scale_' || a, 'scale-' || a FROM generate_series(1, $1::int) a ON C
 _RESPONSES = """
 INSERT INTO responses (id, account_id, model, status, background, stream, store, instructions, metadata,
                        settings, chain_depth, context_branches, context_depths, usage, created_at, started_at,
-                       completed_at, next_sequence_number)
+                       completed_at)
 SELECT 'resp_scale_' || lpad(n::text, 8, '0'),
        CASE WHEN n % $2 = 0 THEN t.account_id ELSE 'acct_scale_' || (n % $2) END, t.model, 'completed', n % 4 = 0,
        n % 2 = 0, true, t.instructions, t.metadata, t.settings, 0, ARRAY[nextval('branch_ids')], ARRAY[0], t.usage,
        now() - make_interval(secs => $1 - n), now() - make_interval(secs => $1 - n),
-       now() - make_interval(secs => $1 - n), CASE WHEN n % $4 = 0 THEN t.next_sequence_number ELSE 0 END
+       now() - make_interval(secs => $1 - n)
 FROM generate_series(1, $1::int) n, responses t WHERE t.id = $3
 """
 
@@ -59,10 +59,10 @@ WHERE r.id LIKE $2 AND i.response_id = $1
 """
 
 _EVENTS = """
-INSERT INTO event_log (log_key, sequence_number, template, output_at, type, payload, output_path)
-SELECT r.log_key, e.sequence_number, e.template, e.output_at, e.type, e.payload, e.output_path
+INSERT INTO event_log (log_key, sequence_number, template, run_length, output_at, type, payload, output_path)
+SELECT r.log_key, e.sequence_number, e.template, e.run_length, e.output_at, e.type, e.payload, e.output_path
 FROM responses r, event_log e
-WHERE r.id LIKE 'resp_scale_%' AND r.next_sequence_number > 0
+WHERE r.id LIKE 'resp_scale_%' AND substr(r.id, 12)::int % $2 = 0
   AND e.log_key = (SELECT log_key FROM responses WHERE id = $1)
 """
 
@@ -70,7 +70,7 @@ _TEMPLATES = """
 INSERT INTO event_templates (log_key, id, type, prefix, suffix)
 SELECT r.log_key, t.id, t.type, t.prefix, t.suffix
 FROM responses r, event_templates t
-WHERE r.id LIKE 'resp_scale_%' AND r.next_sequence_number > 0
+WHERE r.id LIKE 'resp_scale_%' AND substr(r.id, 12)::int % $2 = 0
   AND t.log_key = (SELECT log_key FROM responses WHERE id = $1)
 """
 
@@ -95,10 +95,10 @@ async def fill(database_url: str, template: str, size: Size) -> dict[str, float]
     try:
         for step, statement, args in (
             ("accounts", _ACCOUNTS, (size.accounts,)),
-            ("responses", _RESPONSES, (size.responses, size.accounts, template, size.events_every)),
+            ("responses", _RESPONSES, (size.responses, size.accounts, template)),
             ("items", _ITEMS, (template, "resp_scale_%")),
-            ("events", _EVENTS, (template,)),
-            ("event_templates", _TEMPLATES, (template,)),
+            ("events", _EVENTS, (template, size.events_every)),
+            ("event_templates", _TEMPLATES, (template, size.events_every)),
             ("chain", _CHAIN, (size.chain, template)),
             ("chain_items", _ITEMS, (template, "resp_chain_%")),
             ("analyze", "ANALYZE", ()),

@@ -185,13 +185,16 @@ async def main() -> None:
         for level in args.levels:
             total = level * args.rounds
             pg = await asyncpg.connect(stack.database_url.replace("+asyncpg", ""))
-            # Counted from the allocator, not the table: retention may purge finished logs mid-run.
-            events_before = await pg.fetchval("SELECT coalesce(sum(next_sequence_number), 0) FROM responses")
             phase_start = await pg.fetchval("SELECT now()")
             cpu_before = meter.snapshot()
             ours = await load(*full, level, args.rounds, ramp)
             cpu_ours = CpuMeter.spent(cpu_before, meter.snapshot())
-            events = await pg.fetchval("SELECT sum(next_sequence_number) FROM responses") - events_before
+            # From the log's rows, not its view: retention may mark finished logs purged mid-run.
+            events = await pg.fetchval(
+                "SELECT coalesce(sum(coalesce(e.run_length, 1)), 0) FROM event_log e"
+                " JOIN responses r ON r.log_key = e.log_key WHERE r.created_at >= $1",
+                phase_start,
+            )
             # How long created responses waited for a worker to claim them (the queue's share of TTFT).
             waits = await pg.fetchrow(
                 "SELECT 1000 * extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY wait)) AS p50,"

@@ -15,7 +15,6 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import errors
@@ -24,7 +23,7 @@ from app.process.side_tasks import SideTasks
 from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import TERMINAL_STATUSES
 from app.queue.redis_listener import listen_for_ever
-from app.storage.tables import responses
+from app.storage import events as events_db
 
 log = logging.getLogger(__name__)
 
@@ -199,12 +198,8 @@ class EventHub:
             return {}
         try:
             async with self._engine.connect() as conn:
-                rows = await conn.execute(
-                    select(responses.c.id, responses.c.status, responses.c.next_sequence_number).where(
-                        responses.c.id.in_(response_ids)
-                    )
-                )
+                ends = await events_db.log_ends(conn, list(response_ids))
         except Exception:  # each follower checks for itself (and meets the failure itself)
             log.warning("event hub could not check its idle followers' responses", exc_info=True)
             return {}
-        return {r.id: LogState(r.status in TERMINAL_STATUSES, r.next_sequence_number - 1) for r in rows}
+        return {rid: LogState(status in TERMINAL_STATUSES, last) for rid, (status, last) in ends.items()}

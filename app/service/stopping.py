@@ -72,16 +72,11 @@ async def cancel(state: AppState, account_id: str, response_id: str) -> Response
 async def _cancel_and_wait(state: AppState, response_id: str, timeout: float) -> None:
     """Stops a background response and waits (up to `timeout`) for its worker to end it."""
     async with state.engine.connect() as conn:
-        row = await responses_db.get_row(conn, response_id)
-    if row is None:
+        ends = await events_db.log_ends(conn, [response_id])
+    if response_id not in ends:
         return
     subscription = await state.hub.subscribe(response_id, durable=True)
-    events = follow(
-        state.log_source(True),
-        subscription,
-        response_id,
-        row.next_sequence_number - 1,
-    )
+    events = follow(state.log_source(True), subscription, response_id, ends[response_id][1])
     try:
         await stop(state, response_id, durable=True)
         with anyio.move_on_after(timeout):

@@ -85,6 +85,14 @@ def refused_data(exc: BaseException) -> bool:
     return str(getattr(exc.orig, "sqlstate", "")).startswith(("22", "23"))
 
 
+def numbered_twice(exc: BaseException) -> bool:
+    """Postgres refused an event whose number another writer of its response took first (the
+    event log's key, SQLSTATE 23505): that response is no longer the writer's to write."""
+    if not isinstance(exc, DBAPIError) or str(getattr(exc.orig, "sqlstate", "")) != "23505":
+        return False
+    return str(getattr(exc.orig, "constraint_name", "") or "").startswith("event_log")
+
+
 def foreign_key_violated(exc: BaseException) -> bool:
     """Postgres refused a row whose reference names a row that is gone (SQLSTATE 23503)."""
     return isinstance(exc, DBAPIError) and str(getattr(exc.orig, "sqlstate", "")) == "23503"

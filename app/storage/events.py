@@ -1,10 +1,18 @@
 """The durable event log: `event_log`, numbered per response from 0 without gaps, read
-through the `response_events` view as it was streamed.
+as it was streamed (`response_events`, and the readers below).
 
-Sequence numbers are allocated from `responses.next_sequence_number` by an UPDATE that only
-matches active responses, in the same statement that inserts the events. It serialises writers
-of the same response (it takes the row lock) and drops late events of a response that already
-ended: nothing can follow a terminal event (design invariants 2 and 3).
+The statement that stores events numbers them after the last one its response's log holds, and
+takes them only for active responses (and, from a worker, only for those it still runs). It
+writes nothing to the response's row but when the response ends: the log's key
+(log_key, sequence_number) is what keeps two writers apart. A writer that raced another (a
+cancel, the reaper, a worker continuing the response after a hand-over) numbers an event the
+other numbered too and has its statement refused; it cannot write after a terminal event, since
+to number past it, it must see it, and with it the terminal status it committed with (design
+invariants 2 and 3). When a response ends, the same statement folds its deltas: each run of
+consecutive deltas of one part becomes one row holding their texts (RUN_BYTES of them at most),
+and the whole log moves to a new key of the same day: the old key's index pages, emptied, are
+used again, where entries left among them would keep them sparse for as long as their day's
+partition lives.
 """
 
 from __future__ import annotations
@@ -30,6 +38,9 @@ from app.storage.tables import output_snapshots
 
 Event = dict[str, Any]
 
+# A run of folded deltas holds about this many bytes of their texts (each counted 32 bytes more):
+# a few hundred short deltas, and a resume in its middle reads and parses no more than this.
+RUN_BYTES = 16 * 1024
 
 # The deliveries of the background responses ended in the statement below.
 ANNOUNCING = webhooks_db.announced(
@@ -38,10 +49,10 @@ ANNOUNCING = webhooks_db.announced(
 )
 
 # One statement numbers and inserts the events of many responses and ends those that end in
-# the batch (terminal status, usage, output items): atomic without a transaction around it (no
-# BEGIN/COMMIT round trips), a number is never allocated without its event, and a terminal
-# status never commits without its terminal event. Only active responses take events or end:
-# the UPDATE is the compare-and-set of design invariant 3, and late events are dropped.
+# the batch (terminal status, usage, output items, their deltas folded): atomic without a
+# transaction around it (no BEGIN/COMMIT round trips), and a terminal status never commits
+# without its terminal event. Only active responses take events or end: the UPDATE of those that
+# end is the compare-and-set of design invariant 3, and late events are dropped.
 _APPEND = DriverStatement(
     text(
         ANNOUNCING.join(
@@ -51,63 +62,102 @@ _APPEND = DriverStatement(
                              CAST(:heads AS text[]), CAST(:bodies AS text[]), CAST(:tails AS text[]),
                              CAST(:templates AS int[]), CAST(:output_ats AS int[]), CAST(:output_paths AS text[]))
             AS e(response_id, position, type, head, body, tail, template, output_at, output_path)
-    ), counts AS (
-        SELECT response_id, count(*)::int AS n FROM batch GROUP BY response_id
     ), endings AS (
         SELECT * FROM unnest(CAST(:end_ids AS text[]), CAST(:end_statuses AS text[]), CAST(:end_usages AS jsonb[]),
                              CAST(:end_errors AS jsonb[]), CAST(:end_incomplete AS jsonb[]),
                              CAST(:end_times AS float8[]))
             AS f(response_id, status, usage, error, incomplete_details, completed_epoch)
-    ), allocated AS (
-        UPDATE responses r SET
-            next_sequence_number = r.next_sequence_number + c.n,
-            status = coalesce(f.status, r.status),
-            usage = CASE WHEN f.response_id IS NULL THEN r.usage ELSE f.usage END,
-            error = CASE WHEN f.response_id IS NULL THEN r.error ELSE f.error END,
-            incomplete_details = CASE WHEN f.response_id IS NULL THEN r.incomplete_details
-                                      ELSE f.incomplete_details END,
-            completed_at = CASE WHEN f.response_id IS NULL THEN r.completed_at
-                                ELSE to_timestamp(f.completed_epoch) END,
-            lease_expires_at = CASE WHEN f.response_id IS NULL THEN r.lease_expires_at END
-        FROM counts c LEFT JOIN endings f ON f.response_id = c.response_id
-        WHERE r.id = c.response_id AND r.status IN ('queued', 'in_progress')
-          -- A worker writes only what it still owns: not a response handed over or reaped while
-          -- it was stalled, which another worker may be continuing.
+    ), live AS (
+        -- The responses that take these events: active, and (from a worker) still its own, not
+        -- handed over or reaped while it stalled. Numbered after the last event of their log.
+        SELECT r.id, r.log_key, r.account_id, r.background, r.chain_depth,
+               r.context_branches[cardinality(r.context_branches)] AS branch_id,
+               coalesce((SELECT max(l.sequence_number) FROM event_log l WHERE l.log_key = r.log_key), -1) + 1 AS first
+        FROM responses r
+        WHERE r.id IN (SELECT DISTINCT response_id FROM batch) AND r.status IN ('queued', 'in_progress')
           AND (CAST(:worker_id AS text) IS NULL OR r.worker_id = :worker_id)
-        RETURNING r.id, r.next_sequence_number - c.n AS first, f.response_id IS NOT NULL AS ended,
-                  r.context_branches[cardinality(r.context_branches)] AS branch_id, r.chain_depth,
-                  r.account_id, r.background, r.log_key
+    ), ended AS (
+        -- A response that ends moves its log to a new key (of the same day): its folded log is
+        -- written afresh, and the old key's index pages, emptied, are used again.
+        UPDATE responses r SET
+            status = f.status, usage = f.usage, error = f.error, incomplete_details = f.incomplete_details,
+            completed_at = to_timestamp(f.completed_epoch), lease_expires_at = NULL,
+            log_key = ((r.log_key >> 32) << 32) | (nextval('response_log_keys') & 4294967295)
+        FROM endings f
+        WHERE r.id = f.response_id AND r.id IN (SELECT id FROM live) AND r.status IN ('queued', 'in_progress')
+          AND (CAST(:worker_id AS text) IS NULL OR r.worker_id = :worker_id)
+        RETURNING r.id, r.log_key
+    ), allocated AS (
+        -- (a response whose end lost its compare-and-set takes none of its closing events)
+        SELECT l.*, d.id IS NOT NULL AS ended, coalesce(d.log_key, l.log_key) AS key_after
+        FROM live l LEFT JOIN ended d ON d.id = l.id
+        WHERE d.id IS NOT NULL OR l.id NOT IN (SELECT response_id FROM endings)
     ), announced AS (
         -- A background response that ends tells its account's webhook endpoints (invariant 8):
         -- here, so that an ended response always has its deliveries and no other has any.
         {announce}
     ), numbered AS (
-        SELECT a.log_key, a.first + b.position AS sequence_number, b.*
+        SELECT a.log_key, a.key_after, a.ended, a.first + b.position AS sequence_number, b.*
         FROM batch b JOIN allocated a ON a.id = b.response_id
+    ), moved_templates AS (
+        DELETE FROM event_templates t USING allocated a WHERE a.ended AND t.log_key = a.log_key
+        RETURNING a.key_after AS log_key, t.id, t.type, t.prefix, t.suffix
     ), new_templates AS (
         INSERT INTO event_templates (log_key, id, type, prefix, suffix)
-        SELECT DISTINCT ON (log_key, template) log_key, template, type, head, tail
-        FROM numbered WHERE template IS NOT NULL
+        SELECT DISTINCT ON (log_key, id) log_key, id, type, prefix, suffix FROM (
+            SELECT *, 0 AS rank FROM moved_templates
+            UNION ALL
+            SELECT key_after, template, type, head, tail, 1 FROM numbered WHERE template IS NOT NULL
+        ) c
+        ORDER BY log_key, id, rank
         ON CONFLICT DO NOTHING
         RETURNING log_key, id, type, prefix, suffix
-    ), inserted AS (
+    ), stored AS (
         -- A delta whose template is exactly its own is stored as its text alone
         -- (app/storage/event_templates.py); any other event as its JSON text with its number
         -- spliced in, as encoding.numbered does for the followers: a replay sends the very text
         -- they got live.
-        INSERT INTO event_log (log_key, sequence_number, template, output_at, type, payload, output_path)
-        SELECT n.log_key, n.sequence_number, CASE WHEN k.fits THEN n.template END, n.output_at,
-               CASE WHEN NOT k.fits THEN n.type END,
+        SELECT n.key_after AS log_key, n.sequence_number, n.ended, k.fits, n.output_at,
+               string_to_array(n.output_path, ',') AS output_path,
+               CASE WHEN k.fits THEN n.template END AS template,
+               CASE WHEN NOT k.fits THEN n.type END AS type,
                CASE WHEN k.fits THEN n.body
-                    ELSE n.head || n.body || n.tail || ',"sequence_number":' || n.sequence_number || '}' END,
-               string_to_array(n.output_path, ',')
+                    ELSE n.head || n.body || n.tail || ',"sequence_number":' || n.sequence_number || '}' END AS payload
         FROM numbered n
         LEFT JOIN event_templates t ON n.template IS NOT NULL AND t.log_key = n.log_key AND t.id = n.template
-        LEFT JOIN new_templates m ON m.log_key = n.log_key AND m.id = n.template
+        LEFT JOIN new_templates m ON m.log_key = n.key_after AND m.id = n.template
         CROSS JOIN LATERAL (
             SELECT coalesce((t.type, t.prefix, t.suffix) = (n.type, n.head, n.tail),
                             (m.type, m.prefix, m.suffix) = (n.type, n.head, n.tail), false) AS fits
         ) k
+    ), moved AS (
+        -- The log a response that ends stored earlier: its deltas become runs with its last ones.
+        DELETE FROM event_log e USING allocated a WHERE a.ended AND e.log_key = a.log_key
+        RETURNING a.key_after AS log_key, e.sequence_number, e.template, e.run_length, e.output_at, e.type,
+                  e.payload, e.output_path
+    ), deltas AS (
+        SELECT log_key, sequence_number, template, payload,
+               sequence_number - row_number() OVER (PARTITION BY log_key, template ORDER BY sequence_number) AS run
+        FROM (SELECT log_key, sequence_number, template, payload FROM moved
+              WHERE template IS NOT NULL AND run_length IS NULL
+              UNION ALL
+              SELECT log_key, sequence_number, template, payload FROM stored WHERE ended AND fits) d
+    ), runs AS (
+        SELECT log_key, template, max(sequence_number) AS sequence_number, count(*)::int AS run_length,
+               '[' || string_agg(payload, ',' ORDER BY sequence_number) || ']' AS payload
+        FROM (SELECT *, sum(length(payload) + 32) OVER (PARTITION BY log_key, template, run ORDER BY sequence_number)
+                        / :run_bytes AS part
+              FROM deltas) p
+        GROUP BY log_key, template, run, part
+    ), inserted AS (
+        INSERT INTO event_log (log_key, sequence_number, template, run_length, output_at, type, payload, output_path)
+        SELECT log_key, sequence_number, template, NULL, output_at, type, payload, output_path
+        FROM stored WHERE NOT (ended AND fits)
+        UNION ALL
+        SELECT log_key, sequence_number, template, run_length, output_at, type, payload, output_path
+        FROM moved WHERE template IS NULL OR run_length IS NOT NULL
+        UNION ALL
+        SELECT log_key, sequence_number, template, run_length, NULL, NULL, payload, NULL FROM runs
     ), outputs AS (
         INSERT INTO items (id, response_id, side, position, type, payload, branch_id, depth)
         SELECT o.id, o.response_id, 'output', o.position, o.type, o.payload, a.branch_id, a.chain_depth
@@ -187,6 +237,7 @@ async def append_many(
         conn,
         {
             "worker_id": worker_id,
+            "run_bytes": RUN_BYTES,
             "ids": ids,
             "positions": positions,
             "types": types,
@@ -256,14 +307,48 @@ async def output_so_far(conn: AsyncConnection, response_id: str) -> list[dict[st
     return output
 
 
-# Reads go through the `response_events` view (migration 0015), which puts each event back as
-# it was streamed: a delta with its template, a closing event with its piece of the output.
-_EVENTS_AFTER = text("""
+# A response's closing event stored without its piece of the output (app/storage/output_refs.py)
+# gets it back from the response's output items.
+_OUTPUT_PIECE = """
+    (SELECT ((
+        '[' || coalesce(string_agg('{"id":' || to_json(i.id)::text || ',' || substr(i.payload::text, 2),
+                                   ',' ORDER BY i.position), '') || ']'
+     )::json #> e.output_path)::text
+     FROM items i WHERE i.response_id = r.id AND i.side = 'output')
+"""
+
+
+def _log_after(after: str) -> str:
+    """The events of response `r`'s log after sequence number `after`, in order, each put back as
+    it was streamed: a row's event, or each delta of a run (its texts a JSON array, which `json`
+    hands back as written); a delta with its template, a closing event with its piece of the
+    output. A row is keyed by its last event's number, so the key's range finds exactly the rows
+    that hold events after `after`. (The `response_events` view, migration 0015, is this for psql.)"""
+    return f"""
+        SELECT x.sequence_number, coalesce(e.type, t.type) AS type,
+               CASE WHEN e.template IS NOT NULL
+                    THEN t.prefix || x.body || t.suffix || ',"sequence_number":' || x.sequence_number || '}}'
+                    WHEN e.output_at IS NULL THEN e.payload
+                    ELSE left(e.payload, e.output_at) || {_OUTPUT_PIECE} || substr(e.payload, e.output_at + 1)
+               END AS payload
+        FROM event_log e
+        LEFT JOIN event_templates t ON t.log_key = e.log_key AND t.id = e.template
+        CROSS JOIN LATERAL (
+            SELECT e.sequence_number, e.payload AS body WHERE e.run_length IS NULL
+            UNION ALL
+            SELECT e.sequence_number - e.run_length + d.n::int, d.value::text
+            FROM json_array_elements(e.payload::json) WITH ORDINALITY AS d(value, n) WHERE e.run_length IS NOT NULL
+        ) x
+        WHERE e.log_key = r.log_key AND r.events_purged_at IS NULL
+          AND e.sequence_number > {after} AND x.sequence_number > {after}
+        ORDER BY e.sequence_number, x.sequence_number
+    """
+
+
+_EVENTS_AFTER = text(f"""
     SELECT e.sequence_number, e.type, e.payload
-    FROM response_events e
-    WHERE e.response_id = :response_id AND e.sequence_number > :after
-    ORDER BY e.sequence_number
-    LIMIT :limit
+    FROM responses r CROSS JOIN LATERAL ({_log_after(":after")} LIMIT :limit) e
+    WHERE r.id = :response_id
 """)
 
 # The logs of many followers' responses, each after its own point, with each response's row as
@@ -271,22 +356,28 @@ _EVENTS_AFTER = text("""
 # ended has its whole log in the page (when the page is not full). A follower's reads of one
 # moment cost one statement, however many followers ask.
 _LOGS_AFTER = DriverStatement(
-    text("""
+    text(f"""
     SELECT f.ord, r.status, r.account_id, r.background, r.stream, extract(epoch FROM r.completed_at)::float8,
            r.events_purged_at IS NOT NULL,
            e.sequence_number, e.type, e.payload
     FROM unnest(CAST(:ids AS text[]), CAST(:afters AS int[])) WITH ORDINALITY AS f(response_id, after, ord)
     LEFT JOIN responses r ON r.id = f.response_id
-    LEFT JOIN LATERAL (
-        SELECT e.sequence_number, e.type, e.payload
-        FROM response_events e
-        WHERE e.log_key = r.log_key AND e.sequence_number > f.after
-        ORDER BY e.sequence_number
-        LIMIT :page
-    ) e ON true
+    LEFT JOIN LATERAL ({_log_after("f.after")} LIMIT :page) e ON true
     ORDER BY f.ord, e.sequence_number
 """)
 )
+
+_LOG_ENDS = text("""
+    SELECT r.id, r.status, (SELECT max(e.sequence_number) FROM event_log e WHERE e.log_key = r.log_key)
+    FROM responses r WHERE r.id = ANY(CAST(:ids AS text[]))
+""")
+
+
+async def log_ends(conn: AsyncConnection, response_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+    """Each response's status and the number of the last event its log holds (-1: none), in one
+    statement; a response that does not exist is left out."""
+    rows = await conn.execute(_LOG_ENDS, {"ids": list(response_ids)})
+    return {response_id: (status, -1 if last is None else last) for response_id, status, last in rows}
 
 
 @dataclass(frozen=True, slots=True)

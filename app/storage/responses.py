@@ -121,10 +121,9 @@ _INSERT_WITH_INPUT = DriverStatement(
                              CAST(:stores AS boolean[]), CAST(:instructions AS text[]), CAST(:metadata AS jsonb[]),
                              CAST(:settings AS json[]), CAST(:previous_response_ids AS text[]),
                              CAST(:context_parent_ids AS text[]), CAST(:chain_depths AS int[]),
-                             CAST(:created_epochs AS float8[]), CAST(:opening_counts AS int[]),
-                             CAST(:conversation_ids AS text[]))
+                             CAST(:created_epochs AS float8[]), CAST(:conversation_ids AS text[]))
             AS r(id, account_id, model, status, background, stream, store, instructions, metadata, settings,
-                 previous_response_id, context_parent_id, chain_depth, created_epoch, opening_count, conversation_id)
+                 previous_response_id, context_parent_id, chain_depth, created_epoch, conversation_id)
     ), continuing AS (
         UPDATE responses p SET branch_continued = true
         FROM (SELECT DISTINCT ON (context_parent_id) id, context_parent_id FROM new
@@ -134,10 +133,10 @@ _INSERT_WITH_INPUT = DriverStatement(
     ), response AS (
         INSERT INTO responses (id, account_id, model, status, background, stream, store, instructions, metadata,
                                settings, previous_response_id, context_parent_id, chain_depth, created_at,
-                               next_sequence_number, conversation_id, context_branches, context_depths)
+                               conversation_id, context_branches, context_depths)
         SELECT r.id, r.account_id, r.model, r.status, r.background, r.stream, r.store, r.instructions, r.metadata,
                r.settings, r.previous_response_id, r.context_parent_id, r.chain_depth, to_timestamp(r.created_epoch),
-               r.opening_count, r.conversation_id,
+               r.conversation_id,
                CASE WHEN c.id IS NULL THEN coalesce(p.context_branches, '{}') || nextval('branch_ids')
                     ELSE p.context_branches END,
                coalesce(CASE WHEN c.id IS NULL THEN p.context_depths
@@ -217,7 +216,6 @@ async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) ->
             "context_parent_ids": [n.link.parent_id for n in new],
             "chain_depths": [n.link.depth for n in new],
             "created_epochs": [r.created_at for r in records],
-            "opening_counts": [len(n.opening) for n in new],
             "conversation_ids": [(r.settings.get("conversation") or {}).get("id") for r in records],
             "event_responses": [response_id for response_id, _ in opening],
             "event_numbers": [event.sequence_number for _, event in opening],

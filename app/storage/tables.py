@@ -156,13 +156,6 @@ responses = Table(
         comment="times its generation was continued by another worker after its own stopped or died",
     ),
     Column(
-        "next_sequence_number",
-        Integer,
-        nullable=False,
-        server_default="0",
-        comment="sequence number the next event of this response gets",
-    ),
-    Column(
         "log_key",
         BigInteger,
         nullable=False,
@@ -200,7 +193,7 @@ responses = Table(
         postgresql_where=text("status IN ('queued', 'in_progress')"),
     ),
     comment="One row per stored (or background) response. Its items and events hang off it.",
-    # Room on each page for in-place (HOT) updates: every event commit bumps next_sequence_number.
+    # Room on each page for in-place (HOT) updates: a lease renewed, a claim, an end.
     postgresql_with={"fillfactor": "70"},
 )
 
@@ -229,17 +222,26 @@ items = Table(
 
 # The event log, compact: a response's integer key (no text id, no foreign key: their index
 # entries and locks cost every token), and a delta's row holds only the delta, the rest of the
-# event once per part in `event_templates` (app/storage/event_templates.py). Read it through the
-# `response_events` view below, which puts every event back as it was streamed.
+# event once per part in `event_templates` (app/storage/event_templates.py); once the response
+# ended, each run of its deltas is one row. Read it through the `response_events` view below,
+# which puts every event back as it was streamed.
 event_log = Table(
     "event_log",
     metadata,
     Column("log_key", BigInteger, nullable=False, comment="responses.log_key of its response"),
-    Column("sequence_number", Integer, nullable=False, comment="0, 1, 2, … per response, no gaps"),
+    Column(
+        "sequence_number", Integer, nullable=False, comment="0, 1, 2, … per response, no gaps (a run: its last delta's)"
+    ),
     Column(
         "template",
         Integer,
         comment="a delta: event_templates.id, payload is only the delta's JSON; null: payload is the whole event",
+    ),
+    Column(
+        "run_length",
+        Integer,
+        comment="a run of that many consecutive deltas of its template, folded when its response ended: "
+        "payload is the JSON array of their texts; null: one event",
     ),
     Column(
         "output_at",

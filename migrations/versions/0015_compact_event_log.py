@@ -11,6 +11,12 @@ delta's row holds only the delta's JSON and the number of its template in `event
 which holds the rest of the event (type, item id, indexes) once per part. `response_events` is
 now a view that puts every event back as it was streamed, byte for byte, and hides a purged log.
 
+Once a response ends, its deltas are folded: each run of consecutive deltas of one part becomes
+one row (`run_length` of them, keyed by the last one's number), their texts a JSON array. And
+events are numbered after the last one the log holds, in the statement that inserts them:
+`responses.next_sequence_number`, which every commit bumped (an update of the response's row a
+commit, and its pruning later), is gone, and the key refuses a number taken twice.
+
 `event_log` is partitioned by its key's day (`log_key >> 32`): one table a UTC day,
 `event_log_YYYY_MM_DD`, which retention drops whole once every response of that day has had
 its log purged (workers/log_partitions.py); days without one go to `event_log_default`. The view
@@ -44,10 +50,21 @@ OUTPUT_PIECE = """
      FROM items i WHERE i.response_id = r.id AND i.side = 'output')
 """
 
+# A row's events one by one: the row itself, or each delta of a run (its texts a JSON array,
+# which `json` hands back as written).
+EACH_EVENT = """
+    CROSS JOIN LATERAL (
+        SELECT e.sequence_number, e.payload AS body WHERE e.run_length IS NULL
+        UNION ALL
+        SELECT e.sequence_number - e.run_length + d.n::int, d.value::text
+        FROM json_array_elements(e.payload::json) WITH ORDINALITY AS d(value, n) WHERE e.run_length IS NOT NULL
+    ) x
+"""
+
 RESPONSE_EVENTS = f"""
-    SELECT r.id AS response_id, e.sequence_number, coalesce(e.type, t.type) AS type,
+    SELECT r.id AS response_id, x.sequence_number, coalesce(e.type, t.type) AS type,
            CASE WHEN e.template IS NOT NULL
-                THEN t.prefix || e.payload || t.suffix || ',"sequence_number":' || e.sequence_number || '}}'
+                THEN t.prefix || x.body || t.suffix || ',"sequence_number":' || x.sequence_number || '}}'
                 WHEN e.output_at IS NULL THEN e.payload
                 ELSE left(e.payload, e.output_at) || {OUTPUT_PIECE} || substr(e.payload, e.output_at + 1)
            END AS payload,
@@ -55,7 +72,31 @@ RESPONSE_EVENTS = f"""
     FROM event_log e
     JOIN responses r ON r.log_key = e.log_key
     LEFT JOIN event_templates t ON t.log_key = e.log_key AND t.id = e.template
+    {EACH_EVENT}
     WHERE r.events_purged_at IS NULL
+"""
+
+# response_overview (migration 0001) with the number of events its log holds, now that the
+# response's row no longer counts them.
+RESPONSE_OVERVIEW = """
+    SELECT r.id, a.name AS account, r.model, r.status, r.background, r.stream,
+           r.previous_response_id, r.created_at, r.completed_at,
+           r.completed_at - r.created_at AS duration,
+           (r.usage ->> 'input_tokens')::int AS input_tokens,
+           (r.usage ->> 'output_tokens')::int AS output_tokens,
+           (SELECT max(e.sequence_number) + 1 FROM event_log e WHERE e.log_key = r.log_key) AS events,
+           r.error ->> 'message' AS error
+    FROM responses r JOIN accounts a ON a.id = r.account_id
+"""
+OVERVIEW_COMMENT = "COMMENT ON VIEW response_overview IS 'One line per response, for operators.'"
+RESPONSE_OVERVIEW_V14 = """
+    SELECT r.id, a.name AS account, r.model, r.status, r.background, r.stream,
+           r.previous_response_id, r.created_at, r.completed_at,
+           r.completed_at - r.created_at AS duration,
+           (r.usage ->> 'input_tokens')::int AS input_tokens,
+           (r.usage ->> 'output_tokens')::int AS output_tokens,
+           r.next_sequence_number AS events, r.error ->> 'message' AS error
+    FROM responses r JOIN accounts a ON a.id = r.account_id
 """
 
 EVENT_LOG_DAYS = """
@@ -113,6 +154,7 @@ def upgrade() -> None:
             log_key bigint NOT NULL,
             sequence_number integer NOT NULL,
             template integer,
+            run_length integer,
             output_at integer,
             type text,
             payload text NOT NULL,
@@ -145,6 +187,10 @@ def upgrade() -> None:
     """)
     op.execute("DROP TABLE response_events")
     op.execute(f"CREATE VIEW response_events AS {RESPONSE_EVENTS}")
+    op.execute("DROP VIEW response_overview")
+    op.execute("ALTER TABLE responses DROP COLUMN next_sequence_number")
+    op.execute(f"CREATE VIEW response_overview AS {RESPONSE_OVERVIEW}")
+    op.execute(OVERVIEW_COMMENT)
     op.execute(
         "COMMENT ON VIEW response_events IS 'Every stored event as it was streamed (event_log with its templates "
         "and left-out output put back); a purged log is gone from it at once.'"
@@ -159,9 +205,11 @@ COMMENTS = (
     "COMMENT ON TABLE event_log IS 'The durable, replayable stream of each response (read it through the "
     "response_events view), a partition a day (event_log_YYYY_MM_DD: the day its response was created).'",
     "COMMENT ON COLUMN event_log.log_key IS 'responses.log_key of its response'",
-    "COMMENT ON COLUMN event_log.sequence_number IS '0, 1, 2, … per response, no gaps'",
+    "COMMENT ON COLUMN event_log.sequence_number IS '0, 1, 2, … per response, no gaps (a run: its last delta''s)'",
     "COMMENT ON COLUMN event_log.template IS 'a delta: event_templates.id, payload is only the delta''s JSON; "
     "null: payload is the whole event'",
+    "COMMENT ON COLUMN event_log.run_length IS 'a run of that many consecutive deltas of its template, folded "
+    "when its response ended: payload is the JSON array of their texts; null: one event'",
     "COMMENT ON COLUMN event_log.type IS 'SSE event type, e.g. response.created (null: the template''s)'",
     "COMMENT ON COLUMN event_log.payload IS 'the event as sent, sequence_number included, never parsed here "
     "(a delta: its JSON string only; a closing event of a large answer: without its piece of the output)'",
@@ -184,17 +232,30 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION drop_event_logs()")
     op.execute("DROP VIEW event_log_days")
     # A purged log whose day had not been dropped yet is left behind: before this, it was deleted.
-    op.execute("""
+    op.execute(f"""
         CREATE TABLE response_events_v14 AS
-        SELECT r.id AS response_id, e.sequence_number, coalesce(e.type, t.type) AS type,
+        SELECT r.id AS response_id, x.sequence_number, coalesce(e.type, t.type) AS type,
                CASE WHEN e.template IS NOT NULL
-                    THEN t.prefix || e.payload || t.suffix || ',"sequence_number":' || e.sequence_number || '}'
+                    THEN t.prefix || x.body || t.suffix || ',"sequence_number":' || x.sequence_number || '}}'
                     ELSE e.payload END AS payload,
                e.output_at, e.output_path
         FROM event_log e JOIN responses r ON r.log_key = e.log_key
         LEFT JOIN event_templates t ON t.log_key = e.log_key AND t.id = e.template
+        {EACH_EVENT}
         WHERE r.events_purged_at IS NULL
     """)
+    op.execute("DROP VIEW response_overview")
+    op.execute("ALTER TABLE responses ADD COLUMN next_sequence_number integer NOT NULL DEFAULT 0")
+    op.execute("""
+        UPDATE responses r SET next_sequence_number = n.next
+        FROM (SELECT log_key, max(sequence_number) + 1 AS next FROM event_log GROUP BY log_key) n
+        WHERE n.log_key = r.log_key
+    """)
+    op.execute(
+        "COMMENT ON COLUMN responses.next_sequence_number IS 'sequence number the next event of this response gets'"
+    )
+    op.execute(f"CREATE VIEW response_overview AS {RESPONSE_OVERVIEW_V14}")
+    op.execute(OVERVIEW_COMMENT)
     op.execute("DROP VIEW response_events")
     op.execute("""
         CREATE TABLE response_events (

@@ -1,11 +1,15 @@
-"""The compact event log: a delta is stored as its text, and every read gives back what was
-streamed, byte for byte (app/storage/event_templates.py, migration 0015)."""
+"""The compact event log: a delta is stored as its text, a response that ended has its deltas
+folded into runs, and every read gives back what was streamed, byte for byte
+(app/storage/event_templates.py, app/storage/events.py, migration 0015)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
+import pytest
+import sqlalchemy.exc
 from sqlalchemy import text
 
 from app.protocol.encoding import WireEvent
@@ -29,7 +33,7 @@ async def stored_rows(state: AppState, response_id: str) -> list[dict[str, Any]]
     async with state.engine.connect() as conn:
         rows = await conn.execute(
             text(
-                "SELECT e.sequence_number, e.template, e.type, e.payload FROM event_log e "
+                "SELECT e.sequence_number, e.template, e.run_length, e.type, e.payload FROM event_log e "
                 "JOIN responses r ON r.log_key = e.log_key WHERE r.id = :id ORDER BY e.sequence_number"
             ),
             {"id": response_id},
@@ -57,10 +61,7 @@ async def test_deltas_are_stored_as_their_text_and_every_resume_reads_back_what_
     # every delta compact: its row is its text's JSON and no more
     assert [orjson.loads(row["payload"]) for row in rows] == [*words, "a", "b", "think", "ing"]
     assert all(row["type"] is None for row in rows)
-    async with state.engine.connect() as conn:
-        record = await responses_db.get_row(conn, response_id)
-    assert record is not None
-    opening = record.next_sequence_number - len(live)  # response.created, …: stored whole
+    opening = live[0].sequence_number  # response.created, …: stored whole
     assert len(await read_after(state, response_id, -1)) == opening + len(live)
     for after in range(opening - 1, opening + len(live)):
         assert await read_after(state, response_id, after) == [e.json for e in live][after + 1 - opening :]
@@ -114,3 +115,60 @@ async def test_deleting_a_response_deletes_its_log_and_templates(state: AppState
             {"key": key},
         )
     assert left == 0
+
+
+async def test_a_response_that_ends_has_its_deltas_folded_into_runs_and_reads_back_as_it_streamed(
+    state: AppState, account_id: str
+) -> None:
+    response_id = await accept(state, account_id, input="hi", background=True, stream=True)
+    reasoning = {"type": "response.reasoning_text.delta", "item_id": "rs_1", "output_index": 0, "content_index": 0}
+    logprobs = [{"token": "a", "logprob": -0.5, "bytes": [97], "top_logprobs": []}]
+    big = "x" * (events_db.RUN_BYTES // 3)  # about three of them fill a run
+    batches = [[{**reasoning, "delta": word}] for word in ("let", " me", " think")]
+    batches += [[text_delta(w, output_index=1, item_id="msg_1")] for w in ["Hel", "lo", '"w\u00e9\U0001f600"']]
+    batches += [[text_delta("p", output_index=1, item_id="msg_1", logprobs=logprobs)]]  # stored whole
+    batches += [[text_delta(f"{n}{big}", output_index=1, item_id="msg_1") for n in range(7)]]
+    batches += [[text_delta("tail", output_index=1, item_id="msg_1")]]
+    live = await streamed(state, response_id, batches)
+    closing = [text_delta("last", output_index=1, item_id="msg_1"), {"type": "response.completed"}]
+    async with state.engine.begin() as conn:
+        live += await events_db.end(conn, response_id, closing, responses_db.Outcome("completed", [], 0.0))
+    assert len(live) == 3 + 3 + 1 + 7 + 1 + 2
+
+    rows = await stored_rows(state, response_id)
+    runs = [row for row in rows if row["template"] is not None]
+    assert all(row["run_length"] is not None for row in runs)  # no delta left on a row of its own
+    # reasoning; text before the whole delta; text after it, in runs of about RUN_BYTES
+    lengths = [row["run_length"] for row in runs]
+    assert lengths[:2] == [3, 3] and sum(lengths[2:]) == 7 + 2 and len(lengths) >= 2 + 3
+    assert all(len(row["payload"]) < events_db.RUN_BYTES + len(big) for row in runs)
+    opening = live[0].sequence_number
+    for after in range(opening - 1, live[-1].sequence_number + 1):
+        assert await read_after(state, response_id, after) == [e.json for e in live][after + 1 - opening :]
+    async with state.engine.connect() as conn:
+        viewed = await conn.scalars(
+            text("SELECT payload FROM response_events WHERE response_id = :id ORDER BY sequence_number"),
+            {"id": response_id},
+        )
+        assert list(viewed)[opening:] == [e.json for e in live]  # and so does the operators' view
+
+
+async def test_two_writers_that_number_the_same_event_cannot_both_commit(state: AppState, account_id: str) -> None:
+    """As a stalled worker's late commit and the reaper's, or a cancel's: the log's key refuses
+    the second, so no event is numbered twice and nothing follows a terminal event."""
+    response_id = await accept(state, account_id, input="hi", background=True, stream=True)
+    async with state.engine.connect() as first:
+        transaction = await first.begin()
+        mine = await events_db.append(first, response_id, [text_delta("mine")])
+
+        async def other_writer() -> None:
+            async with state.engine.begin() as second:
+                await events_db.append(second, response_id, [text_delta("theirs")])
+
+        racing = asyncio.create_task(other_writer())
+        await asyncio.sleep(0.3)
+        assert not racing.done()  # it waits for the number the first one holds
+        await transaction.commit()
+    with pytest.raises(sqlalchemy.exc.IntegrityError):
+        await racing
+    assert await read_after(state, response_id, mine[0].sequence_number - 1) == [e.json for e in mine]

@@ -267,11 +267,17 @@ async def test_event_logs_stored_before_0015_move_into_the_compact_log_and_back(
         more = {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0}
         added = await events_db.append(conn, "resp_new", [{**more, "delta": " there", "logprobs": []}])
         assert added[0].sequence_number == 2
+        # resp_old ends: its deltas are folded into a run
+        closing = [{**more, "delta": "!", "logprobs": []}, {"type": "response.completed"}]
+        ended = await events_db.end(conn, "resp_old", closing, responses_db.Outcome("completed", [], time.time()))
+        assert await conn.scalar(text("SELECT count(run_length) FROM event_log")) == 1
     await _in_thread(command.downgrade, config, "0014")
     async with engine.connect() as conn:
         rows = await conn.execute(text("SELECT response_id, payload FROM response_events ORDER BY 1, sequence_number"))
         assert [tuple(row) for row in rows] == [
             *(("resp_new", p) for p in [*payloads, added[0].json]),
-            *(("resp_old", p) for p in payloads),
+            *(("resp_old", p) for p in [*payloads, *(e.json for e in ended)]),
         ]
+        counts = await conn.execute(text("SELECT id, next_sequence_number FROM responses ORDER BY id"))
+        assert [tuple(row) for row in counts] == [("resp_new", 3), ("resp_old", 4)]
     await engine.dispose()

@@ -41,7 +41,7 @@ from app.protocol.vocabulary import MERGEABLE_DELTAS
 from app.queue.redis_link import Backoff
 from app.storage import events as events_db
 from app.storage import responses as responses_db
-from app.storage.driver import refused_data
+from app.storage.driver import numbered_twice, refused_data
 from app.storage.events import Event
 from app.storage.held import HeldConnection
 from workers.event_log.transient_backlog import TransientBacklog
@@ -302,6 +302,10 @@ class EventWriter:
 
     def _refuse(self, batch: dict[str, _Pending], exc: Exception) -> dict[str, list[WireEvent]]:
         [response_id] = batch
+        if numbered_twice(exc):  # another writer took it first (a cancel, the reaper, a continuation)
+            log.warning("response %s: its events were numbered by another writer first; it is stopped", response_id)
+            self.on_dropped(response_id)
+            return {}
         log.error("response %s: Postgres refused its events; it is stopped", response_id, exc_info=exc)
         self._refused.add(response_id)
         self.on_dropped(response_id)
