@@ -8,8 +8,8 @@ RESPONSES_EVENT_COMMIT_INTERVAL_SECONDS (and, past a batch size, after a pause o
 commit-times): a response's deltas that wait for the same commit merge into one event, one row
 and one message, so a token costs a fraction of a commit, a row, a publish and an SSE write
 even when few responses stream. A response's first output and its end do not wait: they go out
-within URGENT_SPACING, alone, since that is what a client waits on (its first token, its
-answer's end). Nothing is published before its commit (design invariant 2).
+at once (under load, within URGENT_SPACING), alone, since that is what a client waits on (its
+first token, its answer's end). Nothing is published before its commit (design invariant 2).
 
 A commit that Postgres refuses for its data, not for its connection, is not retried: the batch's
 responses commit one by one, and one whose own events are refused stops streaming and is ended
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -51,9 +52,11 @@ log = logging.getLogger(__name__)
 COMMIT_RETRY_SECONDS = 60.0
 BUSY_BATCH_RESPONSES = 16  # a batch carrying this many responses' events means load
 MAX_FLUSH_INTERVAL = 0.1
-# Between two commits of only starting and ending responses during a pause: each such commit
-# costs about as much as a full one, so at most forty a second.
+# Commits of only starting and ending responses while the others gather: each costs about as much
+# as a full one, so while commits are slow (the pause under load outlasts the commit interval) at
+# most one every URGENT_SPACING on average (forty a second), a few at once (URGENT_BURST) at once.
 URGENT_SPACING = 0.025
+URGENT_BURST = 4
 
 
 def pause_after(batch_responses: int, flush_seconds: float) -> float:
@@ -115,6 +118,7 @@ class EventWriter:
         # Responses whose pending events hold their first output or their end: they skip the pause.
         self._urgent: set[str] = set()
         self._urgent_waiting = asyncio.Event()
+        self._urgent_times: deque[float] = deque(maxlen=URGENT_BURST)  # of the last urgent commits
         self._streaming: set[str] = set()  # responses whose first output was committed
         self._side_tasks = SideTasks()
         self._flushing = asyncio.Lock()  # the flusher's and close's flushes, one after the other
@@ -149,7 +153,7 @@ class EventWriter:
             if not _coalesce(pending, event):
                 pending.append(event)
                 if event["type"] in MERGEABLE_DELTAS and response_id not in self._streaming:
-                    self._hurry(response_id)
+                    self._hurry(response_id)  # its first output
         self._wake.set()
 
     def _hurry(self, response_id: str) -> None:
@@ -191,17 +195,32 @@ class EventWriter:
             started = loop.time()
             await self._flush_pending()
             took = loop.time() - started
-            # Pace the flushes: a commit costs about the same CPU for 1 event as for 100, so under
-            # load the next batch gathers for longer (and text deltas coalesce), while an idle
-            # writer still flushes the moment events arrive.
-            deadline = started + max(self._commit_interval, self._pause(self._last_batch_size, took))
+            # Pace the flushes: a commit costs about the same CPU for 1 event as for 100, so the
+            # next batch gathers for the commit interval, and under load for longer (text deltas
+            # coalesce meanwhile). What is urgent goes at once, or under load soon.
+            pause = self._pause(self._last_batch_size, took)
+            deadline = started + max(self._commit_interval, pause)
+            loaded = pause > self._commit_interval  # commits themselves take long: space the urgent ones
             while (left := deadline - loop.time()) > 0:
                 try:
                     await asyncio.wait_for(self._urgent_waiting.wait(), left)
                 except TimeoutError:
                     break
-                await self._flush_urgent()
-                await asyncio.sleep(min(URGENT_SPACING, max(0.0, deadline - loop.time())))
+                if not loaded or await self._urgent_room(deadline):
+                    await self._flush_urgent()
+
+    async def _urgent_room(self, deadline: float) -> bool:
+        """Waits, if URGENT_BURST urgent commits went within the last URGENT_BURST times URGENT_SPACING,
+        until another may go; False if the deadline (the next full commit) comes first."""
+        loop = asyncio.get_running_loop()
+        if len(self._urgent_times) == URGENT_BURST:
+            room_at = self._urgent_times[0] + URGENT_BURST * URGENT_SPACING
+            if room_at >= deadline:
+                await asyncio.sleep(max(0.0, deadline - loop.time()))
+                return False
+            await asyncio.sleep(max(0.0, room_at - loop.time()))
+        self._urgent_times.append(loop.time())
+        return True
 
     async def _flush_pending(self) -> None:
         self._wake.clear()
