@@ -111,6 +111,8 @@ class Settings(BaseSettings):
     # The items of the conversations a worker served, kept decoded so that their next turns read
     # only what joined since: megabytes of their JSON (their Python objects take a few times more).
     conversation_cache_mb: float = Field(32.0, ge=0, alias="RESPONSES_CONVERSATION_CACHE_MB")
+    # Likewise the branches of the chains (previous_response_id) a worker served.
+    chain_cache_mb: float = Field(32.0, ge=0, alias="RESPONSES_CHAIN_CACHE_MB")
     # On SIGTERM a worker takes no new job and lets running generations finish this long; the
     # ones still running then end `failed`. Queued responses stay queued for the next worker.
     shutdown_grace_seconds: int = Field(25, alias="RESPONSES_SHUTDOWN_GRACE_SECONDS")

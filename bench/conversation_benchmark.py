@@ -1,4 +1,5 @@
-"""Conversations at length: what a long conversation's turn and its pages cost.
+"""Conversations and chains at length: what a long conversation's or chain's turn, and a page of
+a long conversation, cost.
 
     python bench/conversation_benchmark.py [--turns 1000] [--items 10000] [--repeats 50] [--out results.json]
     python bench/conversation_benchmark.py --cache-mb 0    # the worker without its copies of conversations
@@ -12,7 +13,9 @@ baseline in the same run:
    the conversation itself costs is the overhead (ours - direct) at turn N minus that at turn 1:
    the direct request already pays for sending the longer prompt. The database is vacuumed after
    the turns are built, as autovacuum would have done over the hours such a conversation takes.
-2. Pages: a page of 20 items of a conversation of `--items` items (added 20 at a time), its cursor
+2. Chain turn: the same for a chain of `previous_response_id`s: turn `--turns` continues one of
+   `--turns` - 1 turns (each measured turn continues the same last one), beside a first turn.
+3. Pages: a page of 20 items of a conversation of `--items` items (added 20 at a time), its cursor
    at the start, middle and end, in both orders, against a page of a two-item conversation.
 """
 
@@ -63,13 +66,14 @@ async def forget_runtime_requests(http: aiohttp.ClientSession, stack: Stack) -> 
         answer.raise_for_status()
 
 
-async def turn_beside_direct(http: aiohttp.ClientSession, stack: Stack, conversation: str) -> tuple[float, float]:
-    """One streamed turn in the conversation, then the request it made sent straight to the
-    runtime: both times to first token."""
+async def turn_beside_direct(
+    http: aiohttp.ClientSession, stack: Stack, conversation: str | None = None, previous: str | None = None
+) -> tuple[float, float]:
+    """One streamed turn in the conversation (or continuing `previous`), then the request it made
+    sent straight to the runtime: both times to first token."""
     await forget_runtime_requests(http, stack)
-    ours, _ = await stream_one(
-        http, f"{stack.api_url}/responses", {**TURN, "conversation": conversation}, stack.headers, OURS_DELTA
-    )
+    body = {**TURN, "conversation": conversation} if conversation else {**TURN, "previous_response_id": previous}
+    ours, _ = await stream_one(http, f"{stack.api_url}/responses", body, stack.headers, OURS_DELTA)
     sent = orjson.dumps(await last_runtime_request(http, stack))  # encoded beforehand: only sending it is timed
     started = time.perf_counter()
     async with http.post(f"{stack.runtime_url}/v1/chat/completions", data=sent, headers=JSON) as answer:
@@ -123,6 +127,36 @@ async def measure_turns(http: aiohttp.ClientSession, stack: Stack, turns: int, r
     for _ in range(repeats):  # interleaved: the machine's drift falls on both alike
         first.append(await turn_beside_direct(http, stack, await new_conversation(http, stack)))
         deep.append(await turn_beside_direct(http, stack, long))
+    at_first, at_depth = overheads(first), overheads(deep)
+    return {
+        "turn_1": at_first,
+        f"turn_{turns}": at_depth,
+        "overhead_growth_p50_ms": round(at_depth["overhead_p50_ms"] - at_first["overhead_p50_ms"], 2),
+    }
+
+
+async def build_chain(http: aiohttp.ClientSession, stack: Stack, turns: int) -> str:
+    """A chain of `turns` responses, each continuing the one before; the last one's id."""
+    previous = None
+    for turn in range(turns):
+        body = {"model": "fake", "input": f"turn {turn}", "previous_response_id": previous}
+        async with http.post(f"{stack.api_url}/responses", headers=stack.headers, json=body) as answer:
+            answer.raise_for_status()
+            previous = str((await answer.json())["id"])
+        if turn % 100 == 99:
+            await forget_runtime_requests(http, stack)
+            print(f"  {turn + 1} chain turns", file=sys.stderr)
+    assert previous is not None
+    return previous
+
+
+async def measure_chain(http: aiohttp.ClientSession, stack: Stack, turns: int, repeats: int) -> dict[str, Any]:
+    last = await build_chain(http, stack, turns - 1)
+    await settle(stack)
+    first, deep = [], []
+    for _ in range(repeats):
+        first.append(await turn_beside_direct(http, stack, previous=None))
+        deep.append(await turn_beside_direct(http, stack, previous=last))
     at_first, at_depth = overheads(first), overheads(deep)
     return {
         "turn_1": at_first,
@@ -188,16 +222,17 @@ async def main() -> None:
     parser.add_argument("--repeats", type=int, default=50, help="samples of each turn measurement")
     parser.add_argument("--page-repeats", type=int, default=500, help="samples of each page")
     parser.add_argument("--cache-mb", help="the worker's RESPONSES_CONVERSATION_CACHE_MB (default: its default)")
+    parser.add_argument("--chain-only", action="store_true", help="only the chain's turns")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     cache = {} if args.cache_mb is None else {"RESPONSES_CONVERSATION_CACHE_MB": args.cache_mb}
     async with running_stack(**cache) as stack, aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as http:
         for _ in range(20):  # warm up: pools at size, statements prepared
             await turn_beside_direct(http, stack, await new_conversation(http, stack))
-        results = {
-            "turns": await measure_turns(http, stack, args.turns, args.repeats),
-            "pages": await measure_pages(http, stack, args.items, args.page_repeats),
-        }
+        results = {"chain": await measure_chain(http, stack, args.turns, args.repeats)}
+        if not args.chain_only:
+            results["turns"] = await measure_turns(http, stack, args.turns, args.repeats)
+            results["pages"] = await measure_pages(http, stack, args.items, args.page_repeats)
     text = json.dumps(results, indent=2)
     print(text)
     if args.out:

@@ -71,24 +71,22 @@ async def finished_response(http: aiohttp.ClientSession, stack: Stack) -> str:
 
 
 async def context_rebuild(stack: Stack, template: str, depth: int, repeats: int) -> dict[str, Any]:
-    """The rows of the context as the claim reads them (`query`), and those rows made the items
-    the worker translates (`decoded`: JSON decoding, with the worker's garbage-collector settings)."""
+    """The context as a claim with no copy of the chain reads it: its rows made the items the
+    worker translates (the statement and the JSON decoding, with the worker's garbage-collector
+    settings)."""
     gc_tuning.tune_after_startup()
     engine = create_async_engine(stack.database_url, isolation_level="AUTOCOMMIT")
     results: dict[str, Any] = {}
     try:
         async with engine.connect() as conn:
             for name, response_id in (("one_turn", template), ("chain", chain_turn(depth - 1))):
-                parameters = {"response_ids": [response_id], "exclude_own_output": True}
                 results[name] = {
                     "items": len(await items_db.context_items(conn, response_id)),
-                    "query": await timed(repeats, lambda p=parameters: items_db.CONTEXTS.rows(conn, p)),
                     "decoded": await timed(repeats, lambda r=response_id: items_db.context_items(conn, r)),
                 }
     finally:
         await engine.dispose()
-    for measure in ("query", "decoded"):
-        results["chain"][measure] = beside(results["chain"][measure], results["one_turn"][measure])
+    results["chain"]["decoded"] = beside(results["chain"]["decoded"], results["one_turn"]["decoded"])
     return results
 
 

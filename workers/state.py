@@ -28,6 +28,7 @@ from app.storage import responses as responses_db
 from app.storage.engine import create_engine
 from app.storage.held import HeldConnection
 from workers import retention
+from workers.chain_contexts import ChainContexts
 from workers.conversation_items import ConversationItems
 from workers.event_log.writer import EventWriter
 from workers.leases import LeaseKeeper
@@ -60,10 +61,12 @@ class WorkerState:
     claims: Batched[str, responses_db.Claim] = field(init=False)
     side_tasks: SideTasks = field(default_factory=SideTasks)
     conversations: ConversationItems = field(init=False)
+    chains: ChainContexts = field(init=False)
     webhooks: WebhookDeliverer = field(init=False)
 
     def __post_init__(self) -> None:
         self.conversations = ConversationItems(int(self.settings.conversation_cache_mb * 1_000_000))
+        self.chains = ChainContexts(int(self.settings.chain_cache_mb * 1_000_000))
         self.webhooks = WebhookDeliverer(self.settings)
         self.seal = Seal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
         self.claims = Batched(self._claim_many, "claims")
@@ -75,7 +78,9 @@ class WorkerState:
 
     async def _claim_many(self, response_ids: list[str]) -> dict[str, responses_db.Claim]:
         async with self.claim_connection.use() as conn:  # one atomic claim, then the contexts
-            claims = await responses_db.claim_many(conn, response_ids, self.worker_id, self.settings.lease_seconds)
+            claims = await responses_db.claim_many(
+                conn, response_ids, self.worker_id, self.settings.lease_seconds, self.chains.read
+            )
             # A response in a conversation sees the conversation's items first (one runs on it at a time).
             in_conversations = {
                 c.record.id: conversation["id"]

@@ -73,6 +73,13 @@ OUTPUT_TOKENS = Counter(
 INPUT_TOKENS = Counter(
     "responses_input_tokens", "Input tokens of ended generations, by model.", ["model"], registry=REGISTRY
 )
+CHAIN_ITEMS_READ = Counter(
+    "responses_worker_chain_items",
+    "Items of chains (previous_response_id) the claims of this worker's generations used, by where "
+    "they came from: its copy of the chain's branch (cache) or Postgres.",
+    ["source"],
+    registry=REGISTRY,
+)
 CONVERSATION_ITEMS_READ = Counter(
     "responses_worker_conversation_items",
     "Conversation items the claims of this worker's generations used, by where they came from: "

@@ -38,7 +38,8 @@ async def answer(state: AppState, response: dict[str, Any]) -> dict[str, Any]:
     """The compacted context of a compaction that ended: its user messages, then its item."""
     async with state.engine.connect() as conn:
         context = await items_db.context_items(conn, response["id"])
-    kept = [item for item in context if item["type"] == "message" and item["role"] == "user"]
+    # (as items are shown: the id first)
+    kept = [{"id": item["id"], **item} for item in context if item["type"] == "message" and item["role"] == "user"]
     return {
         "id": response["id"],
         "object": "response.compaction",

@@ -8,7 +8,8 @@ branch, in the order (depth, side, position) the model reads them ('input' sorts
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.protocol.ids import new_id
 from app.storage import DbRow
 from app.storage.driver import DriverStatement
-from app.storage.tables import items
+from app.storage.tables import items, responses
 
 Item = dict[str, Any]
 Side = Literal["input", "output"]
@@ -53,46 +54,150 @@ async def output_items(conn: AsyncConnection, response_id: str) -> list[Item]:
     return [{"id": r.id, **r.payload} for r in rows]
 
 
-# The contexts of responses: for each, its segments in order (few rows, sorted), and each
-# segment's items in the index's order. The nested loop keeps both orders (a subquery with ORDER
-# BY is never flattened), so no sort ever touches the items: sorting 20,000 of them costs more
-# than reading them. Payloads come as text, decoded here (a driver statement).
-CONTEXTS = DriverStatement(
+# An item's place in every context that holds it.
+Key = tuple[int, str, int]  # (depth, side, position)
+_BEFORE_ALL: Key = (-1, "", -1)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A branch's part of a context: its items up to `last` (a depth and side), included."""
+
+    branch_id: int
+    last: tuple[int, str]
+
+
+def spans(branches: Sequence[int], depths: Sequence[int], *, own_output: bool) -> list[Span]:
+    """The spans of a response's context, from its path: each branch up to its depth's output,
+    and the last one up to the response's own input (or output, with `own_output`)."""
+    last = len(branches) - 1
+    return [
+        Span(branch, (depth, "output" if own_output or n < last else "input"))
+        for n, (branch, depth) in enumerate(zip(branches, depths, strict=True))
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class BranchTail:
+    """A branch's items after a place, up to a depth and side: decoded, with their places and the
+    length of their JSON; `counted`: how many items the branch has up to that place."""
+
+    items: list[Item]
+    keys: list[Key]
+    size: int
+    counted: int = 0
+
+    def upto(self, last: tuple[int, str]) -> list[Item]:
+        """Its items up to a depth and side, included."""
+        return self.items[: bisect.bisect_right(self.keys, (*last, 2**31))]
+
+    def then(self, tail: BranchTail) -> BranchTail:
+        """These items, then the tail's (new lists: these may be in use)."""
+        if not tail.items:
+            return self
+        return BranchTail(self.items + tail.items, self.keys + tail.keys, self.size + tail.size)
+
+
+# Each branch's items after a place and up to a depth and side, in the index's order (the nested
+# loop keeps it: no sort ever touches the items, and sorting 20,000 of them costs more than
+# reading them), and, where asked, how many it has up to that place. Payloads come as text,
+# decoded here (a driver statement).
+_BRANCH_TAILS = DriverStatement(
     text("""
-    SELECT segment.root, i.id, i.payload::text
-    FROM (
-        SELECT r.id AS root, s.branch_id, s.depth,
-               CASE WHEN s.n = cardinality(r.context_branches) AND :exclude_own_output THEN 'input'
-                    ELSE 'output' END AS last_side
-        FROM responses r, unnest(r.context_branches, r.context_depths) WITH ORDINALITY AS s(branch_id, depth, n)
-        WHERE r.id = ANY(CAST(:response_ids AS text[]))
-        ORDER BY r.id, s.n
-    ) segment
+    SELECT b.ord, k.counted, i.id, i.depth, i.side, i.position, i.payload::text
+    FROM unnest(CAST(:branches AS bigint[]), CAST(:after_depths AS int[]), CAST(:after_sides AS text[]),
+                CAST(:after_positions AS int[]), CAST(:last_depths AS int[]), CAST(:last_sides AS text[]),
+                CAST(:count AS bool[]))
+        WITH ORDINALITY AS b(branch_id, after_depth, after_side, after_position, last_depth, last_side, count, ord)
     CROSS JOIN LATERAL (
-        SELECT i.id, i.payload FROM items i
-        WHERE i.branch_id = segment.branch_id AND (i.depth, i.side) <= (segment.depth, segment.last_side)
+        SELECT CASE WHEN b.count THEN (
+            SELECT count(*) FROM items c
+            WHERE c.branch_id = b.branch_id
+              AND (c.depth, c.side, c.position) <= (b.after_depth, b.after_side, b.after_position)
+        ) END AS counted
+    ) k
+    LEFT JOIN LATERAL (
+        SELECT i.id, i.depth, i.side, i.position, i.payload FROM items i
+        WHERE i.branch_id = b.branch_id
+          AND (i.depth, i.side, i.position) > (b.after_depth, b.after_side, b.after_position)
+          AND (i.depth, i.side) <= (b.last_depth, b.last_side)
         ORDER BY i.depth, i.side, i.position
-    ) i
+    ) i ON true
 """)
 )
+
+
+async def branch_tails(
+    conn: AsyncConnection, known: Mapping[int, Key], wanted: Mapping[int, tuple[int, str]]
+) -> dict[int, BranchTail]:
+    """For each branch in `wanted`, its items after the place `known` gives for it (else from its
+    start) up to the depth and side wanted, and, for those in `known`, how many items it has up
+    to that place: all with one statement."""
+    branches = list(wanted)
+    after = [known.get(b, _BEFORE_ALL) for b in branches]
+    parameters = {
+        "branches": branches,
+        "after_depths": [a[0] for a in after],
+        "after_sides": [a[1] for a in after],
+        "after_positions": [a[2] for a in after],
+        "last_depths": [wanted[b][0] for b in branches],
+        "last_sides": [wanted[b][1] for b in branches],
+        "count": [b in known for b in branches],
+    }
+    found: dict[int, tuple[list[Item], list[Key], list[int]]] = {}
+    counts: dict[int, int] = {}
+    for ord_, counted, item_id, depth, side, position, payload in await _BRANCH_TAILS.rows(conn, parameters):
+        branch = branches[ord_ - 1]
+        if branch not in found:
+            found[branch], counts[branch] = ([], [], []), int(counted or 0)
+        if item_id is not None:
+            decoded, keys, sizes = found[branch]
+            item = orjson.loads(payload)
+            item["id"] = item_id  # (its place among the keys means nothing to a context)
+            decoded.append(item)
+            keys.append((depth, side, position))
+            sizes.append(len(payload))
+    return {b: BranchTail(i, k, sum(sizes), counts[b]) for b, (i, k, sizes) in found.items()}
+
+
+def widest(paths: Mapping[str, Sequence[Span]]) -> dict[int, tuple[int, str]]:
+    """Each branch the paths run through, up to the deepest place any of them needs of it."""
+    wanted: dict[int, tuple[int, str]] = {}
+    for path in paths.values():
+        for span in path:
+            wanted[span.branch_id] = max(wanted.get(span.branch_id, span.last), span.last)
+    return wanted
+
+
+def assembled(paths: Mapping[str, Sequence[Span]], branches: Mapping[int, BranchTail]) -> dict[str, list[Item]]:
+    """Each path's items, from the branches' (read at least as far as the path needs)."""
+    return {
+        response_id: [item for span in path for item in branches[span.branch_id].upto(span.last)]
+        for response_id, path in paths.items()
+    }
+
+
+async def read_contexts(conn: AsyncConnection, paths: Mapping[str, Sequence[Span]]) -> dict[str, list[Item]]:
+    """Each response's context: the items of the spans of the branches it runs through, in order."""
+    wanted = widest(paths)
+    return assembled(paths, await branch_tails(conn, {}, wanted) if wanted else {})
 
 
 async def contexts(conn: AsyncConnection, response_ids: Sequence[str], *, own_output: bool) -> dict[str, list[Item]]:
     """What the model sees for each response: the chain's inputs and outputs, then its own input
     (and its own output too with `own_output`, as the context a new turn continues from)."""
-    found: dict[str, list[Item]] = {response_id: [] for response_id in response_ids}
-    parameters = {"response_ids": list(response_ids), "exclude_own_output": not own_output}
-    for root, item_id, payload in await CONTEXTS.rows(conn, parameters):
-        found[root].append({"id": item_id, **orjson.loads(payload)})
-    return found
+    rows = await conn.execute(
+        select(responses.c.id, responses.c.context_branches, responses.c.context_depths).where(
+            responses.c.id.in_(list(response_ids))
+        )
+    )
+    paths = {r.id: spans(r.context_branches, r.context_depths, own_output=own_output) for r in rows}
+    found = await read_contexts(conn, paths)
+    return {response_id: found.get(response_id, []) for response_id in response_ids}
 
 
 async def context_items(conn: AsyncConnection, response_id: str, *, own_output: bool = False) -> list[Item]:
     return (await contexts(conn, [response_id], own_output=own_output))[response_id]
-
-
-# An item's place in every context that holds it.
-Key = tuple[int, str, int]  # (depth, side, position)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ Every function takes the caller's connection and never commits: the caller owns 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,7 +24,7 @@ from app.storage import DbRow
 from app.storage import conversations as conversations_db
 from app.storage import items as items_db
 from app.storage.driver import DriverStatement
-from app.storage.tables import items, responses
+from app.storage.tables import responses
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,10 +168,14 @@ _CLAIM = DriverStatement(
                          lease_expires_at = now() + make_interval(secs => :lease_seconds)
     WHERE id = ANY(CAST(:response_ids AS text[]))
       AND (status = 'queued' OR (status = 'in_progress' AND worker_id IS NULL))
-    RETURNING continuations, """
+    RETURNING continuations, context_branches, context_depths, """
         + ", ".join(f"{c}::text AS {c}" if c in _JSON_COLUMNS else c for c in _RECORD_COLUMNS)
     )
 )
+
+# Reads the contexts of responses from the spans of their paths (items_db.read_contexts, or a
+# worker's copies of the chains it serves).
+ContextReader = Callable[[AsyncConnection, Mapping[str, Sequence[items_db.Span]]], Awaitable[dict[str, list[Any]]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,24 +271,32 @@ async def get_record(
     return record_from_row(row, await items_db.output_items(conn, response_id))
 
 
-async def chain_link(conn: AsyncConnection, account_id: str, previous_id: str) -> DbRow | None:
-    """The previous response a new one would continue, with the call_ids of the function calls
-    it ended with (the new input must answer them)."""
-    open_calls = (
-        select(func.coalesce(func.array_agg(items.c.payload["call_id"].astext), text("'{}'::text[]")))
-        .where(items.c.response_id == responses.c.id, items.c.side == "output", items.c.type.in_(TOOL_CALL_TYPES))
-        .scalar_subquery()
-    )
-    return (
-        await conn.execute(
-            select(responses.c.id, responses.c.chain_depth, responses.c.status, open_calls.label("call_ids")).where(
-                responses.c.id == previous_id,
-                responses.c.account_id == account_id,
-                # A store=false background response is kept only to be polled: it cannot be continued.
-                responses.c.store,
-            )
-        )
-    ).one_or_none()
+# The previous response a new one would continue (a store=false background response is kept
+# only to be polled: it cannot be continued), with the call_ids of the tool calls it ended with.
+# Every continuation reads it: a driver statement.
+_CHAIN_LINK = DriverStatement(
+    text(f"""
+    SELECT r.id, r.chain_depth, r.status,
+           (SELECT coalesce(array_agg(i.payload ->> 'call_id'), '{{}}'::text[]) FROM items i
+            WHERE i.response_id = r.id AND i.side = 'output'
+              AND i.type IN ({", ".join(f"'{kind}'" for kind in TOOL_CALL_TYPES)})) AS call_ids
+    FROM responses r WHERE r.id = :id AND r.account_id = :account_id AND r.store
+""")
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Parent:
+    id: str
+    chain_depth: int
+    status: Status
+    call_ids: list[str]  # of the tool calls it ended with: the new input must answer them
+
+
+async def chain_link(conn: AsyncConnection, account_id: str, previous_id: str) -> Parent | None:
+    """The previous response a new one would continue, if the account may continue it."""
+    rows = await _CHAIN_LINK.rows(conn, {"id": previous_id, "account_id": account_id})
+    return Parent(*rows[0]) if rows else None
 
 
 async def claim(conn: AsyncConnection, response_id: str, worker_id: str, lease_seconds: float) -> Claim | None:
@@ -294,17 +306,22 @@ async def claim(conn: AsyncConnection, response_id: str, worker_id: str, lease_s
 
 
 async def claim_many(
-    conn: AsyncConnection, response_ids: Sequence[str], worker_id: str, lease_seconds: float
+    conn: AsyncConnection,
+    response_ids: Sequence[str],
+    worker_id: str,
+    lease_seconds: float,
+    read_contexts: ContextReader = items_db.read_contexts,
 ) -> dict[str, Claim]:
     """`claim` for many responses in one statement: those claimed, by id."""
     parameters = {"response_ids": list(response_ids), "worker_id": worker_id, "lease_seconds": lease_seconds}
-    records, continuations = [], {}
+    records, continuations, paths = [], {}, {}
     for row in await _CLAIM.mappings(conn, parameters):
         row.update((c, orjson.loads(row[c])) for c in _JSON_COLUMNS if row[c] is not None)
         records.append(record_from_row(row, []))
         continuations[row["id"]] = row["continuations"]
+        paths[row["id"]] = items_db.spans(row["context_branches"], row["context_depths"], own_output=False)
     # The context of a queued response never changes: read after the claim, it is the same.
-    contexts = await items_db.contexts(conn, [r.id for r in records], own_output=False)
+    contexts = await read_contexts(conn, paths) if paths else {}
     return {r.id: Claim(r, contexts[r.id], continuations[r.id]) for r in records}
 
 

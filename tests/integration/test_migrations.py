@@ -8,6 +8,7 @@ import datetime
 import secrets
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -268,7 +269,7 @@ async def test_event_logs_stored_before_0015_move_into_the_compact_log_and_back(
         added = await events_db.append(conn, "resp_new", [{**more, "delta": " there", "logprobs": []}])
         assert added[0].sequence_number == 2
         # resp_old ends: its deltas are folded into a run
-        closing = [{**more, "delta": "!", "logprobs": []}, {"type": "response.completed"}]
+        closing: list[dict[str, Any]] = [{**more, "delta": "!", "logprobs": []}, {"type": "response.completed"}]
         ended = await events_db.end(conn, "resp_old", closing, responses_db.Outcome("completed", [], time.time()))
         assert await conn.scalar(text("SELECT count(run_length) FROM event_log")) == 1
     await _in_thread(command.downgrade, config, "0014")

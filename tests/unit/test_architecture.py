@@ -82,6 +82,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "workers.log_partitions": set(),
     "workers.retention": {"app.process", "app.storage", "workers.log_partitions"},
     "workers.conversation_items": {"app.process", "app.storage"},
+    "workers.chain_contexts": {"app.process", "app.storage"},
     "workers.state": _APP_BELOW_SERVICE
     | {
         "app.service",
@@ -89,6 +90,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "workers.leases",
         "workers.retention",
         "workers.conversation_items",
+        "workers.chain_contexts",
         "workers.runtimes",
     },
     "workers.jobs": _APP_BELOW_SERVICE | {"app.service", "workers.state", "workers.runtimes"},

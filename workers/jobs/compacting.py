@@ -74,6 +74,8 @@ async def compacted_if_due(
     (`context_management`) and its context passes the threshold. The compaction item becomes
     the answer's first output item (`translator.before`), its summary's usage part of the
     answer's; `emit` writes its events."""
+    if not compaction.asked(record.settings):  # (most responses: no request is built for nothing)
+        return context
     body = chat_request(record, compaction.model_view(context, state.seal), model, translator.tools)
     limit = compaction.threshold(record.settings, model.context_window, int(body["max_tokens"]))
     if limit is None or not await _passes(state, model, body, limit):

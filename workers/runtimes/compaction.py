@@ -51,6 +51,11 @@ def summary_settings(settings: dict[str, Any]) -> dict[str, Any]:
     return {**settings, "tools": [], "tool_choice": "auto", "text": text, "requested": requested}
 
 
+def asked(settings: dict[str, Any]) -> bool:
+    """Whether the response asked for its context to be compacted once it passes a threshold."""
+    return any(entry["type"] == "compaction" for entry in settings.get("context_management") or [])
+
+
 def threshold(settings: dict[str, Any], context_window: int, max_tokens: int) -> int | None:
     """The tokens past which a response's context is compacted before it is answered
     (`context_management`); by default, where its answer would no longer have its room."""
