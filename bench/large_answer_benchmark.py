@@ -10,7 +10,8 @@ Starts the stack (bench/stack.py), then:
    is still generating. Baselines in the same run: the same polls with a 10-event log, and what
    one poll cost before output snapshots, folding the whole log (measured in this process on the
    same database). Then the whole log is streamed 5 times (`GET …?stream=true`) and resumed 5
-   times from its middle (`starting_after`), each until its last event.
+   times from its middle (`starting_after`), each until its last event; then again once the
+   response was cancelled (its log folded).
 2. A `--megabytes` answer (the fake runtime's `filler`, 256 KiB chunks) as JSON and as a stream,
    stored and not, and in the background (streamed, then retrieved): seconds to the whole answer,
    the largest message on the events channel meanwhile, and the bytes its events take in Postgres
@@ -110,24 +111,31 @@ async def poll_cost(http: aiohttp.ClientSession, stack: Stack, log_events: int, 
         folds.append(time.perf_counter() - started)
     async with engine.connect() as conn:
         last = (await events_db.log_ends(conn, [response_id]))[response_id][1]
-    await engine.dispose()
     replays = [await replay_seconds(http, stack, response_id, None, last) for _ in range(5)]
     resumes = [await replay_seconds(http, stack, response_id, last // 2, last) for _ in range(5)]
-    async with http.post(f"{stack.api_url}/responses/{response_id}/cancel", headers=stack.headers):
-        pass
+    # Ended (cancelled), its log is folded: the same reads of the folded log.
+    async with http.post(f"{stack.api_url}/responses/{response_id}/cancel", headers=stack.headers) as answer:
+        assert (await answer.json())["status"] == "cancelled"
+    async with engine.connect() as conn:
+        last = (await events_db.log_ends(conn, [response_id]))[response_id][1]
+    await engine.dispose()
+    ended_replays = [await replay_seconds(http, stack, response_id, None, last) for _ in range(5)]
+    ended_resumes = [await replay_seconds(http, stack, response_id, last // 2, last) for _ in range(5)]
     return {
         "log_events": log_events,
         "poll": percentiles(samples),
         "whole_log_fold": percentiles(folds),
         "replay_whole_log": percentiles(replays),
         "resume_from_the_middle": percentiles(resumes),
+        "ended_replay_whole_log": percentiles(ended_replays),
+        "ended_resume_from_the_middle": percentiles(ended_resumes),
     }
 
 
 async def replay_seconds(
     http: aiohttp.ClientSession, stack: Stack, response_id: str, after: int | None, last: int
 ) -> float:
-    """Seconds to stream a running response's log from the start (or after `after`) to event `last`."""
+    """Seconds to stream a response's log from the start (or after `after`) to event `last`."""
     params = {"stream": "true"} | ({} if after is None else {"starting_after": str(after)})
     number = b'"sequence_number":%d' % last  # then "}" or, in a delta, ',"obfuscation":…'
     started = time.perf_counter()
