@@ -13,7 +13,6 @@ changed: a generation may keep reading one while a later turn's is built.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -21,25 +20,24 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.process.metrics import CHAIN_ITEMS_READ
 from app.storage import items as items_db
 from app.storage.items import BranchTail, Item, Span
+from workers.kept_copies import KeptCopies
 
 
 class ChainContexts:
     def __init__(self, limit_bytes: int) -> None:
-        self.limit_bytes = limit_bytes
-        self._copies: OrderedDict[int, BranchTail] = OrderedDict()
-        self._size = 0
+        self._copies: KeptCopies[int, BranchTail] = KeptCopies(limit_bytes, lambda copy: copy.size)
 
     @property
     def bytes_kept(self) -> int:
         """The length of the JSON of the items it keeps."""
-        return self._size
+        return self._copies.bytes_kept
 
     async def read(self, conn: AsyncConnection, paths: Mapping[str, Sequence[Span]]) -> dict[str, list[Item]]:
         """Each response's context: the items of the spans of branches it runs through, in order."""
         wanted = items_db.widest(paths)
         if not wanted:
             return {response_id: [] for response_id in paths}
-        copies = {b: copy for b in wanted if (copy := self._drop(b)) is not None}
+        copies = {b: copy for b in wanted if (copy := self._copies.take(b)) is not None}
         tails = await items_db.branch_tails(conn, {b: copy.keys[-1] for b, copy in copies.items()}, wanted)
         stale = [b for b, copy in copies.items() if tails[b].counted != len(copy.keys)]
         if stale:  # a response of it was deleted: read it whole
@@ -50,22 +48,8 @@ class ChainContexts:
         for branch_id, tail in tails.items():
             kept = copies.get(branch_id)
             branches[branch_id] = copy = tail if kept is None else kept.then(tail)
-            self._keep(branch_id, copy)
+            if copy.keys:  # (an empty one has no place to read on from)
+                self._copies.keep(branch_id, copy)
             CHAIN_ITEMS_READ.labels("cache").inc(len(kept.items) if kept else 0)
             CHAIN_ITEMS_READ.labels("postgres").inc(len(tail.items))
         return items_db.assembled(paths, branches)
-
-    def _drop(self, branch_id: int) -> BranchTail | None:
-        copy = self._copies.pop(branch_id, None)
-        if copy is not None:
-            self._size -= copy.size
-        return copy
-
-    def _keep(self, branch_id: int, copy: BranchTail) -> None:
-        if copy.size > self.limit_bytes or not copy.keys:
-            return
-        self._copies[branch_id] = copy
-        self._size += copy.size
-        while self._size > self.limit_bytes:
-            _, oldest = self._copies.popitem(last=False)
-            self._size -= oldest.size

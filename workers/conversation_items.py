@@ -11,7 +11,6 @@ may keep reading one while a later turn's list is built from it.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.process.metrics import CONVERSATION_ITEMS_READ
 from app.storage import conversations as conversations_db
 from app.storage.items import Item
+from workers.kept_copies import KeptCopies
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,18 +32,16 @@ class _Copy:
 
 class ConversationItems:
     def __init__(self, limit_bytes: int) -> None:
-        self.limit_bytes = limit_bytes
-        self._copies: OrderedDict[str, _Copy] = OrderedDict()
-        self._size = 0
+        self._copies: KeptCopies[str, _Copy] = KeptCopies(limit_bytes, lambda copy: copy.size)
 
     @property
     def bytes_kept(self) -> int:
         """The length of the JSON of the items it keeps."""
-        return self._size
+        return self._copies.bytes_kept
 
     async def read(self, conn: AsyncConnection, conversation_ids: Collection[str]) -> dict[str, list[Item]]:
         """Each conversation's items as they are now, in order (a deleted one has none)."""
-        copies = {c: copy for c in conversation_ids if (copy := self._drop(c)) is not None}
+        copies = {c: copy for c in conversation_ids if (copy := self._copies.take(c)) is not None}
         after = {c: copies[c].last if c in copies else conversations_db.FROM_START for c in conversation_ids}
         tails = await conversations_db.items_after(conn, after)
         stale = [c for c in copies if c in tails and tails[c].items_removed != copies[c].items_removed]
@@ -59,7 +57,7 @@ class ConversationItems:
                 continue
             kept = copies.get(conversation_id)
             copy = self._extended(kept, tail)
-            self._keep(conversation_id, copy)
+            self._copies.keep(conversation_id, copy)
             found[conversation_id] = copy.items
             CONVERSATION_ITEMS_READ.labels("cache").inc(len(kept.items) if kept else 0)
             CONVERSATION_ITEMS_READ.labels("postgres").inc(len(tail.items))
@@ -72,18 +70,3 @@ class ConversationItems:
         if not tail.items:
             return kept
         return _Copy(kept.items_removed, kept.items + tail.items, tail.last or kept.last, kept.size + tail.size)
-
-    def _drop(self, conversation_id: str) -> _Copy | None:
-        copy = self._copies.pop(conversation_id, None)
-        if copy is not None:
-            self._size -= copy.size
-        return copy
-
-    def _keep(self, conversation_id: str, copy: _Copy) -> None:
-        if copy.size > self.limit_bytes:
-            return
-        self._copies[conversation_id] = copy
-        self._size += copy.size
-        while self._size > self.limit_bytes:
-            _, oldest = self._copies.popitem(last=False)
-            self._size -= oldest.size

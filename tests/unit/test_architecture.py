@@ -81,8 +81,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "workers.leases": {"app.process", "app.queue", "app.storage"},
     "workers.log_partitions": set(),
     "workers.retention": {"app.process", "app.storage", "workers.log_partitions"},
-    "workers.conversation_items": {"app.process", "app.storage"},
-    "workers.chain_contexts": {"app.process", "app.storage"},
+    "workers.kept_copies": set(),
+    "workers.conversation_items": {"app.process", "app.storage", "workers.kept_copies"},
+    "workers.chain_contexts": {"app.process", "app.storage", "workers.kept_copies"},
     "workers.state": _APP_BELOW_SERVICE
     | {
         "app.service",
