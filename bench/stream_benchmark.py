@@ -9,6 +9,7 @@ slow its generation itself; `--runtime-drift` makes it sleep between tokens inst
 
     python bench/stream_benchmark.py                       # 1, 32 and 256 streams
     python bench/stream_benchmark.py --levels 32 --tokens 128 --token-delay 0.01
+    python bench/stream_benchmark.py --levels 1 32 --ogx /tmp/ogx/bin/ogx   # OGX beside it (bench/ogx.py)
 
 It needs Postgres and Redis as the tests do (DATABASE admin URL and REDIS_URL as in tests/conftest.py);
 it creates and drops its own database.
@@ -25,6 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 import asyncpg
@@ -33,7 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.measure import cpu_seconds  # noqa: E402
-from bench.stack import running_stack  # noqa: E402
+from bench.ogx import MODEL as OGX_MODEL  # noqa: E402
+from bench.ogx import Ogx, running_ogx  # noqa: E402
+from bench.stack import Stack, admin, running_stack  # noqa: E402
 
 
 def cpu_of_named(names: tuple[str, ...]) -> float:
@@ -151,86 +155,121 @@ async def main() -> None:
     parser.add_argument(
         "--background", action="store_true", help="also stream background responses (background + stream) at each level"
     )
+    parser.add_argument(
+        "--ogx", metavar="COMMAND", help="also stream each level through OGX, its `ogx` command (bench/ogx.py)"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
     async with running_stack(max_output_tokens=args.tokens * 2, worker_processes=args.workers) as stack:
-        pace = {"delay": args.token_delay, "drift": args.runtime_drift}
-        script = "#fake " + json.dumps({"text": " ".join(["tok"] * args.tokens), **pace})
-        direct: tuple[str, dict[str, object], dict[str, str], bytes] = (
-            f"{stack.runtime_url}/v1/chat/completions",
-            {"model": "fake", "stream": True, "messages": [{"role": "user", "content": script}]},
-            {},
-            b'"content"',
+        if not args.ogx:
+            await _levels(args, stack, None)
+            return
+        ogx_database = stack.database_url + "_ogx"
+        name = urlsplit(ogx_database).path.lstrip("/")
+        await admin(f'CREATE DATABASE "{name}"')
+        try:
+            with running_ogx(args.ogx, stack.runtime_url, ogx_database) as ogx:
+                await _levels(args, stack, ogx)
+        finally:
+            await admin(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None) -> None:
+    pace = {"delay": args.token_delay, "drift": args.runtime_drift}
+    script = "#fake " + json.dumps({"text": " ".join(["tok"] * args.tokens), **pace})
+    direct: tuple[str, dict[str, object], dict[str, str], bytes] = (
+        f"{stack.runtime_url}/v1/chat/completions",
+        {"model": "fake", "stream": True, "messages": [{"role": "user", "content": script}]},
+        {},
+        b'"content"',
+    )
+    full: tuple[str, dict[str, object], dict[str, str], bytes] = (
+        f"{stack.api_url}/responses",
+        {
+            "model": "fake",
+            "input": script,
+            "stream": True,
+            # Random padding could contain "tok" and skew the count; the direct path has none either.
+            "stream_options": {"include_obfuscation": False},
+        },
+        stack.headers,
+        b"response.output_text.delta",
+    )
+    through_ogx: tuple[str, dict[str, object], dict[str, str], bytes] = (
+        f"{ogx.url if ogx else ''}/responses",
+        {"model": OGX_MODEL, "input": script, "stream": True},
+        {},
+        b"response.output_text.delta",
+    )
+    ramp = 0.0 if args.burst else args.tokens * args.token_delay
+    # Warm up both paths at the largest concurrency, as a server that has been up a while is:
+    # connection pools at full size, statements prepared.
+    await load(*full, max(args.levels), 1, 0.0)
+    await load(*direct, max(args.levels), 1, 0.0)
+    if ogx is not None:
+        await load(*through_ogx, max(args.levels), 1, 0.0)
+    meter = CpuMeter({**stack.pids, "client": os.getpid()})
+    results = []
+    for level in args.levels:
+        total = level * args.rounds
+        pg = await asyncpg.connect(stack.database_url.replace("+asyncpg", ""))
+        phase_start = await pg.fetchval("SELECT now()")
+        cpu_before = meter.snapshot()
+        ours = await load(*full, level, args.rounds, ramp)
+        cpu_ours = CpuMeter.spent(cpu_before, meter.snapshot())
+        # From the log's rows, not its view: retention may mark finished logs purged mid-run.
+        events = await pg.fetchval(
+            "SELECT coalesce(sum(coalesce(e.run_length, 1)), 0) FROM event_log e"
+            " JOIN responses r ON r.log_key = e.log_key WHERE r.created_at >= $1",
+            phase_start,
         )
-        full: tuple[str, dict[str, object], dict[str, str], bytes] = (
-            f"{stack.api_url}/responses",
-            {
-                "model": "fake",
-                "input": script,
-                "stream": True,
-                # Random padding could contain "tok" and skew the count; the direct path has none either.
-                "stream_options": {"include_obfuscation": False},
-            },
-            stack.headers,
-            b"response.output_text.delta",
+        # How long created responses waited for a worker to claim them (the queue's share of TTFT).
+        waits = await pg.fetchrow(
+            "SELECT 1000 * extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY wait)) AS p50,"
+            " 1000 * extract(epoch FROM percentile_cont(0.9) WITHIN GROUP (ORDER BY wait)) AS p90"
+            " FROM (SELECT started_at - created_at AS wait FROM responses"
+            " WHERE created_at >= $1 AND started_at IS NOT NULL) AS claimed",
+            phase_start,
         )
-        ramp = 0.0 if args.burst else args.tokens * args.token_delay
-        # Warm up both paths at the largest concurrency, as a server that has been up a while is:
-        # connection pools at full size, statements prepared.
-        await load(*full, max(args.levels), 1, 0.0)
-        await load(*direct, max(args.levels), 1, 0.0)
-        meter = CpuMeter({**stack.pids, "client": os.getpid()})
-        results = []
-        for level in args.levels:
-            total = level * args.rounds
-            pg = await asyncpg.connect(stack.database_url.replace("+asyncpg", ""))
-            phase_start = await pg.fetchval("SELECT now()")
-            cpu_before = meter.snapshot()
-            ours = await load(*full, level, args.rounds, ramp)
-            cpu_ours = CpuMeter.spent(cpu_before, meter.snapshot())
-            # From the log's rows, not its view: retention may mark finished logs purged mid-run.
-            events = await pg.fetchval(
-                "SELECT coalesce(sum(coalesce(e.run_length, 1)), 0) FROM event_log e"
-                " JOIN responses r ON r.log_key = e.log_key WHERE r.created_at >= $1",
-                phase_start,
-            )
-            # How long created responses waited for a worker to claim them (the queue's share of TTFT).
-            waits = await pg.fetchrow(
-                "SELECT 1000 * extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY wait)) AS p50,"
-                " 1000 * extract(epoch FROM percentile_cont(0.9) WITHIN GROUP (ORDER BY wait)) AS p90"
-                " FROM (SELECT started_at - created_at AS wait FROM responses"
-                " WHERE created_at >= $1 AND started_at IS NOT NULL) AS claimed",
-                phase_start,
-            )
-            await pg.close()
-            cpu_before = meter.snapshot()
-            base = await load(*direct, level, args.rounds, ramp)
-            cpu_direct = CpuMeter.spent(cpu_before, meter.snapshot())
-            row = {
-                "streams": level,
-                "responses": total,
-                "direct": base.row(),
-                "responses_server": ours.row(),
-                "durable_events_per_s": events / ours.seconds,
-                "queue_to_claim_ms": {"p50": round(float(waits["p50"]), 1), "p90": round(float(waits["p90"]), 1)},
-                "cpu_seconds": {"responses_server": cpu_ours, "direct": cpu_direct},
+        await pg.close()
+        cpu_before = meter.snapshot()
+        base = await load(*direct, level, args.rounds, ramp)
+        cpu_direct = CpuMeter.spent(cpu_before, meter.snapshot())
+        row = {
+            "streams": level,
+            "responses": total,
+            "direct": base.row(),
+            "responses_server": ours.row(),
+            "durable_events_per_s": events / ours.seconds,
+            "queue_to_claim_ms": {"p50": round(float(waits["p50"]), 1), "p90": round(float(waits["p90"]), 1)},
+            "cpu_seconds": {"responses_server": cpu_ours, "direct": cpu_direct},
+        }
+        row["ttft_p50_overhead_ms"] = row["responses_server"]["ttft_p50_ms"] - row["direct"]["ttft_p50_ms"]
+        row["throughput_ratio"] = row["responses_server"]["tokens_per_s"] / row["direct"]["tokens_per_s"]
+        if ogx is not None:  # the same streams through OGX, on the same runtime and Postgres
+            ogx_meter = CpuMeter({"ogx": ogx.pid})
+            cpu_before = ogx_meter.snapshot()
+            theirs = await load(*through_ogx, level, args.rounds, ramp)
+            spent = CpuMeter.spent(cpu_before, ogx_meter.snapshot())
+            row["ogx"] = {
+                **theirs.row(),
+                "throughput_ratio": (theirs.tokens / theirs.seconds) / (base.tokens / base.seconds),
+                "cpu_seconds": {"ogx": spent["ogx"], "postgres": spent["postgres"]},
             }
-            row["ttft_p50_overhead_ms"] = row["responses_server"]["ttft_p50_ms"] - row["direct"]["ttft_p50_ms"]
-            row["throughput_ratio"] = row["responses_server"]["tokens_per_s"] / row["direct"]["tokens_per_s"]
-            if args.background:  # the same streams created with background: true, right after
-                url, body, headers, marker = full
-                cpu_before = meter.snapshot()
-                background = await load(url, {**body, "background": True}, headers, marker, level, args.rounds, ramp)
-                row["background_stream"] = {
-                    **background.row(),
-                    "throughput_ratio": (background.tokens / background.seconds) / (base.tokens / base.seconds),
-                    "cpu_seconds": CpuMeter.spent(cpu_before, meter.snapshot()),
-                }
-            results.append(row)
-            print(json.dumps(row), flush=True)
-        if args.out:
-            args.out.write_text(json.dumps(results, indent=2))
+        if args.background:  # the same streams created with background: true, right after
+            url, body, headers, marker = full
+            cpu_before = meter.snapshot()
+            background = await load(url, {**body, "background": True}, headers, marker, level, args.rounds, ramp)
+            row["background_stream"] = {
+                **background.row(),
+                "throughput_ratio": (background.tokens / background.seconds) / (base.tokens / base.seconds),
+                "cpu_seconds": CpuMeter.spent(cpu_before, meter.snapshot()),
+            }
+        results.append(row)
+        print(json.dumps(row), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

@@ -242,7 +242,9 @@ async def _stream(
                 "total_tokens": prompt_tokens + completion,
                 "prompt_tokens_details": {"cached_tokens": script.get("cached_tokens", 0)},
             }
-            yield f"data: {json.dumps({'id': 'chatcmpl-fake', 'choices': [], 'usage': usage})}\n\n"
+            # (a chunk as vLLM's last: the chunk's fields, no choices, the usage)
+            last = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time())}
+            yield f"data: {json.dumps({**last, 'model': model, 'choices': [], 'usage': usage})}\n\n"
         yield "data: [DONE]\n\n"
         stats["streams_finished"] += 1
     except (asyncio.CancelledError, GeneratorExit):
