@@ -12,7 +12,8 @@ which holds the rest of the event (type, item id, indexes) once per part. `respo
 now a view that puts every event back as it was streamed, byte for byte, and hides a purged log.
 
 Once a response ends, its deltas are folded: each run of consecutive deltas of one part becomes
-one row (`run_length` of them, keyed by the last one's number), their texts a JSON array. And
+one row (`run_length` of them, keyed by the last one's number), their texts a JSON array, and the
+log moves to a new key of the same day (app/storage/events.py). And
 events are numbered after the last one the log holds, in the statement that inserts them:
 `responses.next_sequence_number`, which every commit bumped (an update of the response's row a
 commit, and its pruning later), is gone, and the key refuses a number taken twice.
