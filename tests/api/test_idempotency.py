@@ -10,7 +10,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.conftest import Environment, FakeRuntime
+from tests.conftest import Environment, FakeRuntime, wait_until
 
 
 def keyed(key: str | None = None) -> dict[str, Any]:
@@ -47,9 +47,7 @@ def test_a_background_create_sent_again_answers_the_response_as_it_is_now(
     first = client.responses.create(model="fake", input=script, background=True, **key)
     again = client.responses.create(model="fake", input=script, background=True, **key)
     assert again.id == first.id and again.status in ("queued", "in_progress")
-    for _ in range(100):
-        if client.responses.retrieve(first.id).status == "completed":
-            break
+    wait_until(lambda: client.responses.retrieve(first.id).status == "completed", timeout=20)
     later = client.responses.create(model="fake", input=script, background=True, **key)
     assert later.id == first.id and later.status == "completed" and later.output_text == "slow"
     assert generations(fake) == 1

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import openai
 
-from tests.conftest import Environment, FakeRuntime, Server, free_port
+from tests.conftest import Environment, FakeRuntime, Server, free_port, wait_until
 
 
 class CuttingProxy:
@@ -90,7 +90,5 @@ def test_fifty_identical_creates_at_once_generate_once(server: Server, api_key: 
         ids = set(pool.map(create, range(50)))
     assert len(ids) == 1
     [response_id] = ids
-    for _ in range(200):
-        if client.responses.retrieve(response_id).status == "completed":
-            break
+    wait_until(lambda: client.responses.retrieve(response_id).status == "completed")
     assert len(fake.requests()) == 1
