@@ -196,19 +196,18 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None) -> No
         stack.headers,
         b"response.output_text.delta",
     )
-    through_ogx: tuple[str, dict[str, object], dict[str, str], bytes] = (
-        f"{ogx.url if ogx else ''}/responses",
-        {"model": OGX_MODEL, "input": script, "stream": True},
-        {},
-        b"response.output_text.delta",
-    )
+    # The same streams through OGX, with the meter of its process.
+    through_ogx: tuple[tuple[str, dict[str, object], dict[str, str], bytes], CpuMeter] | None = None
+    if ogx is not None:
+        body: dict[str, object] = {"model": OGX_MODEL, "input": script, "stream": True}
+        through_ogx = (f"{ogx.url}/responses", body, {}, b"response.output_text.delta"), CpuMeter({"ogx": ogx.pid})
     ramp = 0.0 if args.burst else args.tokens * args.token_delay
     # Warm up both paths at the largest concurrency, as a server that has been up a while is:
     # connection pools at full size, statements prepared.
     await load(*full, max(args.levels), 1, 0.0)
     await load(*direct, max(args.levels), 1, 0.0)
-    if ogx is not None:
-        await load(*through_ogx, max(args.levels), 1, 0.0)
+    if through_ogx is not None:
+        await load(*through_ogx[0], max(args.levels), 1, 0.0)
     meter = CpuMeter({**stack.pids, "client": os.getpid()})
     results = []
     for level in args.levels:
@@ -247,10 +246,10 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None) -> No
         }
         row["ttft_p50_overhead_ms"] = row["responses_server"]["ttft_p50_ms"] - row["direct"]["ttft_p50_ms"]
         row["throughput_ratio"] = row["responses_server"]["tokens_per_s"] / row["direct"]["tokens_per_s"]
-        if ogx is not None:  # the same streams through OGX, on the same runtime and Postgres
-            ogx_meter = CpuMeter({"ogx": ogx.pid})
+        if through_ogx is not None:  # on the same runtime and Postgres
+            path, ogx_meter = through_ogx
             cpu_before = ogx_meter.snapshot()
-            theirs = await load(*through_ogx, level, args.rounds, ramp)
+            theirs = await load(*path, level, args.rounds, ramp)
             spent = CpuMeter.spent(cpu_before, ogx_meter.snapshot())
             row["ogx"] = {
                 **theirs.row(),

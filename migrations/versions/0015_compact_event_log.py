@@ -77,28 +77,22 @@ RESPONSE_EVENTS = f"""
     WHERE r.events_purged_at IS NULL
 """
 
-# response_overview (migration 0001) with the number of events its log holds, now that the
-# response's row no longer counts them.
-RESPONSE_OVERVIEW = """
+# response_overview (migration 0001), its `events` the number of events the log holds now that
+# the response's row no longer counts them (before this revision: `next_sequence_number`).
+_OVERVIEW = """
     SELECT r.id, a.name AS account, r.model, r.status, r.background, r.stream,
            r.previous_response_id, r.created_at, r.completed_at,
            r.completed_at - r.created_at AS duration,
            (r.usage ->> 'input_tokens')::int AS input_tokens,
            (r.usage ->> 'output_tokens')::int AS output_tokens,
-           (SELECT max(e.sequence_number) + 1 FROM event_log e WHERE e.log_key = r.log_key) AS events,
-           r.error ->> 'message' AS error
+           {events} AS events, r.error ->> 'message' AS error
     FROM responses r JOIN accounts a ON a.id = r.account_id
 """
+RESPONSE_OVERVIEW = _OVERVIEW.format(
+    events="(SELECT max(e.sequence_number) + 1 FROM event_log e WHERE e.log_key = r.log_key)"
+)
+RESPONSE_OVERVIEW_V14 = _OVERVIEW.format(events="r.next_sequence_number")
 OVERVIEW_COMMENT = "COMMENT ON VIEW response_overview IS 'One line per response, for operators.'"
-RESPONSE_OVERVIEW_V14 = """
-    SELECT r.id, a.name AS account, r.model, r.status, r.background, r.stream,
-           r.previous_response_id, r.created_at, r.completed_at,
-           r.completed_at - r.created_at AS duration,
-           (r.usage ->> 'input_tokens')::int AS input_tokens,
-           (r.usage ->> 'output_tokens')::int AS output_tokens,
-           r.next_sequence_number AS events, r.error ->> 'message' AS error
-    FROM responses r JOIN accounts a ON a.id = r.account_id
-"""
 
 EVENT_LOG_DAYS = """
     SELECT to_date(substring(c.relname FROM 11), 'YYYY_MM_DD') AS day,

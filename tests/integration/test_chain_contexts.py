@@ -47,6 +47,13 @@ async def read(state: AppState, copies: ChainContexts, *response_ids: str) -> di
     return {rid: [texts(item) for item in items] for rid, items in found.items()}
 
 
+async def three_turns(state: AppState, account_id: str) -> tuple[str, str, str]:
+    """Two ended turns (a → A, b → B) and a third continuing them (c), not claimed yet."""
+    first = await turn(state, account_id, "a", "A")
+    second = await turn(state, account_id, "b", "B", first)
+    return first, second, await accept(state, account_id, input="c", previous_response_id=second)
+
+
 def texts(item: dict[str, Any]) -> str:
     content = item["content"]
     return content if isinstance(content, str) else content[0]["text"]
@@ -67,9 +74,7 @@ async def test_a_turn_reads_only_the_items_after_its_copy(state: AppState, accou
 
 async def test_a_deleted_turn_makes_the_copy_read_whole_again(state: AppState, account_id: str) -> None:
     copies = ChainContexts(limit_bytes=1_000_000)
-    first = await turn(state, account_id, "a", "A")
-    second = await turn(state, account_id, "b", "B", first)
-    third = await accept(state, account_id, input="c", previous_response_id=second)
+    _, second, third = await three_turns(state, account_id)
     assert await read(state, copies, third) == {third: ["a", "A", "b", "B", "c"]}
     await stopping.delete(state, account_id, second)
     fetched = read_from("postgres")
@@ -79,9 +84,7 @@ async def test_a_deleted_turn_makes_the_copy_read_whole_again(state: AppState, a
 
 async def test_a_fork_takes_the_part_of_the_copy_it_continues(state: AppState, account_id: str) -> None:
     copies = ChainContexts(limit_bytes=1_000_000)
-    first = await turn(state, account_id, "a", "A")
-    second = await turn(state, account_id, "b", "B", first)
-    deeper = await accept(state, account_id, input="c", previous_response_id=second)
+    first, _, deeper = await three_turns(state, account_id)
     assert await read(state, copies, deeper) == {deeper: ["a", "A", "b", "B", "c"]}
     again = await accept(state, account_id, input="b again", previous_response_id=first)  # a new branch
     cached = read_from("cache")
