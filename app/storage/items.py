@@ -100,22 +100,24 @@ class BranchTail:
 
 # Each branch's items after a place and up to a depth and side, in the index's order (the nested
 # loop keeps it: no sort ever touches the items, and sorting 20,000 of them costs more than
-# reading them), and, where asked, how many it has up to that place. Payloads come as text,
-# decoded here (a driver statement).
+# reading them), and, where asked, how many it has up to that place: counted once per branch (a
+# materialized CTE; in the select list the planner would count again for every item read).
+# Payloads come as text, decoded here (a driver statement).
 _BRANCH_TAILS = DriverStatement(
     text("""
-    SELECT b.ord, k.counted, i.id, i.depth, i.side, i.position, i.payload::text
-    FROM unnest(CAST(:branches AS bigint[]), CAST(:after_depths AS int[]), CAST(:after_sides AS text[]),
-                CAST(:after_positions AS int[]), CAST(:last_depths AS int[]), CAST(:last_sides AS text[]),
-                CAST(:count AS bool[]))
-        WITH ORDINALITY AS b(branch_id, after_depth, after_side, after_position, last_depth, last_side, count, ord)
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN b.count THEN (
-            SELECT count(*) FROM items c
-            WHERE c.branch_id = b.branch_id
-              AND (c.depth, c.side, c.position) <= (b.after_depth, b.after_side, b.after_position)
-        ) END AS counted
-    ) k
+    WITH b AS MATERIALIZED (
+        SELECT b.*, CASE WHEN b.count THEN (
+                   SELECT count(*) FROM items c
+                   WHERE c.branch_id = b.branch_id
+                     AND (c.depth, c.side, c.position) <= (b.after_depth, b.after_side, b.after_position)
+               ) END AS counted
+        FROM unnest(CAST(:branches AS bigint[]), CAST(:after_depths AS int[]), CAST(:after_sides AS text[]),
+                    CAST(:after_positions AS int[]), CAST(:last_depths AS int[]), CAST(:last_sides AS text[]),
+                    CAST(:count AS bool[]))
+            WITH ORDINALITY AS b(branch_id, after_depth, after_side, after_position, last_depth, last_side, count, ord)
+    )
+    SELECT b.ord, b.counted, i.id, i.depth, i.side, i.position, i.payload::text
+    FROM b
     LEFT JOIN LATERAL (
         SELECT i.id, i.depth, i.side, i.position, i.payload FROM items i
         WHERE i.branch_id = b.branch_id
