@@ -8,8 +8,10 @@ background stream of 200 tokens (one every 20 ms) is followed from its start; at
 worker generating it is sent SIGTERM (it hands the generation over at once) or SIGKILL (the
 generation is continued once its lease, `--lease` seconds, has lapsed and a housekeeping pass, every
 second here, finds it); a worker is then started in its place. The pause is the longest gap between
-two events the follower received. The baseline, in the same run, is the time to first token of a
-fresh response: what a continuation costs at least (one prompt prefill).
+two events the follower received; a stream is whole when its text is the answer's, each word once.
+The baselines, in the same run, are the time to first token of a fresh response (what a
+continuation costs at least: one prompt prefill) and the longest gap of a stream whose worker
+stays (the commit interval's cadence).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from bench.measure import percentiles
 from bench.stack import Stack, running_stack
 
 TOKENS = 200
-SCRIPT = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(TOKENS)), "delay": 0.02})
+TEXT = " ".join(f"w{i}" for i in range(TOKENS))
+SCRIPT = "#fake " + json.dumps({"text": TEXT, "delay": 0.02})
 
 
 async def worker_of(stack: Stack, response_id: str) -> int:
@@ -50,23 +53,27 @@ async def follow(http: aiohttp.ClientSession, stack: Stack, going: signal.Signal
     """Follows a new background stream to its end; at its 50th token, sends `going` to its worker."""
     body = {"model": "fake", "input": SCRIPT, "background": True, "stream": True}
     arrivals: list[float] = []
-    tokens, last, response_id, started = 0, "", "", time.monotonic()
+    text, last, response_id, started, killed = "", "", "", time.monotonic(), False
     async with http.post(f"{stack.api_url}/responses", headers=stack.headers, json=body) as answer:
         async for line in answer.content:
-            if line.startswith(b"data: ") and not response_id:
-                response_id = json.loads(line[6:])["response"]["id"]
-            if not line.startswith(b"event: "):
+            if line.startswith(b"event: "):
+                arrivals.append(time.monotonic())
+                last = line[7:].strip().decode()
                 continue
-            arrivals.append(time.monotonic())
-            last = line[7:].strip().decode()
-            if last == "response.output_text.delta":
-                tokens += 1
-                if tokens == 1:
-                    ttft = arrivals[-1] - started
-                if tokens == 50 and going is not None:
-                    os.kill(await worker_of(stack, response_id), going)
+            if not line.startswith(b"data: "):
+                continue
+            data = json.loads(line[6:])
+            response_id = response_id or data["response"]["id"]
+            if last != "response.output_text.delta":
+                continue
+            if not text:
+                ttft = arrivals[-1] - started
+            text += data["delta"]  # (deltas that waited for one commit come as one)
+            if len(text.split()) >= 50 and going is not None and not killed:
+                killed = True
+                os.kill(await worker_of(stack, response_id), going)
     pause = max(later - earlier for earlier, later in itertools.pairwise(arrivals))
-    return {"tokens": tokens, "end": last, "ttft_s": ttft, "pause_s": pause}
+    return {"tokens": len(text.split()), "whole_text": text == TEXT, "end": last, "ttft_s": ttft, "pause_s": pause}
 
 
 async def main() -> None:
@@ -102,7 +109,7 @@ async def main() -> None:
             f"pause_{how}": percentiles([r["pause_s"] for r in results[how]])
             for how in ("baseline", "SIGTERM", "SIGKILL")
         },
-        "whole": all(r["tokens"] == TOKENS and r["end"] == "response.completed" for rs in results.values() for r in rs),
+        "whole": all(r["whole_text"] and r["end"] == "response.completed" for rs in results.values() for r in rs),
         "rounds": results,
     }
     print(json.dumps(summary), flush=True)

@@ -2,7 +2,8 @@
 
     python bench/lifecycle_benchmark.py
 
-1. Resume: a finished background stream of 10,000 events replayed with
+1. Resume: a finished background stream of 10,000 events (its stack committing as soon as the
+   last commit returns, so that each chunk is an event of its own) replayed with
    `GET /v1/responses/{id}?stream=true` from the start and from `starting_after=9000`:
    time to the first and to the last byte.
 2. Followers: 1,000 concurrent SSE followers over 100 running background responses: events
@@ -68,7 +69,8 @@ async def replay(
 
 
 async def resume_latency(http: aiohttp.ClientSession, stack: Stack, events: int, repeats: int) -> dict[str, Any]:
-    # One event per chunk needs chunks slower than a commit (faster ones are coalesced into fewer deltas).
+    # One event per chunk needs chunks slower than a commit (faster ones are coalesced into fewer
+    # deltas): the stack of this part commits as soon as the last commit returns (main()).
     words = events - 9  # created, queued, in_progress, item and part added, three closings, completed
     response = await create(http, stack, {"chunks": ["x"] * words, "delay": 0.003}, background=True, stream=True)
     await wait_status(http, stack, response["id"], {"completed"})
@@ -153,18 +155,22 @@ async def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     connector = aiohttp.TCPConnector(limit=0)
-    async with (
-        running_stack(max_output_tokens=20_000) as stack,
-        aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as http,
-    ):
-        results = {"resume": await resume_latency(http, stack, args.events, args.repeats)}
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as http:
+        async with running_stack(max_output_tokens=20_000, RESPONSES_EVENT_COMMIT_INTERVAL_SECONDS="0") as stack:
+            results = {"resume": await resume_latency(http, stack, args.events, args.repeats)}
         print(json.dumps(results["resume"]), flush=True)
-        results["followers"] = await followers(http, stack, args.responses, args.followers_per_response)
-        print(json.dumps(results["followers"]), flush=True)
-        results["cancel"] = await cancel_latency(http, stack, args.cancels)
-        print(json.dumps(results["cancel"]), flush=True)
+        async with running_stack(max_output_tokens=20_000) as stack:
+            await rest(http, stack, args, results)
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))
+
+
+async def rest(http: aiohttp.ClientSession, stack: Stack, args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """Followers and cancels, on a stack with the default commit interval."""
+    results["followers"] = await followers(http, stack, args.responses, args.followers_per_response)
+    print(json.dumps(results["followers"]), flush=True)
+    results["cancel"] = await cancel_latency(http, stack, args.cancels)
+    print(json.dumps(results["cancel"]), flush=True)
 
 
 if __name__ == "__main__":
