@@ -196,6 +196,55 @@ _APPEND = DriverStatement(
 )
 
 
+# The same for a batch in which no response ends, the commit of streaming output: only the
+# numbering, the templates and the rows. Postgres initializes a statement's whole plan at every
+# execution, and the one above's (folding, output items, conversations, webhooks) cost several
+# times what these few steps do.
+_APPEND_STREAMING = DriverStatement(
+    text(
+        """
+    WITH batch AS (
+        SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
+                             CAST(:heads AS text[]), CAST(:bodies AS text[]), CAST(:tails AS text[]),
+                             CAST(:templates AS int[]))
+            AS e(response_id, position, type, head, body, tail, template)
+    ), live AS (
+        SELECT r.id, r.log_key,
+               coalesce((SELECT max(l.sequence_number) FROM event_log l WHERE l.log_key = r.log_key), -1) + 1 AS first
+        FROM responses r
+        WHERE r.id IN (SELECT DISTINCT response_id FROM batch) AND r.status IN ('queued', 'in_progress')
+          AND (CAST(:worker_id AS text) IS NULL OR r.worker_id = :worker_id)
+    ), numbered AS (
+        SELECT l.log_key, l.first + b.position AS sequence_number, b.*
+        FROM batch b JOIN live l ON l.id = b.response_id
+    ), new_templates AS (
+        INSERT INTO event_templates (log_key, id, type, prefix, suffix)
+        SELECT DISTINCT ON (log_key, template) log_key, template, type, head, tail
+        FROM numbered WHERE template IS NOT NULL
+        ORDER BY log_key, template
+        ON CONFLICT DO NOTHING
+        RETURNING log_key, id, type, prefix, suffix
+    ), inserted AS (
+        INSERT INTO event_log (log_key, sequence_number, template, type, payload)
+        SELECT n.log_key, n.sequence_number,
+               CASE WHEN k.fits THEN n.template END,
+               CASE WHEN NOT k.fits THEN n.type END,
+               CASE WHEN k.fits THEN n.body
+                    ELSE n.head || n.body || n.tail || ',"sequence_number":' || n.sequence_number || '}' END
+        FROM numbered n
+        LEFT JOIN event_templates t ON n.template IS NOT NULL AND t.log_key = n.log_key AND t.id = n.template
+        LEFT JOIN new_templates m ON m.log_key = n.log_key AND m.id = n.template
+        CROSS JOIN LATERAL (
+            SELECT coalesce((t.type, t.prefix, t.suffix) = (n.type, n.head, n.tail),
+                            (m.type, m.prefix, m.suffix) = (n.type, n.head, n.tail), false) AS fits
+        ) k
+    )
+    SELECT id, first FROM live
+"""
+    )
+)
+
+
 def _json_or_null(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
@@ -232,6 +281,21 @@ async def append_many(
             output_paths.append(one.output_path)
     if not ids:
         return {}
+    if not endings:
+        rows = await _APPEND_STREAMING.rows(
+            conn,
+            {
+                "worker_id": worker_id,
+                "ids": ids,
+                "positions": positions,
+                "types": types,
+                "heads": [one.head for one in splits],
+                "bodies": [one.body for one in splits],
+                "tails": [one.tail for one in splits],
+                "templates": [one.template for one in splits],
+            },
+        )
+        return {rid: encoding.numbered(events_by_response[rid], encoded[rid], first) for rid, first in rows}
     outputs = [(rid, position, item) for rid, o in endings.items() for position, item in enumerate(o.output)]
     rows = await _APPEND.rows(
         conn,

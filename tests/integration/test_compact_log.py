@@ -172,3 +172,25 @@ async def test_two_writers_that_number_the_same_event_cannot_both_commit(state: 
     with pytest.raises(sqlalchemy.exc.IntegrityError):
         await racing
     assert await read_after(state, response_id, mine[0].sequence_number - 1) == [e.json for e in mine]
+
+
+async def test_a_commit_of_streaming_output_drops_the_events_of_a_response_that_ended_and_numbers_the_others(
+    state: AppState, account_id: str
+) -> None:
+    """The statement that commits streaming output (no response ending in it) takes events only
+    for active responses, each numbered after its own log: nothing follows a terminal event."""
+    ended, streaming = [await accept(state, account_id, input="hi", background=True, stream=True) for _ in range(2)]
+    async with state.engine.begin() as conn:
+        closed = await events_db.end(
+            conn, ended, [{"type": "response.completed"}], responses_db.Outcome("completed", [], 0.0)
+        )
+    async with state.engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        committed = await events_db.append_many(
+            conn, {ended: [text_delta("late")], streaming: [text_delta("a"), text_delta("b")]}
+        )
+    assert list(committed) == [streaming]
+    assert [orjson.loads(e.json)["delta"] for e in committed[streaming]] == ["a", "b"]
+    assert await read_after(state, ended, closed[-1].sequence_number) == []
+    opening = committed[streaming][0].sequence_number
+    assert await read_after(state, streaming, opening - 1) == [e.json for e in committed[streaming]]
