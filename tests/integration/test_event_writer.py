@@ -1,6 +1,7 @@
-"""The event writer's pacing under load: while a busy batch gathers, a response's first output
-and its end are committed and published at once; the deltas of responses already streaming wait
-for the paced commit. And its failures: a lost connection, data Postgres refuses."""
+"""The event writer's pacing: under load, while a busy batch gathers, a response's first output
+and its end are committed and published at once, and the deltas of responses already streaming
+wait for the paced commit; with few streams, a commit that is due goes with the next events to
+arrive, or a grace later. And its failures: a lost connection, data Postgres refuses."""
 
 from __future__ import annotations
 
@@ -76,6 +77,51 @@ async def test_first_output_and_endings_skip_the_pacing_others_wait(state: AppSt
         await writer.close()  # flushes what waited
     assert await committed(state, streaming) == 2
     assert await committed(state, starting) == 2
+
+
+def paced_writer(state: AppState, commit_interval: float) -> EventWriter:
+    channel = f"responses:events:test-writer-{secrets.token_hex(3)}"
+    return EventWriter(state.engine, state.redis, channel, commit_interval=commit_interval)
+
+
+async def test_a_due_commit_goes_with_the_next_events_to_arrive(state: AppState, account_id: str) -> None:
+    """Not on a timer of its own at the commit interval: the events that arrive once it is due
+    take the waiting ones along (a grace of half an interval later at the latest)."""
+    interval = 3.0
+    [response_id] = await in_progress(state, account_id, 1)
+    writer = paced_writer(state, interval)
+    writer.start()
+    try:
+        writer.append(response_id, [delta("a")])  # its first output: at once
+        await asyncio.wait_for(until_committed(state, response_id, 1), 10)
+        first_commit = asyncio.get_running_loop().time()
+        writer.append(response_id, [delta("b")])  # waits for the interval
+        await asyncio.sleep(interval + 0.3 - (asyncio.get_running_loop().time() - first_commit))
+        assert await committed(state, response_id) == 1  # due, but nothing arrived to take it along
+        writer.append(response_id, [delta("c")])
+        await asyncio.wait_for(until_committed(state, response_id, 2), 0.6)  # before the grace ends
+    finally:
+        await writer.close()
+    async with state.engine.connect() as conn:
+        deltas = await conn.scalars(
+            select(response_events.c.payload)
+            .where(response_events.c.response_id == response_id, response_events.c.type.like("%delta"))
+            .order_by(response_events.c.sequence_number)
+        )
+        assert [json.loads(payload)["delta"] for payload in deltas] == ["a", "bc"]  # b and c: one event
+
+
+async def test_a_due_commit_goes_a_grace_later_when_nothing_more_arrives(state: AppState, account_id: str) -> None:
+    [response_id] = await in_progress(state, account_id, 1)
+    writer = paced_writer(state, 0.1)
+    writer.start()
+    try:
+        writer.append(response_id, [delta("a")])
+        await asyncio.wait_for(until_committed(state, response_id, 1), 10)
+        writer.append(response_id, [delta("b")])  # its answer's last delta, say, before a slow end
+        await asyncio.wait_for(until_committed(state, response_id, 2), 10)
+    finally:
+        await writer.close()
 
 
 async def test_the_writer_commits_through_a_fresh_connection_after_postgres_dropped_its_own(

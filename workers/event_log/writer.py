@@ -7,9 +7,13 @@ each response's new events on its Redis channel. Commits of streaming output com
 RESPONSES_EVENT_COMMIT_INTERVAL_SECONDS (and, past a batch size, after a pause of a few
 commit-times): a response's deltas that wait for the same commit merge into one event, one row
 and one message, so a token costs a fraction of a commit, a row, a publish and an SSE write
-even when few responses stream. A response's first output and its end do not wait: they go out
-at once (under load, within URGENT_SPACING), alone, since that is what a client waits on (its
-first token, its answer's end). Nothing is published before its commit (design invariant 2).
+even when few responses stream. Once a commit is due it goes with the next events to arrive
+(within DUE_GRACE of the interval at the latest): woken by their arrival, which the process pays
+for anyway, rather than by a timer of its own; on a virtual machine a process woken costs a
+tenth of a millisecond of CPU or more before it does anything. A response's first output and
+its end do not wait: they go out at once (under load, within URGENT_SPACING), alone, since that
+is what a client waits on (its first token, its answer's end). Nothing is published before its
+commit (design invariant 2).
 
 A commit that Postgres refuses for its data, not for its connection, is not retried: the batch's
 responses commit one by one, and one whose own events are refused stops streaming and is ended
@@ -57,6 +61,8 @@ MAX_FLUSH_INTERVAL = 0.1
 # most one every URGENT_SPACING on average (forty a second), a few at once (URGENT_BURST) at once.
 URGENT_SPACING = 0.025
 URGENT_BURST = 4
+# A due commit waits at most this share of the commit interval more for events to arrive with.
+DUE_GRACE = 0.5
 
 
 def pause_after(batch_responses: int, flush_seconds: float) -> float:
@@ -119,6 +125,9 @@ class EventWriter:
         self._urgent: set[str] = set()
         self._urgent_waiting = asyncio.Event()
         self._urgent_times: deque[float] = deque(maxlen=URGENT_BURST)  # of the last urgent commits
+        # Set by what may not wait for the next full commit: urgent events, and events arriving once it is due.
+        self._go = asyncio.Event()
+        self._due_at = float("inf")  # when the next full commit is due, while the flusher waits for it
         self._streaming: set[str] = set()  # responses whose first output was committed
         self._side_tasks = SideTasks()
         self._flushing = asyncio.Lock()  # the flusher's and close's flushes, one after the other
@@ -155,10 +164,13 @@ class EventWriter:
                 if event["type"] in MERGEABLE_DELTAS and response_id not in self._streaming:
                     self._hurry(response_id)  # its first output
         self._wake.set()
+        if asyncio.get_running_loop().time() >= self._due_at:
+            self._go.set()
 
     def _hurry(self, response_id: str) -> None:
         self._urgent.add(response_id)
         self._urgent_waiting.set()
+        self._go.set()
 
     async def drain(self, response_id: str) -> None:
         """Returns once the events of this response handed over so far are committed (or dropped)."""
@@ -200,14 +212,40 @@ class EventWriter:
             # coalesce meanwhile). What is urgent goes at once, or under load soon.
             pause = self._pause(self._last_batch_size, took)
             deadline = started + max(self._commit_interval, pause)
-            loaded = pause > self._commit_interval  # commits themselves take long: space the urgent ones
-            while (left := deadline - loop.time()) > 0:
-                try:
-                    await asyncio.wait_for(self._urgent_waiting.wait(), left)
-                except TimeoutError:
-                    break
-                if not loaded or await self._urgent_room(deadline):
-                    await self._flush_urgent()
+            if pause > self._commit_interval:  # commits themselves take long: space the urgent ones
+                await self._gather_loaded(deadline)
+            else:
+                await self._gather(deadline)
+
+    async def _gather(self, due_at: float) -> None:
+        """Until the next full commit: urgent commits at once; the full commit once due, with the
+        next events to arrive, or a grace later at the latest."""
+        loop = asyncio.get_running_loop()
+        if not self._urgent:  # (what was hurried during the last flush still is)
+            self._go.clear()
+        self._due_at = due_at
+        latest = loop.call_at(due_at + DUE_GRACE * self._commit_interval, self._go.set)
+        try:
+            while True:
+                await self._go.wait()
+                self._go.clear()
+                if loop.time() >= due_at:
+                    return
+                await self._flush_urgent()
+        finally:
+            self._due_at = float("inf")
+            latest.cancel()
+
+    async def _gather_loaded(self, deadline: float) -> None:
+        """Under load: urgent commits spaced (URGENT_SPACING), the full commit at the deadline."""
+        loop = asyncio.get_running_loop()
+        while (left := deadline - loop.time()) > 0:
+            try:
+                await asyncio.wait_for(self._urgent_waiting.wait(), left)
+            except TimeoutError:
+                break
+            if await self._urgent_room(deadline):
+                await self._flush_urgent()
 
     async def _urgent_room(self, deadline: float) -> bool:
         """Waits, if URGENT_BURST urgent commits went within the last URGENT_BURST times URGENT_SPACING,
