@@ -122,7 +122,9 @@ def _probe(port: int, path: str, timeout: float) -> int:
 def _serve_api(host: str, port: int, workers: int) -> None:
     import uvicorn
 
-    uvicorn.run(
+    from app.process import api_server
+
+    config = uvicorn.Config(
         "app.api.app:create_app",
         factory=True,
         host=host,
@@ -139,6 +141,7 @@ def _serve_api(host: str, port: int, workers: int) -> None:
         log_config=None,  # uvicorn's loggers go through ours (text or JSON)
         access_log=False,  # each request's line is ours (app/process/request_log.py), with what it was about
     )
+    api_server.serve(config)
 
 
 def _run_worker(settings: Settings, hosted_model: str | None) -> None:
