@@ -48,6 +48,34 @@ ANNOUNCING = webhooks_db.announced(
     " WHERE a.ended) ended"
 )
 
+# What both statements below begin with: the batch's events, and the responses that take them:
+# active, and (from a worker) still its own, not handed over or reaped while it stalled; their
+# events numbered after the last event of their log.
+_BATCH_AND_LIVE = """
+    batch AS (
+        SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
+                             CAST(:heads AS text[]), CAST(:bodies AS text[]), CAST(:tails AS text[]),
+                             CAST(:templates AS int[]), CAST(:output_ats AS int[]), CAST(:output_paths AS text[]))
+            AS e(response_id, position, type, head, body, tail, template, output_at, output_path)
+    ), live AS (
+        SELECT r.id, r.log_key, r.account_id, r.background, r.chain_depth,
+               r.context_branches[cardinality(r.context_branches)] AS branch_id,
+               coalesce((SELECT max(l.sequence_number) FROM event_log l WHERE l.log_key = r.log_key), -1) + 1 AS first
+        FROM responses r
+        WHERE r.id IN (SELECT DISTINCT response_id FROM batch) AND r.status IN ('queued', 'in_progress')
+          AND (CAST(:worker_id AS text) IS NULL OR r.worker_id = :worker_id)
+    )"""
+
+# Whether a numbered delta `n` fits its part's template: the one its log holds (`t`) or the one
+# this statement inserted (`m`, which the statement's own reads do not see in the table).
+_FITS = """
+        LEFT JOIN event_templates t ON n.template IS NOT NULL AND t.log_key = n.log_key AND t.id = n.template
+        LEFT JOIN new_templates m ON m.log_key = {key} AND m.id = n.template
+        CROSS JOIN LATERAL (
+            SELECT coalesce((t.type, t.prefix, t.suffix) = (n.type, n.head, n.tail),
+                            (m.type, m.prefix, m.suffix) = (n.type, n.head, n.tail), false) AS fits
+        ) k"""
+
 # One statement numbers and inserts the events of many responses and ends those that end in
 # the batch (terminal status, usage, output items, their deltas folded): atomic without a
 # transaction around it (no BEGIN/COMMIT round trips), and a terminal status never commits
@@ -57,25 +85,11 @@ _APPEND = DriverStatement(
     text(
         ANNOUNCING.join(
             """
-    WITH batch AS (
-        SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
-                             CAST(:heads AS text[]), CAST(:bodies AS text[]), CAST(:tails AS text[]),
-                             CAST(:templates AS int[]), CAST(:output_ats AS int[]), CAST(:output_paths AS text[]))
-            AS e(response_id, position, type, head, body, tail, template, output_at, output_path)
-    ), endings AS (
+    WITH {batch_and_live}, endings AS (
         SELECT * FROM unnest(CAST(:end_ids AS text[]), CAST(:end_statuses AS text[]), CAST(:end_usages AS jsonb[]),
                              CAST(:end_errors AS jsonb[]), CAST(:end_incomplete AS jsonb[]),
                              CAST(:end_times AS float8[]))
             AS f(response_id, status, usage, error, incomplete_details, completed_epoch)
-    ), live AS (
-        -- The responses that take these events: active, and (from a worker) still its own, not
-        -- handed over or reaped while it stalled. Numbered after the last event of their log.
-        SELECT r.id, r.log_key, r.account_id, r.background, r.chain_depth,
-               r.context_branches[cardinality(r.context_branches)] AS branch_id,
-               coalesce((SELECT max(l.sequence_number) FROM event_log l WHERE l.log_key = r.log_key), -1) + 1 AS first
-        FROM responses r
-        WHERE r.id IN (SELECT DISTINCT response_id FROM batch) AND r.status IN ('queued', 'in_progress')
-          AND (CAST(:worker_id AS text) IS NULL OR r.worker_id = :worker_id)
     ), ended AS (
         -- A response that ends moves its log to a new key (of the same day): its folded log is
         -- written afresh, and the old key's index pages, emptied, are used again.
@@ -123,13 +137,7 @@ _APPEND = DriverStatement(
                CASE WHEN NOT k.fits THEN n.type END AS type,
                CASE WHEN k.fits THEN n.body
                     ELSE n.head || n.body || n.tail || ',"sequence_number":' || n.sequence_number || '}' END AS payload
-        FROM numbered n
-        LEFT JOIN event_templates t ON n.template IS NOT NULL AND t.log_key = n.log_key AND t.id = n.template
-        LEFT JOIN new_templates m ON m.log_key = n.key_after AND m.id = n.template
-        CROSS JOIN LATERAL (
-            SELECT coalesce((t.type, t.prefix, t.suffix) = (n.type, n.head, n.tail),
-                            (m.type, m.prefix, m.suffix) = (n.type, n.head, n.tail), false) AS fits
-        ) k
+        FROM numbered n{fits_after_move}
     ), moved AS (
         -- The log a response that ends stored earlier: its deltas become runs with its last ones.
         DELETE FROM event_log e USING allocated a WHERE a.ended AND e.log_key = a.log_key
@@ -190,7 +198,9 @@ _APPEND = DriverStatement(
         ) m ON m.response_id = j.response_id
     )
     SELECT id, first FROM allocated
-""".split("{announce}")
+""".replace("{batch_and_live}", _BATCH_AND_LIVE)
+            .replace("{fits_after_move}", _FITS.format(key="n.key_after"))
+            .split("{announce}")
         )
     )
 )
@@ -202,19 +212,8 @@ _APPEND = DriverStatement(
 # times what these few steps do.
 _APPEND_STREAMING = DriverStatement(
     text(
-        """
-    WITH batch AS (
-        SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
-                             CAST(:heads AS text[]), CAST(:bodies AS text[]), CAST(:tails AS text[]),
-                             CAST(:templates AS int[]))
-            AS e(response_id, position, type, head, body, tail, template)
-    ), live AS (
-        SELECT r.id, r.log_key,
-               coalesce((SELECT max(l.sequence_number) FROM event_log l WHERE l.log_key = r.log_key), -1) + 1 AS first
-        FROM responses r
-        WHERE r.id IN (SELECT DISTINCT response_id FROM batch) AND r.status IN ('queued', 'in_progress')
-          AND (CAST(:worker_id AS text) IS NULL OR r.worker_id = :worker_id)
-    ), numbered AS (
+        f"""
+    WITH {_BATCH_AND_LIVE}, numbered AS (
         SELECT l.log_key, l.first + b.position AS sequence_number, b.*
         FROM batch b JOIN live l ON l.id = b.response_id
     ), new_templates AS (
@@ -230,14 +229,8 @@ _APPEND_STREAMING = DriverStatement(
                CASE WHEN k.fits THEN n.template END,
                CASE WHEN NOT k.fits THEN n.type END,
                CASE WHEN k.fits THEN n.body
-                    ELSE n.head || n.body || n.tail || ',"sequence_number":' || n.sequence_number || '}' END
-        FROM numbered n
-        LEFT JOIN event_templates t ON n.template IS NOT NULL AND t.log_key = n.log_key AND t.id = n.template
-        LEFT JOIN new_templates m ON m.log_key = n.log_key AND m.id = n.template
-        CROSS JOIN LATERAL (
-            SELECT coalesce((t.type, t.prefix, t.suffix) = (n.type, n.head, n.tail),
-                            (m.type, m.prefix, m.suffix) = (n.type, n.head, n.tail), false) AS fits
-        ) k
+                    ELSE n.head || n.body || n.tail || ',"sequence_number":' || n.sequence_number || '}}' END
+        FROM numbered n{_FITS.format(key="n.log_key")}
     )
     SELECT id, first FROM live
 """
@@ -281,36 +274,27 @@ async def append_many(
             output_paths.append(one.output_path)
     if not ids:
         return {}
+    batch = {
+        "worker_id": worker_id,
+        "ids": ids,
+        "positions": positions,
+        "types": types,
+        "heads": [one.head for one in splits],
+        "bodies": [one.body for one in splits],
+        "tails": [one.tail for one in splits],
+        "templates": [one.template for one in splits],
+        "output_ats": output_ats,
+        "output_paths": output_paths,
+    }
     if not endings:
-        rows = await _APPEND_STREAMING.rows(
-            conn,
-            {
-                "worker_id": worker_id,
-                "ids": ids,
-                "positions": positions,
-                "types": types,
-                "heads": [one.head for one in splits],
-                "bodies": [one.body for one in splits],
-                "tails": [one.tail for one in splits],
-                "templates": [one.template for one in splits],
-            },
-        )
+        rows = await _APPEND_STREAMING.rows(conn, batch)
         return {rid: encoding.numbered(events_by_response[rid], encoded[rid], first) for rid, first in rows}
     outputs = [(rid, position, item) for rid, o in endings.items() for position, item in enumerate(o.output)]
     rows = await _APPEND.rows(
         conn,
         {
-            "worker_id": worker_id,
+            **batch,
             "run_bytes": RUN_BYTES,
-            "ids": ids,
-            "positions": positions,
-            "types": types,
-            "heads": [one.head for one in splits],
-            "bodies": [one.body for one in splits],
-            "tails": [one.tail for one in splits],
-            "templates": [one.template for one in splits],
-            "output_ats": output_ats,
-            "output_paths": output_paths,
             "end_ids": list(endings),
             "end_statuses": [o.status for o in endings.values()],
             "end_usages": [_json_or_null(o.usage) for o in endings.values()],
