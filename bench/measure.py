@@ -24,6 +24,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def wakeups(pid: int) -> int:
+    """How many times the process's threads have slept and been woken so far (voluntary context
+    switches): on a virtual machine each costs 0.1-0.2 ms of CPU before any work is done."""
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            text = status.read_text()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        total += sum(int(line.split()[1]) for line in text.splitlines() if line.startswith("voluntary_ctxt"))
+    return total
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

