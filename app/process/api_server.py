@@ -2,11 +2,10 @@
 
 uvicorn's main loop sleeps a tenth of a second at a time to see whether a signal asked it to
 exit, and refreshes the Date header every tenth time. This one sleeps a second at a time (the
-header is refreshed as often as before) and a signal wakes it at once. An idle replica is woken
-only by what it serves: on a virtual machine each wake-up of a process costs a tenth of a
-millisecond of CPU or more before it does anything, and at one stream the ten a second were a
-tenth of the server's CPU per token (bench/stream_benchmark.py). `--workers N` above 1 runs
-uvicorn's own supervisor and servers as they are.
+header is refreshed as often as before) and a signal wakes it at once: on a virtual machine
+being woken costs a process more CPU than most of what it then does (`wake_up_cost` and
+`idle_wakeups_per_s` in bench/idle_benchmark.py). `--workers N` above 1 runs uvicorn's own
+supervisor and servers as they are.
 """
 
 from __future__ import annotations

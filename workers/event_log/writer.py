@@ -9,11 +9,11 @@ commit-times): a response's deltas that wait for the same commit merge into one 
 and one message, so a token costs a fraction of a commit, a row, a publish and an SSE write
 even when few responses stream. Once a commit is due it goes with the next events to arrive
 (within DUE_GRACE of the interval at the latest): woken by their arrival, which the process pays
-for anyway, rather than by a timer of its own; on a virtual machine a process woken costs a
-tenth of a millisecond of CPU or more before it does anything. A response's first output and
-its end do not wait: they go out at once (under load, within URGENT_SPACING), alone, since that
-is what a client waits on (its first token, its answer's end). Nothing is published before its
-commit (design invariant 2).
+for anyway, rather than by a timer of its own; on a virtual machine being woken costs a process
+more CPU than a commit's own work (`wake_up_cost` in bench/idle_benchmark.py). A response's
+first output and its end do not wait: they go out at once (under load, within URGENT_SPACING),
+alone, since that is what a client waits on (its first token, its answer's end). Nothing is
+published before its commit (design invariant 2).
 
 A commit that Postgres refuses for its data, not for its connection, is not retried: the batch's
 responses commit one by one, and one whose own events are refused stops streaming and is ended
@@ -63,6 +63,7 @@ URGENT_SPACING = 0.025
 URGENT_BURST = 4
 # A due commit waits at most this share of the commit interval more for events to arrive with.
 DUE_GRACE = 0.5
+_NOTHING_DUE = float("inf")
 
 
 def pause_after(batch_responses: int, flush_seconds: float) -> float:
@@ -123,11 +124,11 @@ class EventWriter:
         self._wake = asyncio.Event()
         # Responses whose pending events hold their first output or their end: they skip the pause.
         self._urgent: set[str] = set()
-        self._urgent_waiting = asyncio.Event()
         self._urgent_times: deque[float] = deque(maxlen=URGENT_BURST)  # of the last urgent commits
-        # Set by what may not wait for the next full commit: urgent events, and events arriving once it is due.
+        # Set by what may not wait for the next full commit: urgent events, and (not under load)
+        # events arriving once it is due.
         self._go = asyncio.Event()
-        self._due_at = float("inf")  # when the next full commit is due, while the flusher waits for it
+        self._due_at = _NOTHING_DUE  # when the next full commit is due, while the flusher waits for it
         self._streaming: set[str] = set()  # responses whose first output was committed
         self._side_tasks = SideTasks()
         self._flushing = asyncio.Lock()  # the flusher's and close's flushes, one after the other
@@ -164,12 +165,11 @@ class EventWriter:
                 if event["type"] in MERGEABLE_DELTAS and response_id not in self._streaming:
                     self._hurry(response_id)  # its first output
         self._wake.set()
-        if asyncio.get_running_loop().time() >= self._due_at:
+        if self._due_at != _NOTHING_DUE and asyncio.get_running_loop().time() >= self._due_at:
             self._go.set()
 
     def _hurry(self, response_id: str) -> None:
         self._urgent.add(response_id)
-        self._urgent_waiting.set()
         self._go.set()
 
     async def drain(self, response_id: str) -> None:
@@ -221,8 +221,6 @@ class EventWriter:
         """Until the next full commit: urgent commits at once; the full commit once due, with the
         next events to arrive, or a grace later at the latest."""
         loop = asyncio.get_running_loop()
-        if not self._urgent:  # (what was hurried during the last flush still is)
-            self._go.clear()
         self._due_at = due_at
         latest = loop.call_at(due_at + DUE_GRACE * self._commit_interval, self._go.set)
         try:
@@ -233,7 +231,7 @@ class EventWriter:
                     return
                 await self._flush_urgent()
         finally:
-            self._due_at = float("inf")
+            self._due_at = _NOTHING_DUE
             latest.cancel()
 
     async def _gather_loaded(self, deadline: float) -> None:
@@ -241,7 +239,7 @@ class EventWriter:
         loop = asyncio.get_running_loop()
         while (left := deadline - loop.time()) > 0:
             try:
-                await asyncio.wait_for(self._urgent_waiting.wait(), left)
+                await asyncio.wait_for(self._go.wait(), left)
             except TimeoutError:
                 break
             if await self._urgent_room(deadline):
@@ -262,7 +260,7 @@ class EventWriter:
 
     async def _flush_pending(self) -> None:
         self._wake.clear()
-        self._urgent_waiting.clear()
+        self._go.clear()
         self._urgent.clear()
         batch, self._pending = self._pending, {}
         self._last_batch_size = len(batch)
@@ -270,7 +268,7 @@ class EventWriter:
 
     async def _flush_urgent(self) -> None:
         """Only the responses starting or ending; the others keep gathering."""
-        self._urgent_waiting.clear()
+        self._go.clear()
         urgent, self._urgent = self._urgent, set()
         await self._flush({rid: self._pending.pop(rid) for rid in urgent if rid in self._pending})
 
