@@ -1,6 +1,6 @@
-"""The system under benchmark: its own database, the fake runtime (or a model catalog of the
-caller's), one API and one worker, each a process of its own, torn down afterwards. Shared by
-the benchmark scripts."""
+"""The system under benchmark: its own database, the fake runtime (or the light one, or a model
+catalog of the caller's), one API and one worker, each a process of its own, torn down
+afterwards. Shared by the benchmark scripts."""
 
 from __future__ import annotations
 
@@ -64,12 +64,14 @@ async def running_stack(
     worker_processes: int = 1,
     fake_model_fields: str = "",
     postgres_admin_url: str = PG_ADMIN_URL,
+    light_runtime: bool = False,
     **env_overrides: str,
 ) -> AsyncIterator[Stack]:
     """Without `models_toml`, the catalog is the fake runtime as model "fake" (with
     `fake_model_fields`, TOML lines, added to its entry); with it, that catalog (and `worker_args`,
-    say `--model ID` for a model the worker hosts). Its database is made on the server of
-    `postgres_admin_url`."""
+    say `--model ID` for a model the worker hosts). `light_runtime`: bench/light_runtime.py
+    instead of the fake runtime (plain streamed answers only, at a fraction of its CPU). Its
+    database is made on the server of `postgres_admin_url`."""
     name = f"rs_bench_{os.getpid()}"
     await admin(f'CREATE DATABASE "{name}"', postgres_admin_url)
     runtime_port, api_port = free_port(), free_port()
@@ -93,7 +95,10 @@ async def running_stack(
     processes: list[subprocess.Popen[bytes]] = []
     pids: dict[str, int] = {}
     if models_toml is None:
-        runtime = subprocess.Popen([sys.executable, "-m", "tests.fake_runtime", "--port", str(runtime_port)], **quiet)  # type: ignore[call-overload]
+        serve = ["bench/light_runtime.py", str(runtime_port)]
+        if not light_runtime:
+            serve = ["-m", "tests.fake_runtime", "--port", str(runtime_port)]
+        runtime = subprocess.Popen([sys.executable, *serve], **quiet)  # type: ignore[call-overload]
         processes.append(runtime)
         pids["fake_runtime"] = runtime.pid
         wait_for_http(f"http://127.0.0.1:{runtime_port}/_stats")

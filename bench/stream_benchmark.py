@@ -153,6 +153,11 @@ async def main() -> None:
         help="the fake runtime sleeps between tokens, so that its lateness on a busy machine adds up"
         " (by default its tokens are due on a clock, as a GPU's steps are)",
     )
+    parser.add_argument(
+        "--light-runtime",
+        action="store_true",
+        help="stream from bench/light_runtime.py instead of the fake runtime: the same answers, a fraction of the CPU",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="answers each stream slot streams, back to back")
     parser.add_argument("--burst", action="store_true", help="start every stream at once instead of staggered")
     parser.add_argument("--workers", type=int, default=1, help="worker processes")
@@ -165,7 +170,9 @@ async def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
-    async with running_stack(max_output_tokens=args.tokens * 2, worker_processes=args.workers) as stack:
+    async with running_stack(
+        max_output_tokens=args.tokens * 2, worker_processes=args.workers, light_runtime=args.light_runtime
+    ) as stack:
         if not args.ogx:
             await _levels(args, stack, None)
             return
