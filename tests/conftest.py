@@ -190,10 +190,11 @@ def report_a_hang(request: pytest.FixtureRequest) -> Iterator[None]:
         timer.cancel()
 
 
-@pytest.fixture(scope="session")
-def fake_runtime_url() -> Iterator[str]:
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "tests.fake_runtime", "--port", str(port)], cwd=ROOT)
+@contextmanager
+def serving(*arguments: str, port: int) -> Iterator[str]:
+    """A Python server process (`python ARGUMENTS`) on 127.0.0.1:`port`; its URL once it answers
+    `/_stats`. Stopped afterwards."""
+    process = subprocess.Popen([sys.executable, *arguments], cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for_http(f"{url}/_stats", process)
@@ -201,6 +202,13 @@ def fake_runtime_url() -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(10)
+
+
+@pytest.fixture(scope="session")
+def fake_runtime_url() -> Iterator[str]:
+    port = free_port()
+    with serving("-m", "tests.fake_runtime", "--port", str(port), port=port) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,6 @@ benchmark run on it measures the same work."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,20 +11,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import ROOT, free_port, wait_for_http
+from tests.conftest import free_port, serving
 
 
 @pytest.fixture(scope="module")
 def light_runtime_url() -> Iterator[str]:
     port = free_port()
-    process = subprocess.Popen([sys.executable, "bench/light_runtime.py", str(port)], cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_http(f"{url}/_stats", process)
+    with serving("bench/light_runtime.py", str(port), port=port) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def _request(text: str, delay: float = 0.0, **fields: Any) -> dict[str, Any]:
