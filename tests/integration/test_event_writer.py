@@ -111,6 +111,30 @@ async def test_a_due_commit_goes_with_the_next_events_to_arrive(state: AppState,
         assert [json.loads(payload)["delta"] for payload in deltas] == ["a", "bc"]  # b and c: one event
 
 
+async def test_output_after_a_first_output_still_being_committed_waits_for_the_paced_commit(
+    state: AppState, account_id: str
+) -> None:
+    """Only the first output is urgent, even when what follows it arrives while that first
+    output's commit is still under way (held here by a lock on the event log)."""
+    [response_id] = await in_progress(state, account_id, 1)
+    writer = paced_writer(state, PACE_SECONDS)
+    writer.start()
+    try:
+        async with state.engine.begin() as blocker, state.engine.connect() as watcher:
+            await blocker.execute(text("LOCK TABLE event_log IN EXCLUSIVE MODE"))
+            writer.append(response_id, [delta("a")])  # its first output: its commit waits for the lock
+            waiting = text("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'event_log'::regclass")
+            while not await watcher.scalar(waiting):
+                await asyncio.sleep(0.01)
+            writer.append(response_id, [delta("b")])
+        await asyncio.wait_for(until_committed(state, response_id, 1), 10)
+        await asyncio.sleep(0.5)
+        assert await committed(state, response_id) == 1  # "b" gathers for the paced commit
+    finally:
+        await writer.close()
+    assert await committed(state, response_id) == 2
+
+
 async def test_a_due_commit_goes_a_grace_later_when_nothing_more_arrives(state: AppState, account_id: str) -> None:
     [response_id] = await in_progress(state, account_id, 1)
     writer = paced_writer(state, 0.1)

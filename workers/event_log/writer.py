@@ -129,7 +129,9 @@ class EventWriter:
         # events arriving once it is due.
         self._go = asyncio.Event()
         self._due_at = _NOTHING_DUE  # when the next full commit is due, while the flusher waits for it
-        self._streaming: set[str] = set()  # responses whose first output was committed
+        # Responses whose first output was handed over: what follows it waits for the paced commit,
+        # even while that first output's own commit is still under way.
+        self._streaming: set[str] = set()
         self._side_tasks = SideTasks()
         self._flushing = asyncio.Lock()  # the flusher's and close's flushes, one after the other
         self._last_batch_size = 0
@@ -163,6 +165,7 @@ class EventWriter:
             if not _coalesce(pending, event):
                 pending.append(event)
                 if event["type"] in MERGEABLE_DELTAS and response_id not in self._streaming:
+                    self._streaming.add(response_id)
                     self._hurry(response_id)  # its first output
         self._wake.set()
         if self._due_at != _NOTHING_DUE and asyncio.get_running_loop().time() >= self._due_at:
@@ -291,8 +294,6 @@ class EventWriter:
         for rid, pending in batch.items():
             if pending.outcome is not None:
                 self._streaming.discard(rid)
-            elif rid not in self._streaming and any(event["type"] in MERGEABLE_DELTAS for event in pending.events):
-                self._streaming.add(rid)
             if pending.finished and not pending.finished.done():
                 pending.finished.set_result(rid in committed)
 
