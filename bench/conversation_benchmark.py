@@ -73,7 +73,7 @@ async def turn_beside_direct(
     sent straight to the runtime: both times to first token."""
     await forget_runtime_requests(http, stack)
     body = {**TURN, "conversation": conversation} if conversation else {**TURN, "previous_response_id": previous}
-    ours, _ = await stream_one(http, f"{stack.api_url}/responses", body, stack.headers, OURS_DELTA)
+    ours = (await stream_one(http, f"{stack.api_url}/responses", body, stack.headers, OURS_DELTA)).ttft
     sent = orjson.dumps(await last_runtime_request(http, stack))  # encoded beforehand: only sending it is timed
     started = time.perf_counter()
     async with http.post(f"{stack.runtime_url}/v1/chat/completions", data=sent, headers=JSON) as answer:

@@ -3,7 +3,8 @@
 For each concurrency level it streams N responses of M tokens (a) through the whole system
 (API → Postgres → arq → worker → runtime → durable event log → Redis → SSE) and (b) straight from
 the fake Chat Completions runtime, in the same run, and reports TTFT p50/p99, tokens/s and
-their ratios, plus the durable events/s the event writer committed. The fake's tokens are due on
+their ratios, plus the durable events/s the event writer committed and the steps of the time to
+first token (request → accepted → claimed → first token). The fake's tokens are due on
 a clock from each answer's start, as a GPU's steps are, so the machine's CPU contention does not
 slow its generation itself; `--runtime-drift` makes it sleep between tokens instead.
 
@@ -21,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -80,6 +82,9 @@ class Run:
     tokens: int
     seconds: float
     errors: int
+    # Of each response streamed through our API: its id, when it was asked for and when its first
+    # token arrived (Unix time), for the TTFT's breakdown against what Postgres recorded.
+    timings: list[tuple[str, float, float]]
 
     def row(self) -> dict[str, float]:
         ordered = sorted(self.ttfts)
@@ -92,22 +97,67 @@ class Run:
         }
 
 
+_RESPONSE_ID = re.compile(rb'"id":"(resp_[0-9A-Za-z]+)"')
+
+
+@dataclass(frozen=True)
+class Streamed:
+    ttft: float
+    tokens: int
+    response_id: str | None  # (the direct path's answers have none)
+    asked_at: float  # Unix time
+    first_at: float
+
+
 async def stream_one(
     http: aiohttp.ClientSession, url: str, body: dict[str, object], headers: dict[str, str], delta_marker: bytes
-) -> tuple[float, int]:
-    """Streams one answer; returns its time to first token and its token count. Tokens are the
-    fake's words, counted in the text (the server may coalesce several into one delta) without
-    parsing each line, so the load generator leaves the CPU to the systems under test."""
-    start = time.perf_counter()
+) -> Streamed:
+    """Streams one answer. Tokens are the fake's words, counted in the text (the server may
+    coalesce several into one delta) without parsing each line, so the load generator leaves the
+    CPU to the systems under test; only the lines before the first token are searched for the
+    response's id."""
+    asked_at, start = time.time(), time.perf_counter()
     first = None
     tokens = 0
+    response_id = None
     async with http.post(url, json=body, headers=headers) as answer:
         answer.raise_for_status()
         async for line in answer.content:
             if delta_marker in line and (words := line.count(b"tok")):
                 tokens += words
                 first = first or time.perf_counter()
-    return (first or time.perf_counter()) - start, tokens
+            elif first is None and response_id is None and (found := _RESPONSE_ID.search(line)):
+                response_id = found[1].decode()
+    ttft = (first or time.perf_counter()) - start
+    return Streamed(ttft, tokens, response_id, asked_at, asked_at + ttft)
+
+
+TTFT_STEPS = ("request_to_accepted", "accepted_to_claimed", "claimed_to_first_token")
+
+
+async def ttft_steps(pg: asyncpg.Connection, timings: list[tuple[str, float, float]]) -> list[list[float]]:
+    """Each step of each response's time to first token, in seconds (TTFT_STEPS): from its request
+    to the API's accepting it (its `created_at`), from there to a worker's claim (`started_at`),
+    and from the claim to the client's first token."""
+    rows = await pg.fetch(
+        "SELECT id, extract(epoch FROM created_at) AS accepted, extract(epoch FROM started_at) AS claimed"
+        " FROM responses WHERE id = ANY($1::text[]) AND started_at IS NOT NULL",
+        [response_id for response_id, _, _ in timings],
+    )
+    stored = {row["id"]: (float(row["accepted"]), float(row["claimed"])) for row in rows}
+    steps: list[list[float]] = [[], [], []]
+    for response_id, asked, first in timings:
+        if response_id in stored:
+            accepted, claimed = stored[response_id]
+            for step, seconds in zip(steps, (accepted - asked, claimed - accepted, first - claimed), strict=True):
+                step.append(seconds)
+    return steps
+
+
+def percentile(seconds: list[float], share: float) -> float:
+    """In milliseconds."""
+    ordered = sorted(seconds)
+    return round(1000 * ordered[min(len(ordered) - 1, int(len(ordered) * share))], 1) if ordered else float("nan")
 
 
 async def load(
@@ -124,22 +174,27 @@ async def load(
     # aiohttp: the load generator must cost as little CPU as possible on a machine it shares.
     timeout = aiohttp.ClientTimeout(total=300)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as http:
-        ttfts: list[float] = []
-        counts = {"tokens": 0, "errors": 0}
+        streamed: list[Streamed] = []
+        errors = 0
 
         async def slot(index: int) -> None:
+            nonlocal errors
             await asyncio.sleep(index * ramp / concurrency)
             for _ in range(rounds):
                 try:
-                    ttft, tokens = await stream_one(http, url, body, headers, marker)
-                    ttfts.append(ttft)
-                    counts["tokens"] += tokens
+                    streamed.append(await stream_one(http, url, body, headers, marker))
                 except Exception:
-                    counts["errors"] += 1
+                    errors += 1
 
         start = time.perf_counter()
         await asyncio.gather(*(slot(i) for i in range(concurrency)))
-        return Run(ttfts, counts["tokens"], time.perf_counter() - start, counts["errors"])
+        return Run(
+            [one.ttft for one in streamed],
+            sum(one.tokens for one in streamed),
+            time.perf_counter() - start,
+            errors,
+            [(one.response_id, one.asked_at, one.first_at) for one in streamed if one.response_id],
+        )
 
 
 async def main() -> None:
@@ -234,14 +289,7 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None) -> No
             " JOIN responses r ON r.log_key = e.log_key WHERE r.created_at >= $1",
             phase_start,
         )
-        # How long created responses waited for a worker to claim them (the queue's share of TTFT).
-        waits = await pg.fetchrow(
-            "SELECT 1000 * extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY wait)) AS p50,"
-            " 1000 * extract(epoch FROM percentile_cont(0.9) WITHIN GROUP (ORDER BY wait)) AS p90"
-            " FROM (SELECT started_at - created_at AS wait FROM responses"
-            " WHERE created_at >= $1 AND started_at IS NOT NULL) AS claimed",
-            phase_start,
-        )
+        steps = await ttft_steps(pg, ours.timings)
         await pg.close()
         cpu_before = meter.snapshot()
         base = await load(*direct, level, args.rounds, ramp)
@@ -252,7 +300,10 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None) -> No
             "direct": base.row(),
             "responses_server": ours.row(),
             "durable_events_per_s": events / ours.seconds,
-            "queue_to_claim_ms": {"p50": round(float(waits["p50"]), 1), "p90": round(float(waits["p90"]), 1)},
+            # How long accepted responses waited for a worker to claim them (the queue's share of TTFT).
+            "queue_to_claim_ms": {"p50": percentile(steps[1], 0.5), "p90": percentile(steps[1], 0.9)},
+            # Where the time to first token went, the median of each step (each its own median).
+            "ttft_steps_p50_ms": {name: percentile(step, 0.5) for name, step in zip(TTFT_STEPS, steps, strict=True)},
             "cpu_seconds": {"responses_server": cpu_ours, "direct": cpu_direct},
             # Each process's wake-ups (voluntary context switches) a response, through our path.
             "wakeups_per_response": {name: round(count / total, 1) for name, count in woken.items()},
