@@ -95,8 +95,9 @@ async def running_stack(
     processes: list[subprocess.Popen[bytes]] = []
     pids: dict[str, int] = {}
     if models_toml is None:
-        serve = ["bench/light_runtime.py", str(runtime_port)]
-        if not light_runtime:
+        if light_runtime:
+            serve = ["bench/light_runtime.py", str(runtime_port)]
+        else:
             serve = ["-m", "tests.fake_runtime", "--port", str(runtime_port)]
         runtime = subprocess.Popen([sys.executable, *serve], **quiet)  # type: ignore[call-overload]
         processes.append(runtime)
