@@ -11,11 +11,13 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 def percentiles(values: list[float]) -> dict[str, float]:
     """p50 and p99 of durations in seconds, in milliseconds."""
+    return {"p50_ms": round(1000 * statistics.median(values), 2), "p99_ms": percentile(values, 0.99)}
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The duration (seconds) that `share` of them do not exceed, in milliseconds; NaN for none."""
     ordered = sorted(values)
-    return {
-        "p50_ms": round(1000 * statistics.median(ordered), 2),
-        "p99_ms": round(1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2),
-    }
+    return round(1000 * ordered[min(len(ordered) - 1, int(len(ordered) * share))], 2) if ordered else float("nan")
 
 
 def cpu_seconds(pid: int) -> float:

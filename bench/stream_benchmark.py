@@ -37,7 +37,7 @@ import asyncpg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.measure import cpu_seconds, wakeups  # noqa: E402
+from bench.measure import cpu_seconds, percentile, wakeups  # noqa: E402
 from bench.ogx import MODEL as OGX_MODEL  # noqa: E402
 from bench.ogx import Ogx, running_ogx  # noqa: E402
 from bench.stack import Stack, admin, running_stack  # noqa: E402
@@ -87,11 +87,9 @@ class Run:
     timings: list[tuple[str, float, float]]
 
     def row(self) -> dict[str, float]:
-        ordered = sorted(self.ttfts)
-        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else float("nan")
         return {
-            "ttft_p50_ms": 1000 * statistics.median(ordered) if ordered else float("nan"),
-            "ttft_p99_ms": 1000 * p99,
+            "ttft_p50_ms": 1000 * statistics.median(self.ttfts) if self.ttfts else float("nan"),
+            "ttft_p99_ms": percentile(self.ttfts, 0.99),
             "tokens_per_s": self.tokens / self.seconds,
             "errors": self.errors,
         }
@@ -152,12 +150,6 @@ async def ttft_steps(pg: asyncpg.Connection, timings: list[tuple[str, float, flo
             for step, seconds in zip(steps, (accepted - asked, claimed - accepted, first - claimed), strict=True):
                 step.append(seconds)
     return steps
-
-
-def percentile(seconds: list[float], share: float) -> float:
-    """In milliseconds."""
-    ordered = sorted(seconds)
-    return round(1000 * ordered[min(len(ordered) - 1, int(len(ordered) * share))], 1) if ordered else float("nan")
 
 
 async def load(
