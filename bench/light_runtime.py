@@ -3,15 +3,15 @@ process of its own with a bare HTTP/1.1 server on uvloop, streaming Chat Complet
 vLLM's server does, each due on a clock of its own (one timer a chunk, no task, no framework).
 
 On a machine that the runtime shares with the system under test, the test fixture
-(tests/fake_runtime.py, Starlette on uvicorn) takes about 40 µs of CPU a chunk: at 256 streams
-of a token every 20 ms, a quarter of two cores. On a GPU host the runtime's CPU is not the
-worker's, so the benchmarks can run this one instead (`bench/stream_benchmark.py
---light-runtime`). It answers only what they ask:
+(tests/fake_runtime.py, Starlette on uvicorn) takes twice this one's CPU (at 256 streams of a
+token every 20 ms, 2.5 CPU-seconds a phase against 1.2: docs/benchmark.md). On a GPU host the
+runtime's CPU is not the worker's, so the benchmarks can run this one instead
+(`bench/stream_benchmark.py --light-runtime`). It answers only what they ask:
 
-- `POST /v1/chat/completions` with `stream: true`, its last user message `#fake {json}` with
-  `text` (words, one chunk each), `delay` (seconds between chunks, due n · delay after the
-  first) and `drift` (sleep `delay` after each chunk instead), or any other text, echoed;
-  `max_tokens` cuts the answer (finish_reason "length"); the last chunk carries the usage.
+- `POST /v1/chat/completions` with `stream: true`: the answer the fake runtime's script gives
+  (`#fake {json}`: `text`, `chunks` or `filler`; else an echo), paced by `delay` (chunk n due
+  n · delay after the first) or `drift` (sleep `delay` after each chunk instead); `max_tokens`
+  cuts it (finish_reason "length"); the last chunk carries the usage.
 - `GET /v1/models`: one model, as a model server's health check is answered; any other
   request: `200 {}` (a readiness probe).
 
@@ -26,10 +26,16 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from pathlib import Path
 from typing import Any, cast
 
 import orjson
 import uvloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# What a request asks for is read as the fake runtime reads it: the answer is the same.
+from tests.fake_runtime import _chunks, _script
 
 _HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
@@ -52,25 +58,14 @@ def _event(payload: dict[str, Any]) -> bytes:
     return _framed(b"data: " + orjson.dumps(payload) + b"\n\n")
 
 
-def _script(body: dict[str, Any]) -> tuple[list[str], float, bool]:
-    """The answer's chunks, the delay between them, and whether lateness adds up."""
-    users = [m for m in body.get("messages", []) if m.get("role") == "user"]
-    last = users[-1]["content"] if users else ""
-    if isinstance(last, list):
-        last = "".join(part.get("text", "") for part in last)
-    first_line = last.split("\n", 1)[0]
-    script = orjson.loads(first_line[len("#fake ") :]) if first_line.startswith("#fake ") else {"text": f"Echo: {last}"}
-    words = str(script.get("text", "")).split(" ")
-    chunks = [w if i == 0 else " " + w for i, w in enumerate(words)]
-    return chunks, float(script.get("delay", 0.0)), bool(script.get("drift", False))
-
-
 class _Answer:
     """One streamed answer: its chunks written as they fall due."""
 
     def __init__(self, connection: _Connection, body: dict[str, Any]) -> None:
         self._connection = connection
-        chunks, self._delay, self._drift = _script(body)
+        script = _script(body)
+        chunks = _chunks(script)
+        self._delay, self._drift = float(script.get("delay", 0.0)), bool(script.get("drift", False))
         limit = body.get("max_tokens")
         self._finish = "stop"
         if limit is not None and len(chunks) > limit:

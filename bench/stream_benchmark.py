@@ -76,25 +76,6 @@ class CpuMeter:
         return {name: round(after[name] - before[name], 2) for name in before}
 
 
-@dataclass
-class Run:
-    ttfts: list[float]
-    tokens: int
-    seconds: float
-    errors: int
-    # Of each response streamed through our API: its id, when it was asked for and when its first
-    # token arrived (Unix time), for the TTFT's breakdown against what Postgres recorded.
-    timings: list[tuple[str, float, float]]
-
-    def row(self) -> dict[str, float]:
-        return {
-            "ttft_p50_ms": 1000 * statistics.median(self.ttfts) if self.ttfts else float("nan"),
-            "ttft_p99_ms": percentile(self.ttfts, 0.99),
-            "tokens_per_s": self.tokens / self.seconds,
-            "errors": self.errors,
-        }
-
-
 _RESPONSE_ID = re.compile(rb'"id":"(resp_[0-9A-Za-z]+)"')
 
 
@@ -104,7 +85,30 @@ class Streamed:
     tokens: int
     response_id: str | None  # (the direct path's answers have none)
     asked_at: float  # Unix time
-    first_at: float
+
+    @property
+    def first_at(self) -> float:
+        return self.asked_at + self.ttft
+
+
+@dataclass
+class Run:
+    streamed: list[Streamed]
+    seconds: float
+    errors: int
+
+    @property
+    def tokens(self) -> int:
+        return sum(one.tokens for one in self.streamed)
+
+    def row(self) -> dict[str, float]:
+        ttfts = [one.ttft for one in self.streamed]
+        return {
+            "ttft_p50_ms": 1000 * statistics.median(ttfts) if ttfts else float("nan"),
+            "ttft_p99_ms": percentile(ttfts, 0.99),
+            "tokens_per_s": self.tokens / self.seconds,
+            "errors": self.errors,
+        }
 
 
 async def stream_one(
@@ -126,28 +130,28 @@ async def stream_one(
                 first = first or time.perf_counter()
             elif first is None and response_id is None and (found := _RESPONSE_ID.search(line)):
                 response_id = found[1].decode()
-    ttft = (first or time.perf_counter()) - start
-    return Streamed(ttft, tokens, response_id, asked_at, asked_at + ttft)
+    return Streamed((first or time.perf_counter()) - start, tokens, response_id, asked_at)
 
 
 TTFT_STEPS = ("request_to_accepted", "accepted_to_claimed", "claimed_to_first_token")
 
 
-async def ttft_steps(pg: asyncpg.Connection, timings: list[tuple[str, float, float]]) -> list[list[float]]:
+async def ttft_steps(pg: asyncpg.Connection, streamed: list[Streamed]) -> list[list[float]]:
     """Each step of each response's time to first token, in seconds (TTFT_STEPS): from its request
     to the API's accepting it (its `created_at`), from there to a worker's claim (`started_at`),
     and from the claim to the client's first token."""
     rows = await pg.fetch(
         "SELECT id, extract(epoch FROM created_at) AS accepted, extract(epoch FROM started_at) AS claimed"
         " FROM responses WHERE id = ANY($1::text[]) AND started_at IS NOT NULL",
-        [response_id for response_id, _, _ in timings],
+        [one.response_id for one in streamed if one.response_id],
     )
     stored = {row["id"]: (float(row["accepted"]), float(row["claimed"])) for row in rows}
     steps: list[list[float]] = [[], [], []]
-    for response_id, asked, first in timings:
-        if response_id in stored:
-            accepted, claimed = stored[response_id]
-            for step, seconds in zip(steps, (accepted - asked, claimed - accepted, first - claimed), strict=True):
+    for one in streamed:
+        if one.response_id in stored:
+            accepted, claimed = stored[one.response_id]
+            lasted = (accepted - one.asked_at, claimed - accepted, one.first_at - claimed)
+            for step, seconds in zip(steps, lasted, strict=True):
                 step.append(seconds)
     return steps
 
@@ -180,13 +184,7 @@ async def load(
 
         start = time.perf_counter()
         await asyncio.gather(*(slot(i) for i in range(concurrency)))
-        return Run(
-            [one.ttft for one in streamed],
-            sum(one.tokens for one in streamed),
-            time.perf_counter() - start,
-            errors,
-            [(one.response_id, one.asked_at, one.first_at) for one in streamed if one.response_id],
-        )
+        return Run(streamed, time.perf_counter() - start, errors)
 
 
 async def main() -> None:
@@ -281,7 +279,7 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None) -> No
             " JOIN responses r ON r.log_key = e.log_key WHERE r.created_at >= $1",
             phase_start,
         )
-        steps = await ttft_steps(pg, ours.timings)
+        steps = await ttft_steps(pg, ours.streamed)
         await pg.close()
         cpu_before = meter.snapshot()
         base = await load(*direct, level, args.rounds, ramp)
