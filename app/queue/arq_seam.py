@@ -35,6 +35,9 @@ The worker, adapted to hundreds of long jobs and to token latency:
   function runs inside the task that took it. Jobs start side by side, never one after another.
 - Jobs that start or end while a take or a removal is in flight are taken or removed together,
   by one script call (app/process/batching.py).
+- A job holds one of the worker's `max_jobs` slots while it is taken and run, not while its keys
+  are removed afterwards: with as many streams as slots, each new response would otherwise wait
+  for an ended one's removal round trip.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from arq.connections import ArqRedis
@@ -154,6 +158,7 @@ class QueueWorker(Worker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._elsewhere: dict[bytes, float] = {}
+        self._in_slots: set[str] = set()  # jobs counted against max_jobs: being taken or run
         # A wake-up found every slot taken: the queue is looked at again as soon as one frees,
         # rather than at the next poll (which, with wake-ups, can be far apart).
         self._woken_when_full = False
@@ -195,11 +200,18 @@ class QueueWorker(Worker):
                 return
             await self.sem.acquire()  # never waits below max_jobs; kept for arq's own accounting
             self.job_counter += 1
+            self._in_slots.add(job_id)
             task = asyncio.create_task(self._take_and_run(job_id_b))
-            task.add_done_callback(self._job_done)
+            task.add_done_callback(partial(self._job_done, job_id))
             self.tasks[job_id] = task
 
-    def _job_done(self, _: asyncio.Task[None]) -> None:
+    def _job_done(self, job_id: str, _: asyncio.Task[None]) -> None:
+        self._free_slot(job_id)  # (a task cancelled before it started never freed it)
+
+    def _free_slot(self, job_id: str) -> None:
+        if job_id not in self._in_slots:
+            return
+        self._in_slots.discard(job_id)
         self._release_sem_dec_counter_on_complete()
         if self._woken_when_full and self.allow_pick_jobs and (self._refill is None or self._refill.done()):
             self._woken_when_full = False
@@ -218,6 +230,26 @@ class QueueWorker(Worker):
         """Never raises: arq's poll loop collects finished tasks' results."""
         job_id = job_id_b.decode()
         try:
+            ended = await self._run_if_taken(job_id_b)
+        finally:
+            # Its function is done: the slot goes to the next job while Redis is tidied. (At as
+            # many streams as slots, a new response otherwise waits for an old one's tidying.)
+            self._free_slot(job_id)
+        if ended is None:
+            return
+        try:
+            if ended:
+                await asyncio.shield(self._remove(job_id))
+            else:  # cancelled by a shutdown: the job stays queued for the next worker, as in arq
+                await asyncio.shield(self._release(job_id))
+        except REDIS_DOWN as error:
+            # Left in the queue, it is delivered again and finds its response ended: a no-op.
+            REDIS_LINK.failed("removing an ended job", error)
+
+    async def _run_if_taken(self, job_id_b: bytes) -> bool | None:
+        """Takes the job and runs it (see `_run_taken`); None if it could not be taken."""
+        job_id = job_id_b.decode()
+        try:
             taken = await self._take(job_id)
         except REDIS_DOWN as error:
             REDIS_LINK.failed("taking a job", error)
@@ -229,17 +261,9 @@ class QueueWorker(Worker):
             now = time.monotonic()
             self._elsewhere = {j: t for j, t in self._elsewhere.items() if t > now}
             self._elsewhere[job_id_b] = now + self.ELSEWHERE_SECONDS
-            return
+            return None
         data, tries = taken
-        ended = await self._run_taken(job_id, data, tries)
-        try:
-            if ended:
-                await asyncio.shield(self._remove(job_id))
-            else:  # cancelled by a shutdown: the job stays queued for the next worker, as in arq
-                await asyncio.shield(self._release(job_id))
-        except REDIS_DOWN as error:
-            # Left in the queue, it is delivered again and finds its response ended: a no-op.
-            REDIS_LINK.failed("removing an ended job", error)
+        return await self._run_taken(job_id, data, tries)
 
     async def _run_taken(self, job_id: str, data: bytes | None, tries: int) -> bool:
         """Runs a taken job's function; False when it was cancelled and must run again."""

@@ -52,8 +52,8 @@ def queue() -> str:
 async def start_worker(environment: Environment, queue: str) -> AsyncIterator[StartWorker]:
     started: list[tuple[QueueWorker, asyncio.Task[None]]] = []
 
-    async def start(recorder: Recorder, **options: Any) -> QueueWorker:
-        worker = QueueWorker(
+    async def start(recorder: Recorder, worker_class: type[QueueWorker] = QueueWorker, **options: Any) -> QueueWorker:
+        worker = worker_class(
             functions=[func(recorder.run, name=GENERATE_JOB, max_tries=3)],
             queue_name=queue,
             redis_settings=RedisSettings.from_dsn(environment.redis_url),
@@ -128,6 +128,34 @@ async def test_a_job_woken_while_every_slot_was_taken_starts_when_one_frees_with
     await eventually(lambda: recorder.runs == [f"resp_first_{RUN}", f"resp_waits_{RUN}"], timeout=2.0)
     await job_ended(worker, f"resp_waits_{RUN}")
     assert await job_keys(state.redis, queue, f"resp_waits_{RUN}") == NOTHING_LEFT
+
+
+async def test_a_job_frees_its_slot_when_its_function_returns_before_redis_is_tidied(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    """At as many streams as slots, a new response must not wait for an ended one's clean-up."""
+    tidying = asyncio.Event()
+
+    class HeldTidying(QueueWorker):
+        async def _remove_many(self, job_ids: list[str]) -> dict[str, None]:
+            await tidying.wait()
+            return await super()._remove_many(job_ids)
+
+    recorder = Recorder()
+    worker = await start_worker(recorder, worker_class=HeldTidying, poll_delay=3600, max_jobs=1)
+    await asyncio.sleep(0.1)  # its one poll is done
+    ended, waiting = f"resp_ended_{RUN}", f"resp_next_{RUN}"
+    await enqueue_generate(state.redis, ended, queue)
+    await eventually(lambda: recorder.runs == [ended])
+    await enqueue_generate(state.redis, waiting, queue)
+    await eventually(lambda: recorder.runs == [ended, waiting], timeout=2.0)
+    assert (await job_keys(state.redis, queue, ended))["job"]  # still being tidied
+    tidying.set()
+    await job_ended(worker, ended)
+    await job_ended(worker, waiting)
+    assert await job_keys(state.redis, queue, ended) == NOTHING_LEFT
+    assert await job_keys(state.redis, queue, waiting) == NOTHING_LEFT
+    assert worker.job_counter == 0
 
 
 async def test_a_finished_job_leaves_nothing_in_redis(state: AppState, queue: str, start_worker: StartWorker) -> None:
