@@ -1,6 +1,8 @@
 """The system under benchmark: its own database, the fake runtime (or the light one, or a model
 catalog of the caller's), one API and one worker, each a process of its own, torn down
-afterwards. Shared by the benchmark scripts."""
+afterwards. Shared by the benchmark scripts. The workers log in JSON to files of their own
+(`Stack.worker_logs`), where each generation's line tells the steps of its start
+(workers/jobs/generation_log.py)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ class Stack:
     queue_name: str
     pids: dict[str, int]
     env: dict[str, str]  # what its processes run with
+    worker_logs: tuple[Path, ...]
 
     @property
     def headers(self) -> dict[str, str]:
@@ -75,7 +78,8 @@ async def running_stack(
     name = f"rs_bench_{os.getpid()}"
     await admin(f'CREATE DATABASE "{name}"', postgres_admin_url)
     runtime_port, api_port = free_port(), free_port()
-    catalog = Path(tempfile.mkdtemp()) / "models.toml"
+    files = Path(tempfile.mkdtemp())
+    catalog = files / "models.toml"
     catalog.write_text(
         models_toml
         or f'[[models]]\nid = "fake"\nruntime = "openai"\nbase_url = "http://127.0.0.1:{runtime_port}/v1"\n'
@@ -114,10 +118,19 @@ async def running_stack(
             env=env,
         )
         api = subprocess.Popen([*cli, "api", "--port", str(api_port)], **quiet)  # type: ignore[call-overload]
-        workers = [
-            subprocess.Popen([*cli, "worker", *worker_args], **quiet)  # type: ignore[call-overload]
-            for _ in range(worker_processes)
-        ]
+        worker_logs = tuple(files / f"worker{i}.log" for i in range(worker_processes))
+        workers = []
+        for log_path in worker_logs:
+            with log_path.open("wb") as log:
+                workers.append(
+                    subprocess.Popen(
+                        [*cli, "worker", *worker_args],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        cwd=ROOT,
+                        env={**env, "RESPONSES_LOG_FORMAT": "json"},
+                    )
+                )
         processes += [api, *workers]
         wait_for_http(f"http://127.0.0.1:{api_port}/ready")
         yield Stack(
@@ -129,6 +142,7 @@ async def running_stack(
             queue_name=env["RESPONSES_QUEUE"],
             pids={**pids, "api": api.pid, **{f"worker{i or ''}": w.pid for i, w in enumerate(workers)}},
             env=env,
+            worker_logs=worker_logs,
         )
     finally:
         for process in reversed(processes):

@@ -4,7 +4,8 @@ For each concurrency level it streams N responses of M tokens (a) through the wh
 (API → Postgres → arq → worker → runtime → durable event log → Redis → SSE) and (b) straight from
 the fake Chat Completions runtime, in the same run, and reports TTFT p50/p99, tokens/s and
 their ratios, plus the durable events/s the event writer committed and the steps of the time to
-first token (request → accepted → claimed → first token). The fake's tokens are due on
+first token (TTFT_STEPS: the API's, then the worker's as its generation log lines tell them, then
+the way back to the client). The fake's tokens are due on
 a clock from each answer's start, as a GPU's steps are, so the machine's CPU contention does not
 slow its generation itself; `--runtime-drift` makes it sleep between tokens instead.
 
@@ -28,7 +29,9 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -133,26 +136,56 @@ async def stream_one(
     return Streamed((first or time.perf_counter()) - start, tokens, response_id, asked_at)
 
 
-TTFT_STEPS = ("request_to_accepted", "accepted_to_claimed", "claimed_to_first_token")
+TTFT_STEPS = (
+    "request_to_accepted",  # the API's parsing and validation (to the response's `created_at`)
+    "accepted_to_enqueued",  # its insert and the job's serialization (to the job's enqueue time)
+    "enqueued_to_heard",  # the enqueue script, the wake-up message, the worker's listener
+    "heard_to_taken",  # the take script
+    "taken_to_claimed",  # the claim and the context's read
+    "claimed_to_runtime_token",  # the runtime request and its first output token
+    "runtime_token_to_client",  # the first output's commit, its publish, the API's SSE write
+)
 
 
-async def ttft_steps(pg: asyncpg.Connection, streamed: list[Streamed]) -> list[list[float]]:
+def generation_lines(worker_logs: tuple[Path, ...]) -> dict[str, dict[str, Any]]:
+    """Each generation's log line (workers/jobs/generation_log.py), by response id."""
+    lines: dict[str, dict[str, Any]] = {}
+    for path in worker_logs:
+        for text in path.read_text().splitlines():
+            if '"responses_server.generation"' in text:
+                line = json.loads(text)
+                lines[line["response_id"]] = line
+    return lines
+
+
+async def ttft_steps(
+    pg: asyncpg.Connection, streamed: list[Streamed], worker_logs: tuple[Path, ...]
+) -> list[list[float]]:
     """Each step of each response's time to first token, in seconds (TTFT_STEPS): from its request
-    to the API's accepting it (its `created_at`), from there to a worker's claim (`started_at`),
-    and from the claim to the client's first token."""
+    to the API's accepting it (its `created_at`), then its generation's start as its worker logged
+    it, then to the client's first token."""
     rows = await pg.fetch(
-        "SELECT id, extract(epoch FROM created_at) AS accepted, extract(epoch FROM started_at) AS claimed"
-        " FROM responses WHERE id = ANY($1::text[]) AND started_at IS NOT NULL",
+        "SELECT id, extract(epoch FROM created_at) AS accepted FROM responses WHERE id = ANY($1::text[])",
         [one.response_id for one in streamed if one.response_id],
     )
-    stored = {row["id"]: (float(row["accepted"]), float(row["claimed"])) for row in rows}
-    steps: list[list[float]] = [[], [], []]
+    accepted = {row["id"]: float(row["accepted"]) for row in rows}
+    lines = generation_lines(worker_logs)
+    for _ in range(50):  # a line is written just after its response's end reached the client
+        if all(one.response_id in lines for one in streamed if one.response_id in accepted):
+            break
+        await asyncio.sleep(0.1)
+        lines = generation_lines(worker_logs)
+    steps: list[list[float]] = [[] for _ in TTFT_STEPS]
     for one in streamed:
-        if one.response_id in stored:
-            accepted, claimed = stored[one.response_id]
-            lasted = (accepted - one.asked_at, claimed - accepted, one.first_at - claimed)
-            for step, seconds in zip(steps, lasted, strict=True):
-                step.append(seconds)
+        line = lines.get(one.response_id or "")
+        if one.response_id not in accepted or line is None or "first_token_ms" not in line:
+            continue
+        moments = [one.asked_at, accepted[one.response_id], line["enqueued_at"]]
+        for name in ("queued_ms", "take_ms", "claim_ms", "first_token_ms"):
+            moments.append(moments[-1] + line[name] / 1000)
+        moments.append(one.first_at)
+        for step, (start, end) in zip(steps, pairwise(moments), strict=True):
+            step.append(end - start)
     return steps
 
 
@@ -279,7 +312,8 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None) -> No
             " JOIN responses r ON r.log_key = e.log_key WHERE r.created_at >= $1",
             phase_start,
         )
-        steps = await ttft_steps(pg, ours.streamed)
+        steps = await ttft_steps(pg, ours.streamed, stack.worker_logs)
+        claims = [sum(each) for each in zip(*steps[1:5], strict=True)]
         await pg.close()
         cpu_before = meter.snapshot()
         base = await load(*direct, level, args.rounds, ramp)
@@ -291,7 +325,7 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None) -> No
             "responses_server": ours.row(),
             "durable_events_per_s": events / ours.seconds,
             # How long accepted responses waited for a worker to claim them (the queue's share of TTFT).
-            "queue_to_claim_ms": {"p50": percentile(steps[1], 0.5), "p90": percentile(steps[1], 0.9)},
+            "queue_to_claim_ms": {"p50": percentile(claims, 0.5), "p90": percentile(claims, 0.9)},
             # Where the time to first token went, the median of each step (each its own median).
             "ttft_steps_p50_ms": {name: percentile(step, 0.5) for name, step in zip(TTFT_STEPS, steps, strict=True)},
             "cpu_seconds": {"responses_server": cpu_ours, "direct": cpu_direct},

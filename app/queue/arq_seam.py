@@ -190,7 +190,7 @@ class QueueWorker(Worker):
             await listener.close()
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
-        now = time.monotonic()
+        now, heard_at = time.monotonic(), time.time()
         for job_id_b in job_ids:
             job_id = job_id_b.decode()
             if job_id in self.tasks or self._elsewhere.get(job_id_b, 0.0) > now:
@@ -201,7 +201,7 @@ class QueueWorker(Worker):
             await self.sem.acquire()  # never waits below max_jobs; kept for arq's own accounting
             self.job_counter += 1
             self._in_slots.add(job_id)
-            task = asyncio.create_task(self._take_and_run(job_id_b))
+            task = asyncio.create_task(self._take_and_run(job_id_b, heard_at))
             task.add_done_callback(partial(self._job_done, job_id))
             self.tasks[job_id] = task
 
@@ -226,11 +226,11 @@ class QueueWorker(Worker):
         except REDIS_DOWN as error:  # the next poll does it
             REDIS_LINK.failed("looking for waiting jobs", error)
 
-    async def _take_and_run(self, job_id_b: bytes) -> None:
+    async def _take_and_run(self, job_id_b: bytes, heard_at: float) -> None:
         """Never raises: arq's poll loop collects finished tasks' results."""
         job_id = job_id_b.decode()
         try:
-            ended = await self._run_if_taken(job_id_b)
+            ended = await self._run_if_taken(job_id_b, heard_at)
         finally:
             # Its function is done: the slot goes to the next job while Redis is tidied. (At as
             # many streams as slots, a new response otherwise waits for an old one's tidying.)
@@ -246,7 +246,7 @@ class QueueWorker(Worker):
             # Left in the queue, it is delivered again and finds its response ended: a no-op.
             REDIS_LINK.failed("removing an ended job", error)
 
-    async def _run_if_taken(self, job_id_b: bytes) -> bool | None:
+    async def _run_if_taken(self, job_id_b: bytes, heard_at: float) -> bool | None:
         """Takes the job and runs it (see `_run_taken`); None if it could not be taken."""
         job_id = job_id_b.decode()
         try:
@@ -263,10 +263,13 @@ class QueueWorker(Worker):
             self._elsewhere[job_id_b] = now + self.ELSEWHERE_SECONDS
             return None
         data, tries = taken
-        return await self._run_taken(job_id, data, tries)
+        return await self._run_taken(job_id, data, tries, heard_at)
 
-    async def _run_taken(self, job_id: str, data: bytes | None, tries: int) -> bool:
-        """Runs a taken job's function; False when it was cancelled and must run again."""
+    async def _run_taken(self, job_id: str, data: bytes | None, tries: int, heard_at: float) -> bool:
+        """Runs a taken job's function; False when it was cancelled and must run again. Its
+        context has arq's keys, and when the worker went for the job and took it (Unix times:
+        `heard_at`, `taken_at`)."""
+        taken_at = time.time()
         try:
             if data is None:
                 raise LookupError("the job expired")
@@ -276,6 +279,7 @@ class QueueWorker(Worker):
             if tries > max_tries:
                 raise LookupError(f"{tries - 1} tries exhausted")
             ctx = {**self.ctx, "job_id": job_id, "job_try": tries, "enqueue_time_ms": enqueued_ms}
+            ctx |= {"heard_at": heard_at, "taken_at": taken_at}
             async with asyncio.timeout(self.job_timeout_s if function.timeout_s is None else function.timeout_s):
                 await function.coroutine(ctx, *args, **kwargs)
         except asyncio.CancelledError:

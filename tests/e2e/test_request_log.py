@@ -1,17 +1,30 @@
 """Each request leaves one structured log line (request id, account, model, status, durations), and
-a JSON answer carries its phases in Server-Timing."""
+a JSON answer carries its phases in Server-Timing; each generation leaves one in its worker's log
+(status, tokens, the steps of its start)."""
 
 from __future__ import annotations
 
 import json
 import re
+import secrets
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from tests.conftest import ROOT, Environment, FakeRuntime, free_port, stop, wait_for_http, wait_until
+from tests.conftest import (
+    ROOT,
+    Environment,
+    FakeRuntime,
+    free_port,
+    start_api,
+    stop,
+    wait_for_http,
+    wait_until,
+)
 
 
 def test_a_json_create_tells_its_phases_and_every_request_logs_one_json_line(
@@ -58,3 +71,58 @@ def test_a_json_create_tells_its_phases_and_every_request_logs_one_json_line(
         assert all(set(line) >= {"time", "level", "logger", "message"} for line in lines())
     finally:
         stop(api)
+
+
+def test_a_generation_logs_one_line_with_the_steps_of_its_start(
+    environment: Environment, api_key: str, fake: FakeRuntime, tmp_path: Path
+) -> None:
+    queue = {"RESPONSES_QUEUE": f"responses:test:generation-log:{secrets.token_hex(4)}"}  # this worker's alone
+    port, log_path = free_port(), tmp_path / "worker.log"
+    api = start_api(environment, port, **queue)
+    with log_path.open("wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "worker"],
+            cwd=ROOT,
+            env=environment.env(RESPONSES_LOG_FORMAT="json", **queue),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        # The runtime takes 0.3 s before its first token: the last step of the start is the model's.
+        script = "#fake " + json.dumps({"text": "one two three", "first_delay": 0.3})
+        body = {"model": "fake", "input": script, "stream": True}
+        first_token_at = response_id = None
+        with httpx.stream(
+            "POST",
+            f"http://127.0.0.1:{port}/v1/responses",
+            json=body,
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=30,
+        ) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data: "):
+                    event = json.loads(line[6:])
+                    response_id = response_id or event["response"]["id"]
+                    if event["type"] == "response.output_text.delta" and first_token_at is None:
+                        first_token_at = time.time()
+        assert response_id is not None and first_token_at is not None
+
+        def generation_lines() -> list[dict[str, Any]]:
+            lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")]
+            return [line for line in lines if line["logger"] == "responses_server.generation"]
+
+        wait_until(lambda: generation_lines())
+        [logged] = generation_lines()
+        assert logged["response_id"] == response_id and logged["model"] == "fake-model"
+        assert logged["status"] == "completed" and logged["output_tokens"] == 3
+        steps = [logged[f"{name}_ms"] for name in ("queued", "take", "claim", "first_token")]
+        assert all(isinstance(ms, float) and ms >= 0 for ms in steps)
+        assert logged["first_token_ms"] >= 300
+        assert logged["duration_ms"] >= logged["first_token_ms"]
+        # Laid end to end from the job's enqueueing, the steps reach the runtime's first token,
+        # which the client sees only after its commit (one machine's clock; 0.1 ms rounding each).
+        assert logged["enqueued_at"] + sum(steps) / 1000 <= first_token_at + 0.001
+        opening = f"response {response_id} completed (fake-model): 3 output tokens; queued "
+        assert logged["message"].startswith(opening)
+    finally:
+        stop(worker, api)

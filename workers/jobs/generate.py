@@ -33,7 +33,8 @@ from app.service import admission
 from app.storage import events as events_db
 from app.storage import items as items_db
 from app.storage import responses as responses_db
-from workers.jobs import compacting
+from workers.jobs import compacting, generation_log
+from workers.jobs.generation_log import StartTimes
 from workers.runtimes import compaction
 from workers.runtimes.chat_request import chat_request, continuing
 from workers.runtimes.errors import RuntimeFailure
@@ -49,6 +50,7 @@ class Generation:
     record: ResponseRecord
     model: ModelEntry | None
     context: list[Item]
+    times: StartTimes
     # Above 0: the n-th continuation of a generation another worker began, from `output`, what
     # its log holds.
     continuations: int = 0
@@ -62,18 +64,19 @@ async def generate(ctx: dict[str, Any], response_id: str, transient: dict[str, A
         log.info("response %s: this worker runs it already; nothing to do", response_id)
         return
     state.taken.add(response_id)
+    times = StartTimes.of_job(ctx)
     try:
         if transient is None:
-            generation = await _claim_durable(state, response_id)
+            generation = await _claim_durable(state, response_id, times)
         else:
-            generation = await _claim_transient(state, response_id, transient)
+            generation = await _claim_transient(state, response_id, transient, times)
         if generation is not None:
             await _run(state, generation)
     finally:
         state.taken.discard(response_id)
 
 
-async def _claim_durable(state: WorkerState, response_id: str) -> Generation | None:
+async def _claim_durable(state: WorkerState, response_id: str, times: StartTimes) -> Generation | None:
     claim = await state.claims(response_id)
     if claim is None:
         log.info("response %s: already claimed or ended; nothing to do", response_id)
@@ -83,10 +86,14 @@ async def _claim_durable(state: WorkerState, response_id: str) -> Generation | N
     if claim.continuations:  # nobody writes its log while it has no worker: this is all of it
         async with state.engine.begin() as conn:
             output = await events_db.output_so_far(conn, response_id)
-    return Generation(record, state.catalog.by_name.get(record.model), claim.context, claim.continuations, output)
+    model = state.catalog.by_name.get(record.model)
+    times.claimed = time.time()
+    return Generation(record, model, claim.context, times, claim.continuations, output)
 
 
-async def _claim_transient(state: WorkerState, response_id: str, job: dict[str, Any]) -> Generation | None:
+async def _claim_transient(
+    state: WorkerState, response_id: str, job: dict[str, Any], times: StartTimes
+) -> Generation | None:
     claimed = await state.redis.set(
         TRANSIENT_CLAIM_PREFIX + response_id, state.worker_id, nx=True, ex=state.settings.job_timeout_seconds
     )
@@ -100,7 +107,8 @@ async def _claim_transient(state: WorkerState, response_id: str, job: dict[str, 
         async with state.engine.connect() as conn:
             context = await items_db.context_items(conn, record.previous_response_id, own_output=True)
     state.writer.open_transient(response_id)
-    return Generation(record, state.catalog.by_name.get(record.model), context + job["input"])
+    times.claimed = time.time()
+    return Generation(record, state.catalog.by_name.get(record.model), context + job["input"], times)
 
 
 async def _run(state: WorkerState, generation: Generation) -> None:
@@ -112,7 +120,7 @@ async def _run(state: WorkerState, generation: Generation) -> None:
     prefix = None
     if generation.continuations:
         if not continuable(generation.output or [], record.settings):  # (its releaser checked: a safeguard)
-            await _finish(state, record, [], _failed(NOT_CONTINUABLE, stopped(generation.output or [])))
+            await _finish(state, generation, [], _failed(NOT_CONTINUABLE, stopped(generation.output or [])))
             return
         prefix = translator.continue_from(generation.output or [])
     # The runtime request goes out first: it, not these events' commit, is what the first token waits on.
@@ -137,7 +145,7 @@ async def _run(state: WorkerState, generation: Generation) -> None:
     except Exception:  # whatever the runtime sent, the response must end: never leave it running
         log.exception("response %s: its outcome could not be made", record.id)
         closing, outcome = [], _failed(INTERNAL_ERROR)
-    await _finish(state, record, closing, outcome)
+    await _finish(state, generation, closing, outcome)
 
 
 async def _run_compaction(state: WorkerState, generation: Generation) -> None:
@@ -150,7 +158,8 @@ async def _run_compaction(state: WorkerState, generation: Generation) -> None:
         await asyncio.wait({task})
     except asyncio.CancelledError:  # the worker is shutting down: its client asks again
         task.cancel()
-        await asyncio.shield(_finish(state, record, [], _failed("The worker shut down before this compaction ended.")))
+        shut_down = _failed("The worker shut down before this compaction ended.")
+        await asyncio.shield(_finish(state, generation, [], shut_down))
         raise
     finally:
         state.running.pop(record.id, None)
@@ -163,7 +172,7 @@ async def _run_compaction(state: WorkerState, generation: Generation) -> None:
         outcome = _failed(INTERNAL_ERROR)
     else:
         outcome = task.result()
-    await _finish(state, record, [], outcome)
+    await _finish(state, generation, [], outcome)
 
 
 async def _summarize(state: WorkerState, generation: Generation) -> responses_db.Outcome:
@@ -199,13 +208,13 @@ async def _hand_over(
                 log.info("response %s: handed over to another worker (continuation %d)", record.id, number)
                 return
     interrupted = _failed("The worker shut down before this response finished.", translator.partial_output())
-    await _finish(state, record, [], interrupted)
+    await _finish(state, generation, [], interrupted)
 
 
 async def _finish(
-    state: WorkerState, record: ResponseRecord, closing: list[Event], outcome: responses_db.Outcome
+    state: WorkerState, generation: Generation, closing: list[Event], outcome: responses_db.Outcome
 ) -> None:
-    writer = state.writer
+    record, writer = generation.record, state.writer
     ended = not writer.refused(record.id) and await writer.finish(
         record.id, [*closing, terminal_event(outcome.applied_to(record))], outcome
     )
@@ -215,6 +224,8 @@ async def _finish(
     if not ended:
         log.info("response %s ended elsewhere first; its %s is discarded", record.id, outcome.status)
     else:
+        output_tokens = (outcome.usage or {}).get("output_tokens")
+        generation_log.ended(record.id, record.model, outcome.status, output_tokens, generation.times)
         if record.background:  # its webhook deliveries, if any, were written with its end
             state.webhooks.nudge()
         FINISHED.labels(record.model, outcome.status).inc()
@@ -267,15 +278,14 @@ async def _stream(state: WorkerState, generation: Generation, translator: Stream
     if prefix is not None:
         body = continuing(body, prefix, model)
     first_token = TIME_TO_FIRST_TOKEN.labels(record.model)
-    waiting_for_first = True
+    times = generation.times
 
     def translate(chunk: dict[str, Any]) -> None:
-        nonlocal waiting_for_first
         if events := translator.on_chunk(chunk):
             state.writer.append(response_id, events)
-            if waiting_for_first and any(event["type"] in OUTPUT_DELTAS for event in events):
-                waiting_for_first = False
-                first_token.observe(time.time() - record.created_at)
+            if times.first_token is None and any(event["type"] in OUTPUT_DELTAS for event in events):
+                times.first_token = time.time()
+                first_token.observe(times.first_token - record.created_at)
 
     await state.runtime.stream(model, body, translate, truncate=record.settings.get("truncation") == "auto")
 

@@ -1,0 +1,77 @@
+"""What a generation leaves behind: one log line when it ends, with its response, model, status and
+output tokens, and how long each step of its start took:
+
+- `queued`: from its job's enqueueing (on the enqueuer's clock) until this worker went for the job,
+  on hearing of it, finding it in a poll, or as a slot freed;
+- `take`: the job taken from the queue;
+- `claim`: the response claimed in Postgres (or Redis, for store=false), its context read;
+- `first_token`: from the claim to the runtime's first output token (the request, the prompt's
+  prefill, the first chunk).
+
+With `RESPONSES_LOG_FORMAT=json` the steps are fields (`queued_ms`…), with the job's `enqueued_at`
+(Unix seconds), so a response's start can be laid beside its create's request line
+(app/process/request_log.py) and its client's first token, as bench/stream_benchmark.py does.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("responses_server.generation")
+
+
+@dataclass(slots=True)
+class StartTimes:
+    """Unix times of a generation's start; None where the job did not come through the queue worker."""
+
+    enqueued: float | None
+    heard: float | None
+    taken: float | None
+    claimed: float | None = None
+    first_token: float | None = None
+
+    @classmethod
+    def of_job(cls, ctx: dict[str, Any]) -> StartTimes:
+        enqueued_ms = ctx.get("enqueue_time_ms")
+        return cls(enqueued_ms / 1000 if enqueued_ms else None, ctx.get("heard_at"), ctx.get("taken_at"))
+
+    def steps_ms(self) -> dict[str, float]:
+        steps = {
+            "queued": (self.enqueued, self.heard),
+            "take": (self.heard, self.taken),
+            "claim": (self.taken, self.claimed),
+            "first_token": (self.claimed, self.first_token),
+        }
+        return {
+            name: round((end - start) * 1000, 1)
+            for name, (start, end) in steps.items()
+            if start is not None and end is not None
+        }
+
+
+def ended(response_id: str, model: str, status: str, output_tokens: int | None, times: StartTimes) -> None:
+    steps = times.steps_ms()
+    duration_ms = round((time.time() - times.claimed) * 1000, 1) if times.claimed is not None else None
+    fields: dict[str, Any] = {
+        "response_id": response_id,
+        "model": model,
+        "status": status,
+        "output_tokens": output_tokens,
+        "enqueued_at": times.enqueued,
+        **{f"{name}_ms": ms for name, ms in steps.items()},
+        "duration_ms": duration_ms,
+    }
+    started = ", ".join(f"{name.replace('_', ' ')} {ms:.1f} ms" for name, ms in steps.items())
+    log.info(
+        "response %s %s (%s): %s output tokens; %s; %s ms since its claim",
+        response_id,
+        status,
+        model,
+        output_tokens,
+        started or "not started by the queue",
+        duration_ms,
+        extra={"fields": fields},
+    )
