@@ -5,9 +5,9 @@ For each concurrency level it streams N responses of M tokens (a) through the wh
 the fake Chat Completions runtime, in the same run, and reports TTFT p50/p99, tokens/s and
 their ratios, plus the durable events/s the event writer committed and the steps of the time to
 first token (TTFT_STEPS: the API's, then the worker's as its generation log lines tell them, then
-the way back to the client). The fake's tokens are due on
-a clock from each answer's start, as a GPU's steps are, so the machine's CPU contention does not
-slow its generation itself; `--runtime-drift` makes it sleep between tokens instead.
+the way back to the client). The fake's tokens are due on a clock from each answer's start, as a
+GPU's steps are, so the machine's CPU contention does not slow its generation itself;
+`--runtime-drift` makes it sleep between tokens instead.
 
     python bench/stream_benchmark.py                       # 1, 32 and 256 streams
     python bench/stream_benchmark.py --levels 32 --tokens 128 --token-delay 0.01

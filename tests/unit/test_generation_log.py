@@ -1,0 +1,50 @@
+"""A generation's log line: the steps of its start that are known, nothing made up for the others."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from workers.jobs import generation_log
+from workers.jobs.generation_log import StartTimes
+
+
+def test_a_queued_job_tells_every_step_from_its_enqueueing(caplog: pytest.LogCaptureFixture) -> None:
+    enqueued = time.time() - 1.0
+    times = StartTimes.of_job({"enqueue_time_ms": int(enqueued * 1000), "heard_at": enqueued + 0.002})
+    times.taken, times.claimed, times.first_token = enqueued + 0.003, enqueued + 0.0105, enqueued + 0.2
+    assert times.steps_ms() == pytest.approx(
+        {"queued": 2.0, "take": 1.0, "claim": 7.5, "first_token": 189.5}, abs=1.1  # (enqueue time: whole ms)
+    )
+    with caplog.at_level(logging.INFO, logger="responses_server.generation"):
+        generation_log.ended("resp_1", "m", "incomplete", 7, times)
+    [record] = caplog.records
+    fields = record.fields  # type: ignore[attr-defined]
+    assert fields["status"] == "incomplete" and fields["output_tokens"] == 7
+    assert fields["duration_ms"] >= 989  # from the claim, a second ago, to now
+    assert record.getMessage().startswith("response resp_1 incomplete (m): 7 output tokens; queued ")
+
+
+def test_a_job_run_outside_the_queue_worker_or_ended_before_its_first_token_tells_only_what_happened(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    times = StartTimes.of_job({})  # (a job function called directly: no queue times)
+    times.claimed = time.time()
+    with caplog.at_level(logging.INFO, logger="responses_server.generation"):
+        generation_log.ended("resp_2", "m", "failed", None, times)
+    [record] = caplog.records
+    fields = record.fields  # type: ignore[attr-defined]
+    assert not any(name.endswith("_ms") and name != "duration_ms" for name in fields)
+    assert fields["enqueued_at"] is None and fields["output_tokens"] is None
+    assert "not started by the queue" in record.getMessage()
+
+    caplog.clear()
+    times = StartTimes.of_job({"enqueue_time_ms": 1000, "heard_at": 1.5, "taken_at": 1.75})
+    times.claimed = 2.0  # claimed, then failed before any token
+    with caplog.at_level(logging.INFO, logger="responses_server.generation"):
+        generation_log.ended("resp_3", "m", "failed", None, times)
+    fields = caplog.records[0].fields  # type: ignore[attr-defined]
+    assert (fields["queued_ms"], fields["take_ms"], fields["claim_ms"]) == (500.0, 250.0, 250.0)
+    assert "first_token_ms" not in fields
