@@ -2,7 +2,7 @@
 catalog of the caller's), one API and one worker, each a process of its own, torn down
 afterwards. Shared by the benchmark scripts. The workers log in JSON to files of their own
 (`Stack.worker_logs`), where each generation's line tells the steps of its start
-(workers/jobs/generation_log.py)."""
+(workers/jobs/start_times.py)."""
 
 from __future__ import annotations
 

@@ -148,7 +148,7 @@ TTFT_STEPS = (
 
 
 def generation_lines(worker_logs: tuple[Path, ...]) -> dict[str, dict[str, Any]]:
-    """Each generation's log line (workers/jobs/generation_log.py), by response id."""
+    """Each generation's log line (workers/jobs/start_times.py), by response id."""
     lines: dict[str, dict[str, Any]] = {}
     for path in worker_logs:
         for text in path.read_text().splitlines():

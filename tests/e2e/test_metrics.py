@@ -64,6 +64,8 @@ def test_metrics_move_as_responses_run_and_the_dashboard_uses_only_served_ones(
     assert sample(api, "responses_oldest_queued_seconds", model="hosted-vllm") >= 0
     assert sample(served, "responses_finished_total", model="fake-model", status="completed") == 3
     assert sample(served, "responses_time_to_first_token_seconds_count", model="fake-model") == 3
+    for step in ("queued", "take", "claim", "first_token"):
+        assert sample(served, "responses_start_step_seconds_count", model="fake-model", step=step) == 3
     assert sample(served, "responses_output_tokens_total", model="fake-model") >= 3
     assert sample(served, "responses_worker_events_committed_total") > 0
     assert sample(served, "process_cpu_seconds_total") > 0

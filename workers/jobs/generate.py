@@ -33,8 +33,8 @@ from app.service import admission
 from app.storage import events as events_db
 from app.storage import items as items_db
 from app.storage import responses as responses_db
-from workers.jobs import compacting, generation_log
-from workers.jobs.generation_log import StartTimes
+from workers.jobs import compacting, start_times
+from workers.jobs.start_times import StartTimes
 from workers.runtimes import compaction
 from workers.runtimes.chat_request import chat_request, continuing
 from workers.runtimes.errors import RuntimeFailure
@@ -87,7 +87,7 @@ async def _claim_durable(state: WorkerState, response_id: str, times: StartTimes
         async with state.engine.begin() as conn:
             output = await events_db.output_so_far(conn, response_id)
     model = state.catalog.by_name.get(record.model)
-    times.claimed = time.time()
+    times.claimed_now(record.model)
     return Generation(record, model, claim.context, times, claim.continuations, output)
 
 
@@ -107,7 +107,7 @@ async def _claim_transient(
         async with state.engine.connect() as conn:
             context = await items_db.context_items(conn, record.previous_response_id, own_output=True)
     state.writer.open_transient(response_id)
-    times.claimed = time.time()
+    times.claimed_now(record.model)
     return Generation(record, state.catalog.by_name.get(record.model), context + job["input"], times)
 
 
@@ -225,7 +225,7 @@ async def _finish(
         log.info("response %s ended elsewhere first; its %s is discarded", record.id, outcome.status)
     else:
         output_tokens = (outcome.usage or {}).get("output_tokens")
-        generation_log.ended(record.id, record.model, outcome.status, output_tokens, generation.times)
+        start_times.ended(record.id, record.model, outcome.status, output_tokens, generation.times)
         if record.background:  # its webhook deliveries, if any, were written with its end
             state.webhooks.nudge()
         FINISHED.labels(record.model, outcome.status).inc()
@@ -284,8 +284,7 @@ async def _stream(state: WorkerState, generation: Generation, translator: Stream
         if events := translator.on_chunk(chunk):
             state.writer.append(response_id, events)
             if times.first_token is None and any(event["type"] in OUTPUT_DELTAS for event in events):
-                times.first_token = time.time()
-                first_token.observe(times.first_token - record.created_at)
+                first_token.observe(times.first_token_now(record.model) - record.created_at)
 
     await state.runtime.stream(model, body, translate, truncate=record.settings.get("truncation") == "auto")
 

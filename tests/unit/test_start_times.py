@@ -1,4 +1,5 @@
-"""A generation's log line: the steps of its start that are known, nothing made up for the others."""
+"""The steps of a generation's start: counted in the metrics as they end, and told in its log line, the
+ones that are known and nothing made up for the others."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import time
 
 import pytest
 
-from workers.jobs import generation_log
-from workers.jobs.generation_log import StartTimes
+from app.process.metrics import REGISTRY
+from workers.jobs import start_times
+from workers.jobs.start_times import StartTimes
 
 
 def test_a_queued_job_tells_every_step_from_its_enqueueing(caplog: pytest.LogCaptureFixture) -> None:
@@ -16,10 +18,11 @@ def test_a_queued_job_tells_every_step_from_its_enqueueing(caplog: pytest.LogCap
     times = StartTimes.of_job({"enqueue_time_ms": int(enqueued * 1000), "heard_at": enqueued + 0.002})
     times.taken, times.claimed, times.first_token = enqueued + 0.003, enqueued + 0.0105, enqueued + 0.2
     assert times.steps_ms() == pytest.approx(
-        {"queued": 2.0, "take": 1.0, "claim": 7.5, "first_token": 189.5}, abs=1.1  # (enqueue time: whole ms)
+        {"queued": 2.0, "take": 1.0, "claim": 7.5, "first_token": 189.5},
+        abs=1.1,  # (enqueue time: whole ms)
     )
     with caplog.at_level(logging.INFO, logger="responses_server.generation"):
-        generation_log.ended("resp_1", "m", "incomplete", 7, times)
+        start_times.ended("resp_1", "m", "incomplete", 7, times)
     [record] = caplog.records
     fields = record.fields  # type: ignore[attr-defined]
     assert fields["status"] == "incomplete" and fields["output_tokens"] == 7
@@ -33,7 +36,7 @@ def test_a_job_run_outside_the_queue_worker_or_ended_before_its_first_token_tell
     times = StartTimes.of_job({})  # (a job function called directly: no queue times)
     times.claimed = time.time()
     with caplog.at_level(logging.INFO, logger="responses_server.generation"):
-        generation_log.ended("resp_2", "m", "failed", None, times)
+        start_times.ended("resp_2", "m", "failed", None, times)
     [record] = caplog.records
     fields = record.fields  # type: ignore[attr-defined]
     assert not any(name.endswith("_ms") and name != "duration_ms" for name in fields)
@@ -44,7 +47,21 @@ def test_a_job_run_outside_the_queue_worker_or_ended_before_its_first_token_tell
     times = StartTimes.of_job({"enqueue_time_ms": 1000, "heard_at": 1.5, "taken_at": 1.75})
     times.claimed = 2.0  # claimed, then failed before any token
     with caplog.at_level(logging.INFO, logger="responses_server.generation"):
-        generation_log.ended("resp_3", "m", "failed", None, times)
+        start_times.ended("resp_3", "m", "failed", None, times)
     fields = caplog.records[0].fields  # type: ignore[attr-defined]
     assert (fields["queued_ms"], fields["take_ms"], fields["claim_ms"]) == (500.0, 250.0, 250.0)
     assert "first_token_ms" not in fields
+
+
+def test_each_step_is_counted_in_the_metrics_when_it_ends() -> None:
+    def count(step: str) -> float:
+        return REGISTRY.get_sample_value("responses_start_step_seconds_count", {"model": "m-steps", "step": step}) or 0
+
+    now = time.time()
+    times = StartTimes.of_job({"enqueue_time_ms": int(now * 1000) - 5, "heard_at": now, "taken_at": now})
+    times.claimed_now("m-steps")
+    assert [count(step) for step in ("queued", "take", "claim", "first_token")] == [1, 1, 1, 0]
+    times.first_token_now("m-steps")
+    assert count("first_token") == 1
+    StartTimes.of_job({}).claimed_now("m-steps")  # (no queue times: only what is known is counted)
+    assert [count(step) for step in ("queued", "take", "claim")] == [1, 1, 1]

@@ -1,5 +1,6 @@
-"""What a generation leaves behind: one log line when it ends, with its response, model, status and
-output tokens, and how long each step of its start took:
+"""The steps of a generation's start, measured: in the metrics as each step ends
+(`responses_start_step_seconds{model, step}`), and in the one log line each generation leaves when
+it ends, with its status and output tokens. The steps:
 
 - `queued`: from its job's enqueueing (on the enqueuer's clock) until this worker went for the job,
   on hearing of it, finding it in a poll, or as a slot freed;
@@ -8,8 +9,8 @@ output tokens, and how long each step of its start took:
 - `first_token`: from the claim to the runtime's first output token (the request, the prompt's
   prefill, the first chunk).
 
-With `RESPONSES_LOG_FORMAT=json` the steps are fields (`queued_ms`…), with the job's `enqueued_at`
-(Unix seconds), so a response's start can be laid beside its create's request line
+With `RESPONSES_LOG_FORMAT=json` the log line's steps are fields (`queued_ms`…), with the job's
+`enqueued_at` (Unix seconds), so a response's start can be laid beside its create's request line
 (app/process/request_log.py) and its client's first token, as bench/stream_benchmark.py does.
 """
 
@@ -19,6 +20,8 @@ import logging
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from app.process.metrics import START_STEP
 
 log = logging.getLogger("responses_server.generation")
 
@@ -38,18 +41,29 @@ class StartTimes:
         enqueued_ms = ctx.get("enqueue_time_ms")
         return cls(enqueued_ms / 1000 if enqueued_ms else None, ctx.get("heard_at"), ctx.get("taken_at"))
 
+    def claimed_now(self, model: str) -> None:
+        self.claimed = time.time()
+        for step in ("queued", "take", "claim"):
+            if (seconds := self._steps().get(step)) is not None:
+                START_STEP.labels(model, step).observe(seconds)
+
+    def first_token_now(self, model: str) -> float:
+        self.first_token = time.time()
+        if self.claimed is not None:
+            START_STEP.labels(model, "first_token").observe(self.first_token - self.claimed)
+        return self.first_token
+
     def steps_ms(self) -> dict[str, float]:
+        return {name: round(seconds * 1000, 1) for name, seconds in self._steps().items()}
+
+    def _steps(self) -> dict[str, float]:
         steps = {
             "queued": (self.enqueued, self.heard),
             "take": (self.heard, self.taken),
             "claim": (self.taken, self.claimed),
             "first_token": (self.claimed, self.first_token),
         }
-        return {
-            name: round((end - start) * 1000, 1)
-            for name, (start, end) in steps.items()
-            if start is not None and end is not None
-        }
+        return {name: end - start for name, (start, end) in steps.items() if start is not None and end is not None}
 
 
 def ended(response_id: str, model: str, status: str, output_tokens: int | None, times: StartTimes) -> None:
