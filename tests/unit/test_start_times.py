@@ -41,7 +41,8 @@ def test_a_job_run_outside_the_queue_worker_or_ended_before_its_first_token_tell
     fields = record.fields  # type: ignore[attr-defined]
     assert not any(name.endswith("_ms") and name != "duration_ms" for name in fields)
     assert fields["enqueued_at"] is None and fields["output_tokens"] is None
-    assert "not started by the queue" in record.getMessage()
+    assert record.getMessage().startswith("response resp_2 failed (m): not queued; ")
+    assert record.getMessage().endswith(" ms since its claim")
 
     caplog.clear()
     times = StartTimes.of_job({"enqueue_time_ms": 1000, "heard_at": 1.5, "taken_at": 1.75})

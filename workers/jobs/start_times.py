@@ -78,14 +78,8 @@ def ended(response_id: str, model: str, status: str, output_tokens: int | None, 
         **{f"{name}_ms": ms for name, ms in steps.items()},
         "duration_ms": duration_ms,
     }
-    started = ", ".join(f"{name.replace('_', ' ')} {ms:.1f} ms" for name, ms in steps.items())
-    log.info(
-        "response %s %s (%s): %s output tokens; %s; %s ms since its claim",
-        response_id,
-        status,
-        model,
-        output_tokens,
-        started or "not started by the queue",
-        duration_ms,
-        extra={"fields": fields},
-    )
+    told = [] if output_tokens is None else [f"{output_tokens} output tokens"]
+    told.append(", ".join(f"{name.replace('_', ' ')} {ms:.1f} ms" for name, ms in steps.items()) or "not queued")
+    if duration_ms is not None:
+        told.append(f"{duration_ms:.1f} ms since its claim")
+    log.info("response %s %s (%s): %s", response_id, status, model, "; ".join(told), extra={"fields": fields})
