@@ -385,6 +385,18 @@ def api_client(environment: Environment, api_key: str, **env: str) -> Iterator[o
         stop(api)
 
 
+def start_logged(environment: Environment, log_to: Path, *command: str, **env: str) -> subprocess.Popen[bytes]:
+    """A process of the service (`api --port N`, `worker`…) whose output goes to the file `log_to`."""
+    with log_to.open("wb") as log:  # (the child keeps its own descriptor)
+        return subprocess.Popen(
+            [sys.executable, "-m", "app.cli", *command],
+            cwd=ROOT,
+            env=environment.env(**env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
 def start_worker(environment: Environment, *args: str, **env: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "app.cli", "worker", *args],

@@ -230,7 +230,7 @@ class QueueWorker(Worker):
         """Never raises: arq's poll loop collects finished tasks' results."""
         job_id = job_id_b.decode()
         try:
-            ended = await self._run_if_taken(job_id_b, heard_at)
+            ended = await self._run_if_taken(job_id, heard_at)
         finally:
             # Its function is done: the slot goes to the next job while Redis is tidied. (At as
             # many streams as slots, a new response otherwise waits for an old one's tidying.)
@@ -246,9 +246,8 @@ class QueueWorker(Worker):
             # Left in the queue, it is delivered again and finds its response ended: a no-op.
             REDIS_LINK.failed("removing an ended job", error)
 
-    async def _run_if_taken(self, job_id_b: bytes, heard_at: float) -> bool | None:
+    async def _run_if_taken(self, job_id: str, heard_at: float) -> bool | None:
         """Takes the job and runs it (see `_run_taken`); None if it could not be taken."""
-        job_id = job_id_b.decode()
         try:
             taken = await self._take(job_id)
         except REDIS_DOWN as error:
@@ -260,7 +259,7 @@ class QueueWorker(Worker):
         if not taken:  # running elsewhere, finished, deferred, or Redis is away: the poll retries later
             now = time.monotonic()
             self._elsewhere = {j: t for j, t in self._elsewhere.items() if t > now}
-            self._elsewhere[job_id_b] = now + self.ELSEWHERE_SECONDS
+            self._elsewhere[job_id.encode()] = now + self.ELSEWHERE_SECONDS
             return None
         data, tries = taken
         return await self._run_taken(job_id, data, tries, heard_at)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,11 +14,11 @@ from typing import Any
 import httpx
 
 from tests.conftest import (
-    ROOT,
     Environment,
     FakeRuntime,
     free_port,
     start_api,
+    start_logged,
     stop,
     wait_for_http,
     wait_until,
@@ -31,14 +29,7 @@ def test_a_json_create_tells_its_phases_and_every_request_logs_one_json_line(
     environment: Environment, api_key: str, fake: FakeRuntime, tmp_path: Path, server: object
 ) -> None:
     port, log_path = free_port(), tmp_path / "api.log"
-    with log_path.open("wb") as log:
-        api = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "api", "--port", str(port)],
-            cwd=ROOT,
-            env=environment.env(RESPONSES_LOG_FORMAT="json"),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    api = start_logged(environment, log_path, "api", "--port", str(port), RESPONSES_LOG_FORMAT="json")
     try:
         wait_for_http(f"http://127.0.0.1:{port}/ready", api)
         headers = {"Authorization": f"Bearer {api_key}"}
@@ -79,14 +70,7 @@ def test_a_generation_logs_one_line_with_the_steps_of_its_start(
     queue = {"RESPONSES_QUEUE": f"responses:test:generation-log:{secrets.token_hex(4)}"}  # this worker's alone
     port, log_path = free_port(), tmp_path / "worker.log"
     api = start_api(environment, port, **queue)
-    with log_path.open("wb") as log:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "worker"],
-            cwd=ROOT,
-            env=environment.env(RESPONSES_LOG_FORMAT="json", **queue),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    worker = start_logged(environment, log_path, "worker", RESPONSES_LOG_FORMAT="json", **queue)
     try:
         # The runtime takes 0.3 s before its first token: the last step of the start is the model's.
         script = "#fake " + json.dumps({"text": "one two three", "first_delay": 0.3})
