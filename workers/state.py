@@ -37,12 +37,17 @@ from workers.runtimes.supervisor import RuntimeSupervisor
 
 log = logging.getLogger(__name__)
 
+# The connections of the claims and the event writer, held (app/storage/held.py): a pool of their
+# own, as an API process's (app/service/state.py).
+HELD_CONNECTIONS = 2
+
 
 @dataclass
 class WorkerState:
     settings: Settings
     catalog: Catalog
     engine: AsyncEngine
+    held_engine: AsyncEngine  # HELD_CONNECTIONS
     redis: ArqRedis  # arq's own pool: the queue, pub/sub and keys
     writer: EventWriter
     runtime: ChatRuntimeClient
@@ -70,7 +75,7 @@ class WorkerState:
         self.webhooks = WebhookDeliverer(self.settings)
         self.seal = Seal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
         self.claims = Batched(self._claim_many, "claims")
-        self.claim_connection = HeldConnection(self.engine)
+        self.claim_connection = HeldConnection(self.held_engine)
         # A generation whose events can no longer be written (refused, or its response ended
         # elsewhere) stops reading its runtime at once.
         self.writer.on_dropped = self.stop_generation
@@ -106,17 +111,19 @@ class WorkerState:
     ) -> WorkerState:
         """`queue_name`: the queue the worker takes jobs from (its hosted model's, or the shared one)."""
         engine = create_engine(settings)
+        held_engine = create_engine(settings, pool_size=HELD_CONNECTIONS, max_overflow=0)
         worker_id = f"{socket.gethostname()}:{os.getpid()}"
         return cls(
             settings=settings,
             catalog=catalog,
             supervisor=supervisor,
             engine=engine,
+            held_engine=held_engine,
             redis=redis,
             worker_id=worker_id,
             queue_name=queue_name or settings.queue_name,
             writer=EventWriter(
-                engine,
+                held_engine,
                 redis,
                 events_channel(settings.queue_name),
                 worker_id=worker_id,
@@ -143,6 +150,7 @@ class WorkerState:
         await self.claim_connection.close()
         await self.runtime.aclose()
         await self.engine.dispose()
+        await self.held_engine.dispose()
         if self.supervisor is not None:  # last: generations have ended by now
             await self.supervisor.shut_down()
 

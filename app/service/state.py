@@ -10,6 +10,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.catalog import Catalog
+from app.events import log_reader
 from app.events.follow import LogSource
 from app.events.hub import EventHub
 from app.events.log_reader import LogReader
@@ -29,6 +30,10 @@ from app.storage.engine import create_engine
 from app.storage.held import HeldConnection, HeldConnections
 
 INSERT_LANES = 4  # foreground inserts running at once, at most (each lane a held connection)
+# Authentication, inserts and event log reads run on held connections (app/storage/held.py), from
+# a pool of their own: kept for good once opened, they would otherwise take, after a burst that
+# opened every lane, the connections requests wait for; and they never wait for those.
+HELD_CONNECTIONS = 1 + INSERT_LANES + log_reader.LANES
 
 
 @dataclass
@@ -36,6 +41,7 @@ class AppState:
     settings: Settings
     catalog: Catalog
     engine: AsyncEngine
+    held_engine: AsyncEngine  # HELD_CONNECTIONS
     redis: ArqRedis  # the arq pool is a Redis client too: queue, pub/sub and keys share it
     hub: EventHub
     # Key hash → account id, for the requests arriving together: one statement for all of them.
@@ -52,18 +58,18 @@ class AppState:
             if self.settings.image_urls == "fetch"
             else None
         )
-        self.auth_connection = HeldConnection(self.engine)
+        self.auth_connection = HeldConnection(self.held_engine)
         self.accounts = Batched(self._accounts_for_hashes, "authenticate")
         self.jobs = Batched(partial(enqueue_many, self.redis), "enqueue")
         # Inserts that wait behind a slow one (a lock, a very large request) go beside it.
-        self.insert_connections = HeldConnections(self.engine, INSERT_LANES)
+        self.insert_connections = HeldConnections(self.held_engine, INSERT_LANES)
         self.stored = Batched(self._insert_responses, "store", lanes=INSERT_LANES)
         self.side_tasks = SideTasks()
         self.continuations = reaper.Continuations(
             self.catalog, self.settings.queue_name, self.settings.max_continuations
         )
         # The event logs followers read: one statement for all that ask at the same moment.
-        self.log_reader = LogReader(self.engine)
+        self.log_reader = LogReader(self.held_engine)
         self.webhooks = WebhookDeliverer(self.settings)
 
     def start(self) -> None:
@@ -102,9 +108,10 @@ class AppState:
     async def open(cls, settings: Settings) -> AppState:
         redis = queue_pool(settings.redis_url, settings.queue_name)
         engine = create_engine(settings)
+        held_engine = create_engine(settings, pool_size=HELD_CONNECTIONS, max_overflow=0)
         hub = EventHub(redis, events_channel(settings.queue_name), settings.follow_idle_seconds, engine)
         await hub.start()
-        state = cls(settings, Catalog.load(settings.models_path), engine, redis, hub)
+        state = cls(settings, Catalog.load(settings.models_path), engine, held_engine, redis, hub)
         state.start()
         return state
 
@@ -119,6 +126,7 @@ class AppState:
         await self.log_reader.close()
         await self.redis.aclose(close_connection_pool=True)
         await self.engine.dispose()
+        await self.held_engine.dispose()
 
     def log_source(self, durable: bool) -> LogSource:
         settings = self.settings

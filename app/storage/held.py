@@ -2,10 +2,11 @@
 
 The event writer and the batched statements (authentication, claims) run one statement at a
 time, hundreds of times a second. Checking a connection out of the pool and back in for each
-cost more CPU than the statement's own client side; these callers keep theirs. A connection
+cost more CPU than the statement's own client side; these callers keep theirs, from a pool apart
+from the requests' (HELD_CONNECTIONS in app/service/state.py, workers/state.py). A connection
 whose statement found it broken or was interrupted is invalidated (by SQLAlchemy, or by
-app/storage/driver.py for the statements sent through the driver); so is one the server closed while
-it was idle (app/storage/engine.py). The next use then takes a fresh one from the pool.
+app/storage/driver.py for the statements sent through the driver); so is one the server closed
+while it was idle (app/storage/engine.py). The next use then takes a fresh one from the pool.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The connection pool honours its settings: a process never holds more Postgres connections
-than RESPONSES_DB_POOL_SIZE + RESPONSES_DB_MAX_OVERFLOW; past that, callers wait their turn.
+"""The connection pool honours its settings: a process's requests never hold more Postgres
+connections than RESPONSES_DB_POOL_SIZE + RESPONSES_DB_MAX_OVERFLOW; past that, callers wait
+their turn (its held connections have a pool of their own: test_held_connections.py).
 A held connection (app/storage/held.py) is kept between statements and replaced once in doubt; so is
 one whose driver statement (app/storage/driver.py) found it broken or was interrupted."""
 
