@@ -12,6 +12,7 @@ GPU's steps are, so the machine's CPU contention does not slow its generation it
     python bench/stream_benchmark.py                       # 1, 32 and 256 streams
     python bench/stream_benchmark.py --levels 32 --tokens 128 --token-delay 0.01
     python bench/stream_benchmark.py --levels 1 32 --ogx /tmp/ogx/bin/ogx   # OGX beside it (bench/ogx.py)
+    python bench/stream_benchmark.py --levels 256 --relay   # and through a relay that only copies bytes
 
 It needs Postgres and Redis as the tests do (DATABASE admin URL and REDIS_URL as in tests/conftest.py);
 it creates and drops its own database.
@@ -28,6 +29,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -43,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from bench.measure import cpu_seconds, percentile, wakeups  # noqa: E402
 from bench.ogx import MODEL as OGX_MODEL  # noqa: E402
 from bench.ogx import Ogx, running_ogx  # noqa: E402
+from bench.relay import running_relay  # noqa: E402
 from bench.stack import Stack, admin, running_stack  # noqa: E402
 
 
@@ -245,26 +248,39 @@ async def main() -> None:
     parser.add_argument(
         "--ogx", metavar="COMMAND", help="also stream each level through OGX, its `ogx` command (bench/ogx.py)"
     )
+    parser.add_argument(
+        "--relay",
+        action="store_true",
+        help="also stream the direct path's requests through bench/relay.py (a bare TCP relay) at each level",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
     async with running_stack(
         max_output_tokens=args.tokens * 2, worker_processes=args.workers, light_runtime=args.light_runtime
     ) as stack:
-        if not args.ogx:
-            await _levels(args, stack, None)
-            return
-        ogx_database = stack.database_url + "_ogx"
-        name = urlsplit(ogx_database).path.lstrip("/")
-        await admin(f'CREATE DATABASE "{name}"')
-        try:
-            with running_ogx(args.ogx, stack.runtime_url, ogx_database) as ogx:
-                await _levels(args, stack, ogx)
-        finally:
-            await admin(f'DROP DATABASE "{name}" WITH (FORCE)')
+        with ExitStack() as resources:
+            port = urlsplit(stack.runtime_url).port or 80
+            relay = resources.enter_context(running_relay(port)) if args.relay else None
+            await _beside_ogx(args, stack, relay)
 
 
-async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None) -> None:
+async def _beside_ogx(args: argparse.Namespace, stack: Stack, relay: tuple[str, int] | None) -> None:
+    if not args.ogx:
+        await _levels(args, stack, None, relay)
+        return
+    ogx_database = stack.database_url + "_ogx"
+    name = urlsplit(ogx_database).path.lstrip("/")
+    await admin(f'CREATE DATABASE "{name}"')
+    try:
+        with running_ogx(args.ogx, stack.runtime_url, ogx_database) as ogx:
+            await _levels(args, stack, ogx, relay)
+    finally:
+        await admin(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None, relay: tuple[str, int] | None) -> None:
+    """`relay`: bench/relay.py's URL and pid, to stream the direct path's requests through it too."""
     pace = {"delay": args.token_delay, "drift": args.runtime_drift}
     script = "#fake " + json.dumps({"text": " ".join(["tok"] * args.tokens), **pace})
     direct: tuple[str, dict[str, object], dict[str, str], bytes] = (
@@ -297,6 +313,14 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None) -> No
     await load(*direct, max(args.levels), 1, 0.0)
     if through_ogx is not None:
         await load(*through_ogx[0], max(args.levels), 1, 0.0)
+    # The direct path's requests through a relay that only copies bytes, with the meter of its process.
+    through_relay: tuple[tuple[str, dict[str, object], dict[str, str], bytes], CpuMeter] | None = None
+    if relay is not None:
+        relay_url, relay_pid = relay
+        path = (f"{relay_url}/v1/chat/completions", *direct[1:])
+        meter_pids = {"relay": relay_pid, "fake_runtime": stack.pids["fake_runtime"], "client": os.getpid()}
+        through_relay = path, CpuMeter(meter_pids)
+        await load(*path, max(args.levels), 1, 0.0)
     meter = CpuMeter({**stack.pids, "client": os.getpid()})
     results = []
     for level in args.levels:
@@ -345,6 +369,15 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None) -> No
                 "throughput_ratio": (theirs.tokens / theirs.seconds) / (base.tokens / base.seconds),
                 "cpu_seconds": {"ogx": spent["ogx"], "postgres": spent["postgres"]},
                 "wakeups_per_response": {name: round(woken[name] / total, 1) for name in ("ogx", "postgres")},
+            }
+        if through_relay is not None:
+            path, relay_meter = through_relay
+            cpu_before = relay_meter.snapshot()
+            relayed = await load(*path, level, args.rounds, ramp)
+            row["relay"] = {
+                **relayed.row(),
+                "throughput_ratio": (relayed.tokens / relayed.seconds) / (base.tokens / base.seconds),
+                "cpu_seconds": CpuMeter.spent(cpu_before, relay_meter.snapshot()),
             }
         if args.background:  # the same streams created with background: true, right after
             url, body, headers, marker = full
