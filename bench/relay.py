@@ -1,6 +1,6 @@
-"""The least any server between a client and its model runtime can cost: a TCP relay on uvloop
-that copies bytes both ways (each client connection gets a runtime connection of its own),
-parsing nothing, storing nothing, in a process of its own.
+"""About the least a server in Python between a client and its model runtime can cost: a TCP
+relay on uvloop that copies bytes both ways (each client connection gets a runtime connection of
+its own), parsing nothing, storing nothing, in a process of its own.
 
 `bench/stream_benchmark.py --relay` streams the direct path's requests through it as well: on a
 machine shared with the load generator and the runtime, what the relay adds to time to first
