@@ -107,14 +107,26 @@ class Run:
     def tokens(self) -> int:
         return sum(one.tokens for one in self.streamed)
 
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds
+
+    def ratio_to(self, base: Run) -> float:
+        """Its throughput against the base's (the direct path's, measured in the same run)."""
+        return self.tokens_per_s / base.tokens_per_s
+
     def row(self) -> dict[str, float]:
         ttfts = [one.ttft for one in self.streamed]
         return {
             "ttft_p50_ms": 1000 * statistics.median(ttfts) if ttfts else float("nan"),
             "ttft_p99_ms": percentile(ttfts, 0.99),
-            "tokens_per_s": self.tokens / self.seconds,
+            "tokens_per_s": self.tokens_per_s,
             "errors": self.errors,
         }
+
+
+# Where a load streams from: URL, request body, headers, and the marker of a line carrying tokens.
+Target = tuple[str, dict[str, object], dict[str, str], bytes]
 
 
 async def stream_one(
@@ -260,8 +272,9 @@ async def main() -> None:
         max_output_tokens=args.tokens * 2, worker_processes=args.workers, light_runtime=args.light_runtime
     ) as stack:
         with ExitStack() as resources:
-            port = urlsplit(stack.runtime_url).port or 80
-            relay = resources.enter_context(running_relay(port)) if args.relay else None
+            relay = None
+            if args.relay:
+                relay = resources.enter_context(running_relay(urlsplit(stack.runtime_url).port or 80))
             await _beside_ogx(args, stack, relay)
 
 
@@ -283,13 +296,13 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None, relay
     """`relay`: bench/relay.py's URL and pid, to stream the direct path's requests through it too."""
     pace = {"delay": args.token_delay, "drift": args.runtime_drift}
     script = "#fake " + json.dumps({"text": " ".join(["tok"] * args.tokens), **pace})
-    direct: tuple[str, dict[str, object], dict[str, str], bytes] = (
+    direct: Target = (
         f"{stack.runtime_url}/v1/chat/completions",
         {"model": "fake", "stream": True, "messages": [{"role": "user", "content": script}]},
         {},
         b'"content"',
     )
-    full: tuple[str, dict[str, object], dict[str, str], bytes] = (
+    full: Target = (
         f"{stack.api_url}/responses",
         {
             "model": "fake",
@@ -302,7 +315,7 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None, relay
         b"response.output_text.delta",
     )
     # The same streams through OGX, with the meter of its process.
-    through_ogx: tuple[tuple[str, dict[str, object], dict[str, str], bytes], CpuMeter] | None = None
+    through_ogx: tuple[Target, CpuMeter] | None = None
     if ogx is not None:
         body: dict[str, object] = {"model": OGX_MODEL, "input": script, "stream": True}
         through_ogx = (f"{ogx.url}/responses", body, {}, b"response.output_text.delta"), CpuMeter({"ogx": ogx.pid})
@@ -314,7 +327,7 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None, relay
     if through_ogx is not None:
         await load(*through_ogx[0], max(args.levels), 1, 0.0)
     # The direct path's requests through a relay that only copies bytes, with the meter of its process.
-    through_relay: tuple[tuple[str, dict[str, object], dict[str, str], bytes], CpuMeter] | None = None
+    through_relay: tuple[Target, CpuMeter] | None = None
     if relay is not None:
         relay_url, relay_pid = relay
         path = (f"{relay_url}/v1/chat/completions", *direct[1:])
@@ -357,7 +370,7 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None, relay
             "wakeups_per_response": {name: round(count / total, 1) for name, count in woken.items()},
         }
         row["ttft_p50_overhead_ms"] = row["responses_server"]["ttft_p50_ms"] - row["direct"]["ttft_p50_ms"]
-        row["throughput_ratio"] = row["responses_server"]["tokens_per_s"] / row["direct"]["tokens_per_s"]
+        row["throughput_ratio"] = ours.ratio_to(base)
         if through_ogx is not None:  # on the same runtime and Postgres
             path, ogx_meter = through_ogx
             cpu_before, woken_before = ogx_meter.snapshot(), ogx_meter.wakeups()
@@ -366,7 +379,7 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None, relay
             woken = CpuMeter.spent(woken_before, ogx_meter.wakeups())
             row["ogx"] = {
                 **theirs.row(),
-                "throughput_ratio": (theirs.tokens / theirs.seconds) / (base.tokens / base.seconds),
+                "throughput_ratio": theirs.ratio_to(base),
                 "cpu_seconds": {"ogx": spent["ogx"], "postgres": spent["postgres"]},
                 "wakeups_per_response": {name: round(woken[name] / total, 1) for name in ("ogx", "postgres")},
             }
@@ -376,7 +389,7 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None, relay
             relayed = await load(*path, level, args.rounds, ramp)
             row["relay"] = {
                 **relayed.row(),
-                "throughput_ratio": (relayed.tokens / relayed.seconds) / (base.tokens / base.seconds),
+                "throughput_ratio": relayed.ratio_to(base),
                 "cpu_seconds": CpuMeter.spent(cpu_before, relay_meter.snapshot()),
             }
         if args.background:  # the same streams created with background: true, right after
@@ -385,7 +398,7 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None, relay
             background = await load(url, {**body, "background": True}, headers, marker, level, args.rounds, ramp)
             row["background_stream"] = {
                 **background.row(),
-                "throughput_ratio": (background.tokens / background.seconds) / (base.tokens / base.seconds),
+                "throughput_ratio": background.ratio_to(base),
                 "cpu_seconds": CpuMeter.spent(cpu_before, meter.snapshot()),
             }
         results.append(row)

@@ -7,6 +7,7 @@ Everything is real: Postgres and Redis run on every development and CI machine (
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import socket
@@ -45,6 +46,13 @@ def admin_sql(statement: str) -> None:
             await conn.close()
 
     asyncio.run(run())
+
+
+def streaming_chat_request(text: str, delay: float = 0.0, **fields: Any) -> dict[str, Any]:
+    """A streaming Chat Completions request whose answer is `text` from the fake runtime's script
+    (its chunks `delay` apart), as bench/light_runtime.py and bench/relay.py are tested with."""
+    script = "#fake " + json.dumps({"text": text, "delay": delay})
+    return {"model": "m", "stream": True, "messages": [{"role": "user", "content": script}], **fields}
 
 
 def free_port() -> int:

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import free_port, serving
+from tests.conftest import free_port, serving, streaming_chat_request
 
 
 @pytest.fixture(scope="module")
@@ -19,11 +19,6 @@ def light_runtime_url() -> Iterator[str]:
     port = free_port()
     with serving("bench/light_runtime.py", str(port), port=port) as url:
         yield url
-
-
-def _request(text: str, delay: float = 0.0, **fields: Any) -> dict[str, Any]:
-    script = "#fake " + json.dumps({"text": text, "delay": delay})
-    return {"model": "m", "stream": True, "messages": [{"role": "user", "content": script}], **fields}
 
 
 async def _answer(http: aiohttp.ClientSession, base_url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -47,7 +42,7 @@ def _summary(chunks: list[dict[str, Any]]) -> tuple[list[Any], list[Any], dict[s
 async def test_it_streams_the_chunks_the_fake_runtime_streams(
     fake_runtime_url: str, light_runtime_url: str, fields: dict[str, Any]
 ) -> None:
-    body = _request("tok tok tok tok tok", **fields)
+    body = streaming_chat_request("tok tok tok tok tok", **fields)
     async with aiohttp.ClientSession() as http:
         theirs = await _answer(http, fake_runtime_url, body)
         ours = await _answer(http, light_runtime_url, body)
@@ -58,18 +53,19 @@ async def test_it_streams_the_chunks_the_fake_runtime_streams(
 async def test_chunks_come_at_their_pace_and_answers_share_a_kept_connection(light_runtime_url: str) -> None:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as http:
         started = time.perf_counter()
-        first = await _answer(http, light_runtime_url, _request("a b c d e", delay=0.05))
+        first = await _answer(http, light_runtime_url, streaming_chat_request("a b c d e", delay=0.05))
         took = time.perf_counter() - started
-        second = await _answer(http, light_runtime_url, _request("f g"))
+        second = await _answer(http, light_runtime_url, streaming_chat_request("f g"))
     assert "".join(d.get("content", "") for d in _summary(first)[0]) == "a b c d e"
     assert "".join(d.get("content", "") for d in _summary(second)[0]) == "f g"
     assert took >= 4 * 0.05  # the fifth chunk is due four delays after the first
 
 
 async def test_a_connection_closed_mid_answer_leaves_the_server_serving(light_runtime_url: str) -> None:
+    long_answer = streaming_chat_request("x " * 100, delay=0.01)
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{light_runtime_url}/v1/chat/completions", json=_request("x " * 100, delay=0.01)) as a:
+        async with http.post(f"{light_runtime_url}/v1/chat/completions", json=long_answer) as a:
             await a.content.readline()
             a.close()
-        chunks = await _answer(http, light_runtime_url, _request("still here"))
+        chunks = await _answer(http, light_runtime_url, streaming_chat_request("still here"))
     assert "".join(d.get("content", "") for d in _summary(chunks)[0]) == "still here"
