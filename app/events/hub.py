@@ -134,7 +134,8 @@ class EventHub:
             try:
                 if self._lost:  # no waiting while Redis is known to be away
                     raise TimeoutError
-                await asyncio.wait_for(self._subscribed.wait(), SUBSCRIBE_TIMEOUT_SECONDS)
+                async with asyncio.timeout(SUBSCRIBE_TIMEOUT_SECONDS):
+                    await self._subscribed.wait()
             except TimeoutError as exc:
                 self._leave(subscription)
                 raise errors.ServiceUnavailable("The event bus (Redis) is unavailable; please retry.") from exc

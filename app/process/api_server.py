@@ -36,7 +36,8 @@ class ApiServer(uvicorn.Server):
         while not should_exit:
             ticks = (ticks + _TICKS_OF_UVICORN) % 864_000
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._exit_asked.wait(), TICK_SECONDS)
+                async with asyncio.timeout(TICK_SECONDS):
+                    await self._exit_asked.wait()
             should_exit = await self.on_tick(ticks)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:

@@ -17,6 +17,7 @@ a millisecond of CPU (bench/webhook_benchmark.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import ssl
@@ -136,10 +137,9 @@ class WebhookDeliverer:
         if seconds_until_due is not None:
             # (one due now but not taken is another process's, or its endpoint's slots are full)
             wait = min(wait, max(seconds_until_due, MIN_WAIT_SECONDS))
-        try:
-            await asyncio.wait_for(self._wake.wait(), wait)
-        except TimeoutError:
-            pass
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait):
+                await self._wake.wait()
 
     async def _attempt(self, due: webhooks_db.Due) -> None:
         status, error = await self._send(due)

@@ -447,3 +447,20 @@ async def test_the_deliverer_takes_and_records_while_every_connection_of_its_pro
             await asyncio.wait_for(small.webhooks._report_oldest(), 5)
     finally:
         await small.close()
+
+
+async def test_a_deliverer_cancelled_in_the_turn_it_is_woken_ends(state: AppState) -> None:
+    """A process's shutdown waits for its deliverer to end: a cancellation that lands in the same
+    turn of the loop as a wake-up (an attempt ending, a response ending) must still end it."""
+    deliverer = WebhookDeliverer(state.settings)
+    running = asyncio.create_task(deliverer.run())
+    for _ in range(3):  # (several turns: it takes nothing, then waits to be woken)
+        await asyncio.sleep(0.1)
+    deliverer.nudge()
+    running.cancel()
+    try:
+        async with asyncio.timeout(5):
+            await asyncio.gather(running, return_exceptions=True)
+        assert running.cancelled()
+    finally:
+        await deliverer.close()

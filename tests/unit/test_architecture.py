@@ -9,7 +9,11 @@
   (`app/cli.py`), the composition root that starts either an API or a worker process; it
   imports the worker lazily, inside the `worker` command.
 - What the service imports is installed by `pip install .` (or the extra that runs it): a
-  test-only package (httpx, openai…) imported by the service would work here and break a user."""
+  test-only package (httpx, openai…) imported by the service would work here and break a user.
+- No `asyncio.wait_for`: on Python 3.11 it returns the awaited result when its task is cancelled
+  in the same turn of the loop as the result arrives (CPython gh-86296, fixed in 3.12), so a loop
+  that waits with it can run on after being cancelled and hold up its process's shutdown
+  (tests/integration/test_webhooks.py). `asyncio.timeout` has no such window."""
 
 from __future__ import annotations
 
@@ -177,3 +181,13 @@ def _required_by_declared(names: set[str], declared: set[str]) -> bool:
         if names & _declared([r for r in requires if "extra ==" not in r]):
             return True
     return False
+
+
+def test_nothing_waits_with_asyncio_wait_for() -> None:
+    waiting = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in own_modules().values()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr == "wait_for"
+    ]
+    assert waiting == []

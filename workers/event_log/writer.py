@@ -242,7 +242,8 @@ class EventWriter:
         loop = asyncio.get_running_loop()
         while (left := deadline - loop.time()) > 0:
             try:
-                await asyncio.wait_for(self._go.wait(), left)
+                async with asyncio.timeout(left):
+                    await self._go.wait()
             except TimeoutError:
                 break
             if await self._urgent_room(deadline):

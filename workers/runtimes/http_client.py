@@ -113,7 +113,8 @@ class Answer:
                 return
         # The consumer has all it needs: the connection is kept if the body's end is on its way.
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(content.read(), END_GRACE_SECONDS)
+            async with asyncio.timeout(END_GRACE_SECONDS):
+                await content.read()
 
 
 class _SilenceGuard:

@@ -68,7 +68,8 @@ class RuntimeSupervisor:
     async def wait_healthy(self, timeout: float) -> None:
         """Waits for a usable server (during a restart); raises RuntimeFailure after `timeout`."""
         try:
-            await asyncio.wait_for(self._healthy.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._healthy.wait()
         except TimeoutError:
             raise RuntimeFailure(f"model server for {self.name!r} is not running (restarting)") from None
 
@@ -152,7 +153,8 @@ class RuntimeSupervisor:
             return
         _signal_group(process.pid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(process.wait(), self.STOP_GRACE_SECONDS)
+            async with asyncio.timeout(self.STOP_GRACE_SECONDS):
+                await process.wait()
         except TimeoutError:
             log.warning("model server for %s ignored SIGTERM; killing it", self.name)
             _signal_group(process.pid, signal.SIGKILL)
