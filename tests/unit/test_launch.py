@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from app.catalog import LlamaCppModel, OpenAIModel, VllmModel
-from workers.runtimes.launch import LaunchError, embedded_model_path, llamacpp_command, server_command, vllm_command
+from workers.runtimes.launch import (
+    LaunchError,
+    embedded_model_path,
+    llamacpp_command,
+    server_command,
+    server_environment,
+    vllm_command,
+)
 
 
 def test_vllm_serves_the_model_under_its_catalog_id_with_the_catalogs_engine_settings() -> None:
@@ -74,3 +81,30 @@ def test_llamacpp_refuses_a_model_file_that_is_not_there(tmp_path: Path) -> None
 def test_no_worker_starts_an_external_server() -> None:
     with pytest.raises(LaunchError, match="external server"):
         server_command(OpenAIModel(id="m", runtime="openai", base_url="http://x/v1"), 9)
+
+
+def test_vllm_on_the_cpu_sizes_its_kv_cache_in_gib_not_as_a_share_of_a_gpu() -> None:
+    cpu = VllmModel(id="m", runtime="vllm", model="m", device="cpu", kv_cache_gib=1.5, env={"HF_HUB_OFFLINE": "1"})
+    assert "--gpu-memory-utilization" not in vllm_command(cpu, 1)
+    env = server_environment(cpu, {"PATH": "/bin", "HF_HUB_OFFLINE": "0"})
+    assert env == {"PATH": "/bin", "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1.5"}
+    assert (
+        server_environment(VllmModel(id="m", runtime="vllm", model="m", device="cpu"), {})["VLLM_CPU_KVCACHE_SPACE"]
+        == "4"
+    )
+    gpu = VllmModel(id="m", runtime="vllm", model="m")
+    command = vllm_command(gpu, 1)
+    assert command[command.index("--gpu-memory-utilization") + 1] == "0.9"
+    assert "VLLM_CPU_KVCACHE_SPACE" not in server_environment(gpu, {})
+
+
+@pytest.mark.parametrize(
+    ("fields", "complaint"),
+    [
+        ({"device": "cpu", "gpu_memory_utilization": 0.5}, "kv_cache_gib"),
+        ({"kv_cache_gib": 2}, "gpu_memory_utilization"),
+    ],
+)
+def test_a_memory_setting_of_the_other_device_is_refused(fields: dict[str, object], complaint: str) -> None:
+    with pytest.raises(ValueError, match=complaint):
+        VllmModel.model_validate({"id": "m", "runtime": "vllm", "model": "m", **fields})

@@ -77,7 +77,10 @@ def test_halving_drops_the_oldest_turns_holding_half_of_what_may_go() -> None:
     [
         ("This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
          "(4900 in the messages, 100 in the completion). Please reduce the length of the messages or completion.",
-         4900, 4096),  # vLLM, OpenAI
+         4900, 4096),  # vLLM before 0.12, OpenAI
+        ("This model's maximum context length is 4096 tokens. However, your prompt contains at least 4097 input "
+         "tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input "
+         "prompt. (parameter=input_tokens, value=4097)", 4097, 4096),  # vLLM 0.32, as it answered here
         ("The input (4900 tokens) is longer than the model's context length (4096 tokens).", 4900, 4096),  # SGLang
         ("Requested token count exceeds the model's maximum context length of 4096 tokens. You requested a total "
          "of 5000 tokens: 4900 tokens from the input messages and 100 tokens for the completion.", 4900, 4096),

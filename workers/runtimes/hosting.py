@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 from app.catalog import Catalog, SupervisedModel, model_queue
-from workers.runtimes.launch import LaunchError, server_command, server_port
+from workers.runtimes.launch import LaunchError, server_command, server_environment, server_port
 from workers.runtimes.supervisor import RuntimeSupervisor
 
 
@@ -30,6 +32,12 @@ async def start_model_server(catalog: Catalog, model_name: str) -> tuple[Catalog
     entry = hosted_model(catalog, model_name)
     port = server_port(entry)
     base_url = f"http://127.0.0.1:{port}/v1"
-    supervisor = RuntimeSupervisor(entry.id, server_command(entry, port), base_url, entry.startup_timeout_seconds)
+    supervisor = RuntimeSupervisor(
+        entry.id,
+        server_command(entry, port),
+        base_url,
+        entry.startup_timeout_seconds,
+        env=server_environment(entry, os.environ),
+    )
     await supervisor.start()
     return catalog.replaced(entry.model_copy(update={"base_url": base_url})), supervisor

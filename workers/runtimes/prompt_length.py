@@ -31,7 +31,7 @@ async def measure(
     """The prompt's tokens, or None for a server with no way to count them."""
     root = (model.base_url or "").rstrip("/")
     if model.prompt_measure == "tokenize":
-        url, probe = f"{root.removesuffix('/v1')}/tokenize", {"model": body["model"], "messages": body["messages"]}
+        url, probe = f"{root.removesuffix('/v1')}/tokenize", tokenize_request(body)
     elif model.prompt_measure == "probe":
         url, probe = f"{root}/chat/completions", {**body, "stream": False, "max_tokens": 1}
         probe.pop("stream_options", None)
@@ -47,6 +47,16 @@ async def measure(
     except (ValueError, KeyError, TypeError) as exc:
         raise RuntimeFailure(f"model runtime sent no token count: {answered[:200]!r}", retryable=True) from exc
     return tokens
+
+
+# What a chat template renders besides the messages: the tools' schemas above all (a template
+# that lists them in the system prompt counts every one), its switches, and how the prompt ends.
+_RENDERED = ("tools", "chat_template_kwargs", "add_generation_prompt", "continue_final_message")
+
+
+def tokenize_request(body: dict[str, Any]) -> dict[str, Any]:
+    """The /tokenize request that counts a chat request's prompt as the server renders it."""
+    return {"model": body["model"], "messages": body["messages"]} | {k: body[k] for k in _RENDERED if k in body}
 
 
 # Tokens a chat template adds around the messages (role markers, a default system prompt).

@@ -103,6 +103,12 @@ def _function(name: str, tool: Tool) -> dict[str, Any]:
         function["description"] = tool["description"]
     if tool["type"] == "custom":
         function["parameters"] = CUSTOM_INPUT_SCHEMA
-    elif tool.get("parameters") is not None:
-        function["parameters"] = tool["parameters"]
+        function["strict"] = True  # the one-string schema is strict-compatible
+    else:
+        if tool.get("parameters") is not None:
+            function["parameters"] = tool["parameters"]
+        if tool.get("strict"):
+            # Servers hold a required or named call's arguments to the schema only when it is
+            # strict (vLLM 0.32: without it, arguments may be any JSON, a bare string even).
+            function["strict"] = True
     return function

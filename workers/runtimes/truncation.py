@@ -19,8 +19,11 @@ import orjson
 
 Message = dict[str, Any]
 
-# The counts servers state when a prompt overflows: vLLM and OpenAI ("maximum context length is
-# 4096 tokens. However, you requested 5000 tokens (4900 in the messages, 100 in the completion)"),
+# The counts servers state when a prompt overflows: vLLM 0.12 and later ("maximum context length
+# is 4096 tokens. However, your prompt contains at least 4097 input tokens": a lower bound, as it
+# stops counting there; too few turns dropped are dropped again on the next refusal), earlier vLLM
+# and OpenAI ("maximum context length is 4096 tokens. However, you requested 5000 tokens (4900 in
+# the messages, 100 in the completion)"),
 # SGLang ("maximum context length of 4096 tokens … 4900 tokens from the input messages", or "The
 # input (4900 tokens) is longer than the model's context length (4096 tokens)"), llama.cpp
 # ("request (4900 tokens) exceeds the available context size (4096 tokens)"), llama-cpp-python
@@ -31,8 +34,8 @@ _CONTEXT = re.compile(
     re.I,
 )
 _PROMPT = re.compile(
-    r"\((\d+) in the messages|(\d+) tokens from the input|input \((\d+) tokens\)|request \((\d+) tokens\)"
-    r"|requested tokens \((\d+)\)",
+    r"prompt contains at least (\d+) input tokens|\((\d+) in the messages|(\d+) tokens from the input"
+    r"|input \((\d+) tokens\)|request \((\d+) tokens\)|requested tokens \((\d+)\)",
     re.I,
 )
 
