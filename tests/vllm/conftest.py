@@ -120,6 +120,18 @@ class VllmStack:
     hosting: subprocess.Popen[bytes]
     processes: list[subprocess.Popen[bytes]]  # every process of the stack, stopped at its end
     plain_workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    readiness_seen: list[dict[str, Any]] = field(default_factory=list)  # the hosting worker's /ready answers
+
+    def note_readiness(self) -> int | None:
+        """The hosting worker's /ready status now (None while its port is closed), kept in
+        `readiness_seen` when it says something new."""
+        try:
+            answer = httpx.get(f"{self.worker_url}/ready", timeout=2)
+        except httpx.HTTPError:
+            return None
+        if not self.readiness_seen or self.readiness_seen[-1] != answer.json():
+            self.readiness_seen.append(answer.json())
+        return answer.status_code
 
     def start_plain_worker(self) -> subprocess.Popen[bytes]:
         worker = start_worker(self.environment, **HOUSEKEEPING)
@@ -189,18 +201,11 @@ def vllm_stack(
         stack.start_plain_worker()
         stack.start_plain_worker()
         wait_for_http(f"{proxy_url}/_stats", proxy)
-        wait_until(lambda: _ready(stack.worker_url) or hosting.poll() is not None, timeout=280)
+        wait_until(lambda: stack.note_readiness() == 200 or hosting.poll() is not None, timeout=280)
         assert hosting.poll() is None, f"the hosting worker exited:\n{worker_log.read_text()[-4000:]}"
         yield stack
     finally:
         stop(*processes, grace=20)
-
-
-def _ready(worker_url: str) -> bool:
-    try:
-        return httpx.get(f"{worker_url}/ready", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 @pytest.fixture
