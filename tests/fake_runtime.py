@@ -20,8 +20,10 @@ first line is `#fake {json}` scripts it instead:
     break_after        drop the connection after this many chunks
     no_usage           send no usage chunk
     usage              send this as the usage chunk's `usage`, instead of the counts
-    context_window     refuse (400) when prompt words + max_tokens exceed it, worded as vLLM words it
-                       (`context_wording`: "vllm", "sglang", "llamacpp", or "plain": without counts)
+    context_window     refuse (400) when prompt words + max_tokens exceed it, worded as vLLM before 0.12
+                       words it (`context_wording`: "vllm", "sglang", "llamacpp", "plain": without counts;
+                       "vllm-0.32": as vLLM 0.32 does, max_tokens shortened to fit and only a prompt
+                       that leaves no room refused, with a lower bound of its length)
     reasoning          reasoning text streamed (as `reasoning_content`, word by word) before the answer
     tool_calls         [{"name", "arguments", "id"?}]: calls streamed after the text (ids call_0, call_1…
                        unless given), finish_reason "tool_calls"
@@ -35,7 +37,7 @@ pid; DELETE /_requests clears them.
 GET /_files/{name} serves test images (dot.png, a 1x1 PNG; text, not an image) and counts the
 requests for them in /_stats; GET /_redirect?to=URL answers 302 to URL.
 GET /v1/models answers as a model server's health check does; POST /tokenize counts the words of
-chat messages as vLLM's counts their tokens.
+chat messages and tools as vLLM's counts their tokens.
 
 Run: python -m tests.fake_runtime --port 9100
 """
@@ -184,19 +186,34 @@ async def chat_completions(request: Request) -> Response:
     chunks = _after(_chunks(script), _continued_from(body))
     limit = body.get("max_tokens")
     finish = script.get("finish_reason", "tool_calls" if script.get("tool_calls") else "stop")
+    prompt_tokens = _prompt_tokens(body)
+    window = script.get("context_window", 1_000_000)
+    wording = script.get("context_wording", "vllm")
+    if limit is not None and wording == "vllm-0.32" and prompt_tokens < window:
+        limit = min(limit, window - prompt_tokens)  # it shortens max_tokens itself
+    if limit is not None and prompt_tokens + limit > window:
+        message = _overflow(wording, prompt_tokens, limit, window)
+        return JSONResponse({"error": {"message": message, "type": "BadRequestError"}}, status_code=400)
     if limit is not None and len(chunks) > limit:
         chunks, finish = chunks[:limit], "length"
-    prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-    window = script.get("context_window", 1_000_000)
-    if limit is not None and prompt_tokens + limit > window:
-        message = _overflow(script.get("context_wording", "vllm"), prompt_tokens, limit, window)
-        return JSONResponse({"error": {"message": message, "type": "BadRequestError"}}, status_code=400)
     return StreamingResponse(_stream(body, chunks, finish, script, prompt_tokens), media_type="text/event-stream")
+
+
+def _prompt_tokens(body: dict[str, Any]) -> int:
+    """One token per word of every message and of the tools' JSON: a chat template renders the
+    tools' signatures into the prompt, and vLLM counts them (in usage and at /tokenize) alike."""
+    words = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+    return words + (len(json.dumps(body["tools"]).split()) if body.get("tools") else 0)
 
 
 def _overflow(wording: str, prompt: int, limit: int, window: int) -> str:
     """A context overflow as each server words it."""
     return {
+        # 0.12 and later: only a prompt that leaves no room is refused, and the count it states is
+        # a lower bound (it stops counting one past the window).
+        "vllm-0.32": f"This model's maximum context length is {window} tokens. However, your prompt contains at "
+        f"least {window + 1} input tokens, which exceeds this limit even without any output tokens. Please reduce "
+        f"the length of the input prompt. (parameter=input_tokens, value={window + 1})",
         "vllm": f"This model's maximum context length is {window} tokens. However, you requested "
         f"{prompt + limit} tokens ({prompt} in the messages, {limit} in the completion). "
         "Please reduce the length of the messages or completion.",
@@ -273,7 +290,7 @@ async def tokenize(request: Request) -> Response:
     """vLLM's /tokenize for chat messages: here one token per word of every message."""
     body = await request.json()
     received_tokenize.append(body)
-    count = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+    count = _prompt_tokens(body)
     return JSONResponse({"count": count, "max_model_len": 4096, "tokens": list(range(count))})
 
 

@@ -22,6 +22,7 @@ if [[ -f "$HOME_DIR/stamp" && "$(cat "$HOME_DIR/stamp")" == "$STAMP" ]]; then
     exit 0
 fi
 
+echo "building real vLLM's CPU environment in $HOME_DIR (once per machine, a few minutes)" >&2
 rm -rf "$HOME_DIR"
 mkdir -p "$HOME_DIR/cache" "$HOME_DIR/tmp"
 "$PYTHON" -m venv "$HOME_DIR/venv"
@@ -35,7 +36,7 @@ pip=("$HOME_DIR/venv/bin/python" -m pip --quiet)
 install -m 0755 "$HERE/vllm" "$HOME_DIR/vllm"
 sed -i "1s|.*|#!$HOME_DIR/venv/bin/python|" "$HOME_DIR/vllm"
 
-HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TMPDIR="$HOME_DIR/tmp" \
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TMPDIR="$HOME_DIR/tmp" TQDM_DISABLE=1 \
     "$HOME_DIR/venv/bin/python" "$HERE/convert_gguf.py" "$HOME_DIR/smollm2-135m-instruct" >&2
 
 echo "$STAMP" > "$HOME_DIR/stamp"

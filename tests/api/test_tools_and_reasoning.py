@@ -44,6 +44,7 @@ def test_a_tool_call_comes_back_as_a_function_call_item(client: openai.OpenAI, f
                 "name": "get_weather",
                 "description": "The weather in a city",
                 "parameters": WEATHER["parameters"],
+                "strict": True,  # the echoed strictness reaches the server, which holds calls to the schema
             },
         }
     ]

@@ -58,6 +58,22 @@ def test_a_server_that_refuses_a_long_prompt_gets_it_again_without_the_oldest_tu
     assert [str(item.content[0].text).split(" ", 1)[0] for item in listed][::2] == ["turn0", "turn1", "turn2", "#fake"]
 
 
+def test_a_refusal_that_states_only_a_lower_bound_is_cut_until_the_prompt_fits(
+    client: openai.OpenAI, fake: FakeRuntime
+) -> None:
+    # vLLM 0.32 refuses only a prompt with no room left, stating "at least window + 1" tokens.
+    previous = chain(client, "fake", 3)
+    fake.reset()
+    script = "#fake " + json.dumps({"context_window": 250, "context_wording": "vllm-0.32"})
+    response = client.responses.create(
+        model="fake", input=f"{script}\nnow", previous_response_id=previous, truncation="auto"
+    )
+    assert response.status == "completed"
+    refused, *_, sent = fake.requests()
+    assert prompt_tokens(refused) >= 250 > prompt_tokens(sent)
+    assert "turn0" not in texts_sent(sent) and texts_sent(sent)[-1] == "#fake"
+
+
 def test_truncation_disabled_keeps_context_length_exceeded(client: openai.OpenAI, fake: FakeRuntime) -> None:
     previous = chain(client, "fake", 3)
     script = "#fake " + json.dumps({"context_window": 250})

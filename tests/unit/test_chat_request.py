@@ -12,6 +12,7 @@ from app.protocol.input_items import parse_input
 from app.protocol.response_object import ResponseRecord
 from app.service.creation import new_record
 from workers.runtimes.chat_request import chat_request
+from workers.runtimes.tools import RuntimeTools
 
 MODEL = OpenAIModel(id="m", runtime="openai", base_url="http://x/v1", upstream_model="up", max_output_tokens=100)
 
@@ -183,3 +184,18 @@ def test_a_custom_tool_named_in_tool_choice_with_a_grammar_holds_the_answer_to_i
     body = chat_request(record(held, tools=[tool], tool_choice={"type": "custom", "name": "t"}), [], held)
     assert {k: body[k] for k in expected} == expected
     assert "tools" not in body and "tool_choice" not in body
+
+
+def test_a_strict_function_reaches_the_server_strict_and_a_lax_one_without_it() -> None:
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+    tools = RuntimeTools.of(
+        [
+            {"type": "function", "name": "held", "description": None, "parameters": schema, "strict": True},
+            {"type": "function", "name": "lax", "description": None, "parameters": schema, "strict": False},
+            {"type": "custom", "name": "free", "description": None, "format": {"type": "text"}},
+        ]
+    )
+    held, lax, free = (entry["function"] for entry in tools.functions)
+    # vLLM holds a required or named call's arguments to the schema only for a strict function.
+    assert held["strict"] is True and "strict" not in lax
+    assert free["strict"] is True and free["parameters"]["required"] == ["input"]
