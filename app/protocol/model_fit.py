@@ -34,10 +34,10 @@ def check_fit(create: ValidatedCreate, model: ModelEntry) -> None:
             param="text.format.type",
             code="unsupported_value",
         )
-    if create.tools and create.tool_choice in ("auto", "required") and not _parses_tool_calls(model):
+    if _offers_tools(create) and not _parses_tool_calls(model):
         raise errors.InvalidRequest(
-            f"Invalid 'tool_choice': the model '{model.id}' has no tool_call_parser in the catalog, so it can only "
-            "call a tool named in tool_choice.",
+            f"Invalid 'tool_choice': the model '{model.id}' has no tool_call_parser in the catalog, so it cannot "
+            "call tools; only tool_choice 'none' is accepted with tools.",
             param="tool_choice",
             code="unsupported_value",
         )
@@ -69,9 +69,20 @@ def _check_grammars(create: ValidatedCreate, model: ModelEntry) -> None:
             )
 
 
+def _offers_tools(create: ValidatedCreate) -> bool:
+    """Whether the model is offered functions to call: a custom tool with a grammar named in
+    tool_choice is not one (the grammar holds the whole answer, which is its input)."""
+    choice = create.tool_choice
+    if not create.tools or choice == "none":
+        return False
+    if isinstance(choice, dict) and choice.get("type") == "custom":
+        return not any(t.get("name") == choice["name"] and grammar_of(t) for t in create.tools)
+    return True
+
+
 def _parses_tool_calls(model: ModelEntry) -> bool:
-    """vLLM finds tool calls in free text only with a parser; a named tool_choice needs none
-    (it constrains the output to that function's arguments)."""
+    """vLLM takes tools only with a parser (0.32: every tool_choice but "none", a named one too, is
+    a 400 without `--tool-call-parser`)."""
     return not isinstance(model, VllmModel) or model.tool_call_parser is not None
 
 

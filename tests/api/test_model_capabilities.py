@@ -128,3 +128,12 @@ def test_logprobs_of_a_model_that_cannot_give_them_are_a_400(
         client.responses.create(model="smollm2", input="x", **extra)
     assert (caught.value.body["param"], caught.value.body["code"]) == (param, "unsupported_value")
     assert fake.requests() == []
+
+
+@pytest.mark.parametrize("choice", ["auto", "required", {"type": "function", "name": "lookup"}])
+def test_a_vllm_model_without_a_tool_parser_is_offered_no_tools(client: openai.OpenAI, choice: Any) -> None:
+    # vLLM 0.32 answers every tool_choice but "none" with a 400 without --tool-call-parser.
+    lookup: Any = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="capped", input="x", tools=[lookup], tool_choice=choice)
+    assert (caught.value.body["param"], caught.value.body["code"]) == ("tool_choice", "unsupported_value")
