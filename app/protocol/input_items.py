@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from app import errors
-from app.protocol.validation import StrictModel, validate
+from app.protocol.validation import StrictModel, discriminator, validate
 
 Item = dict[str, Any]
 
@@ -138,10 +138,10 @@ def user_message(text: str) -> Item:
 def _parse_item(raw: Any, param: str) -> Item:
     if not isinstance(raw, dict):
         raise errors.InvalidRequest(f"Invalid '{param}': expected an object.", param=param, code="invalid_type")
-    item_type = raw.get("type", "message")
+    item_type = discriminator(raw, param, default="message")
     if item_type in UNSUPPORTED_ITEM_TYPES:
         raise errors.UnsupportedParameter(f"{param}.type", f"an input item of type '{item_type}'")
-    parse = _ITEM_PARSERS.get(item_type)
+    parse = _ITEM_PARSERS.get(item_type) if item_type is not None else None
     if parse is None:
         raise errors.InvalidRequest(
             f"Invalid '{param}.type': unknown item type '{item_type}'.", param=f"{param}.type", code="invalid_value"
@@ -224,7 +224,7 @@ _ITEM_PARSERS: dict[str, Callable[[dict[str, Any], str], Item]] = {
 def _parse_part(raw: Any, role: str, param: str) -> Item:
     if not isinstance(raw, dict):
         raise errors.InvalidRequest(f"Invalid '{param}': expected an object.", param=param, code="invalid_type")
-    part_type = raw.get("type")
+    part_type = discriminator(raw, param)
     if part_type in UNSUPPORTED_CONTENT_TYPES:
         raise errors.UnsupportedParameter(f"{param}.type", f"content of type '{part_type}'")
     if part_type == "refusal" and role == "assistant":

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from app import errors
 from app.protocol.strict_schema import effective_strict
-from app.protocol.validation import StrictModel, check_json_schema, validate
+from app.protocol.validation import StrictModel, check_json_schema, discriminator, validate
 
 Tool = dict[str, Any]
 ToolChoice = str | dict[str, Any]
@@ -105,12 +105,12 @@ def parse_tools(raw: list[Any] | None, hosted: HostedToolsPolicy = "refuse") -> 
 def _kind(entry: Any, param: str) -> Any:
     if not isinstance(entry, dict):
         raise errors.InvalidRequest(f"Invalid '{param}': expected an object.", param=param, code="invalid_type")
-    return entry.get("type")
+    return discriminator(entry, param)
 
 
 def _callable(entry: dict[str, Any], param: str) -> Tool:
     """A function or custom tool, at the top level or inside a namespace."""
-    kind = entry.get("type")
+    kind = _kind(entry, param)
     if kind == "function":
         return _function(entry, param)
     if kind == "custom":
@@ -183,7 +183,11 @@ def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool]) -> ToolChoice:
                 "Invalid 'tool_choice': 'required' needs at least one tool.", param="tool_choice", code="invalid_value"
             )
         return raw
-    if raw.get("type") not in ("function", "custom"):
+    if not isinstance(raw, dict):
+        raise errors.InvalidRequest(
+            "Invalid 'tool_choice': expected a string or an object.", param="tool_choice", code="invalid_type"
+        )
+    if discriminator(raw, "tool_choice") not in ("function", "custom"):
         raise errors.UnsupportedParameter("tool_choice.type", f"a tool_choice of type '{raw.get('type')}'")
     named = validate(_NamedChoice, raw, prefix="tool_choice")
     if not any(tool["type"] == named.type and tool["name"] == named.name for tool in tools):

@@ -53,6 +53,20 @@ def validate(model: type[ModelT], data: Mapping[str, Any], prefix: str = "") -> 
         raise errors.InvalidRequest(f"Invalid '{param}': {first['msg']}.", param=param, code="invalid_value") from None
 
 
+def discriminator(raw: Mapping[str, Any], param: str, key: str = "type", default: str | None = None) -> str | None:
+    """The field that decides how the rest of `raw` is read (an item's `type`, a message's `role`),
+    or a 400 naming it when it holds anything but a string: it is looked up in tables, and an
+    object or array there is no value of it (nor a 500)."""
+    value = raw.get(key, default)
+    if value is None or isinstance(value, str):
+        return value
+    raise errors.InvalidRequest(
+        f"Invalid '{param}.{key}': expected a string, got {type(value).__name__}.",
+        param=f"{param}.{key}",
+        code="invalid_type",
+    )
+
+
 def check_json_schema(schema: dict[str, Any], param: str) -> None:
     """A 400 naming `param` unless `schema` is a valid JSON Schema (by its own metaschema)."""
     try:

@@ -68,7 +68,7 @@ def replaced(body: Any, path: tuple[str | int, ...], value: Any) -> Any:
     if isinstance(body, list):
         assert isinstance(head, int)
         return [replaced(part, rest, value) if i == head else part for i, part in enumerate(body)]
-    return {**body, head: replaced(body[head], rest, value)}
+    return {**body, head: replaced(body.get(head), rest, value)}
 
 
 @pytest.mark.parametrize(("route", "body", "path"), CASES, ids=[f"{r}:{'.'.join(map(str, p))}" for r, _, p in CASES])
@@ -100,3 +100,29 @@ def test_a_conversation_items_type_of_any_json_is_a_4xx(server: InProcess, api_k
         assert answer.status_code < 500, (item, answer.text)
 
     answers_4xx()
+
+
+ODD_TYPES = [
+    (create(input=[{**MESSAGE, "type": {}}]), "input[0].type"),
+    (create(input=[{**MESSAGE, "content": [{"type": ["input_text"], "text": "x"}]}]), "input[0].content[0].type"),
+    (create(tools=[{"type": []}]), "tools[0].type"),  # (compact takes no tools)
+]
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "param"),
+    [
+        *(
+            (route, body, param)
+            for route in ("/v1/responses", "/v1/responses/input_tokens")
+            for body, param in ODD_TYPES
+        ),
+        *(("/v1/responses/compact", body, param) for body, param in ODD_TYPES[:2]),
+    ],
+)
+def test_an_object_or_array_as_a_type_is_a_400_naming_it(
+    server: InProcess, api_key: str, route: str, body: dict[str, Any], param: str
+) -> None:
+    answer = server.http.post(route, json=body, headers={"Authorization": f"Bearer {api_key}"})
+    assert answer.status_code == 400, answer.text
+    assert (answer.json()["error"]["param"], answer.json()["error"]["code"]) == (param, "invalid_type")
