@@ -358,14 +358,17 @@ class QueueWorker(Worker):
 
     async def _poll_iteration(self) -> None:
         """arq's poll, riding out Redis outages: arq lets the error end its main loop, and with it
-        the worker process."""
+        the worker process. arq reads the queue only while a slot is free: a poll with every slot
+        busy asks Redis nothing, so it says nothing of whether Redis is back."""
+        asks_redis = self.allow_pick_jobs and self.job_counter < self.max_jobs
         try:
             await super()._poll_iteration()
         except REDIS_DOWN as error:
             REDIS_LINK.failed("queue poll", error)
             await asyncio.sleep(self._poll_backoff.next())  # on top of the poll delay
         else:
-            REDIS_LINK.answered()
+            if asks_redis:
+                REDIS_LINK.answered()
             self._poll_backoff.reset()
 
     async def _listen_for_wakeups(self) -> None:

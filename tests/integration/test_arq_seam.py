@@ -22,6 +22,7 @@ from arq.worker import Worker, func
 from app.queue import arq_seam
 from app.queue.jobs import GenerateJob, enqueue_many, job_deserializer, job_serializer
 from app.queue.redis_keys import GENERATE_JOB
+from app.queue.redis_link import REDIS_LINK
 from tests.conftest import Environment
 
 
@@ -192,3 +193,22 @@ async def test_a_job_delivered_more_often_than_its_max_tries_is_not_run(
     await run_burst(worker)
     assert runs == [] and worker.jobs_failed == 1
     assert await redis.zscore(queue, exhausted) is None
+
+
+async def test_a_poll_with_every_slot_busy_does_not_take_redis_for_back(
+    redis: ArqRedis, queue: str, environment: Environment
+) -> None:
+    """arq's poll reads the queue only while a slot is free: one that asked Redis nothing must not
+    report an outage over (a busy worker said "Redis is back" every second while it was down)."""
+    worker = arq_seam.QueueWorker(**{**worker_options(environment, queue, []), "max_jobs": 1})
+    worker._pool = redis
+    worker.job_counter = worker.max_jobs  # every slot busy
+    REDIS_LINK.failed("a test's outage", ConnectionError("refused"))
+    try:
+        await worker._poll_iteration()
+        assert REDIS_LINK.down_for > 0  # still down, as far as anything that asked Redis knows
+        worker.job_counter = 0
+        await worker._poll_iteration()  # reads the queue: Redis answered
+        assert REDIS_LINK.down_for == 0
+    finally:
+        REDIS_LINK.answered()
