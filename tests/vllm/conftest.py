@@ -96,6 +96,7 @@ port = {vllm_port}
 kv_cache_gib = 1
 max_model_len = {CONTEXT}
 max_output_tokens = 256
+sampling = {{ temperature = 0.2, top_p = 0.9 }}  # SmolLM2's recommended settings, as dev's catalog has them
 tool_call_parser = "hermes"
 startup_timeout_seconds = 300
 extra_args = ["--enforce-eager", "--chat-template", "{TOOL_TEMPLATE}", "--enable-log-requests"]
@@ -109,6 +110,7 @@ upstream_model = "{HOSTED}"
 continuation = "continue_final_message"
 context_window = {CONTEXT}
 max_output_tokens = 256
+sampling = {{ temperature = 0.2, top_p = 0.9 }}
 """
 
 

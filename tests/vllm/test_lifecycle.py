@@ -12,6 +12,8 @@ import pytest
 from tests.conftest import wait_until
 from tests.vllm.conftest import HOSTED, VllmStack
 
+# Greedy (temperature 0), its answer runs past 256 tokens: sampled at the model's default of 1, it
+# may end after a few.
 LONG = "Write a long story about a lighthouse keeper and the sea."
 
 
@@ -87,7 +89,9 @@ def test_a_chain_and_a_conversation_send_the_engine_every_earlier_turn(vllm: Vll
 def test_a_background_stream_resumes_after_any_event(vllm: VllmStack) -> None:
     client = vllm.client
     head = []
-    with client.responses.create(model=HOSTED, input=LONG, background=True, stream=True, max_output_tokens=48) as live:
+    with client.responses.create(
+        model=HOSTED, input=LONG, background=True, stream=True, temperature=0, max_output_tokens=48
+    ) as live:
         for event in live:
             head.append(event)
             if sum(e.type == "response.output_text.delta" for e in head) == 5:
@@ -105,7 +109,7 @@ def test_a_cancel_aborts_the_request_inside_vllm(vllm: VllmStack) -> None:
     client = vllm.client
     aborted = vllm.aborted_requests()
     generated = vllm.engine_metric("vllm:generation_tokens_total")
-    response = client.responses.create(model=HOSTED, input=LONG, background=True, max_output_tokens=256)
+    response = client.responses.create(model=HOSTED, input=LONG, background=True, temperature=0, max_output_tokens=256)
     wait_until(lambda: client.responses.retrieve(response.id).output_text, timeout=60)
     assert client.responses.cancel(response.id).status == "cancelled"
     wait_until(lambda: vllm.aborted_requests() == aborted + 1, timeout=10)
@@ -116,7 +120,7 @@ def test_a_cancel_aborts_the_request_inside_vllm(vllm: VllmStack) -> None:
 
 def test_a_foreground_client_that_leaves_aborts_its_generation(vllm: VllmStack) -> None:
     aborted = vllm.aborted_requests()
-    stream = vllm.client.responses.create(model=HOSTED, input=LONG, stream=True, max_output_tokens=256)
+    stream = vllm.client.responses.create(model=HOSTED, input=LONG, stream=True, temperature=0, max_output_tokens=256)
     deltas = 0
     for event in stream:
         deltas += event.type == "response.output_text.delta"

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from tests.vllm.conftest import CONTEXT, EXTERNAL, HOSTED, VllmStack
-from tests.vllm.test_lifecycle import engine_count, user
+from tests.vllm.test_lifecycle import LONG, engine_count, user
 
 # Strict-compatible, so strict by default (as at OpenAI), which is what has vLLM hold a call's
 # arguments to it; enums, since a strict string has no maxLength and the 135M model may not end one.
@@ -100,7 +100,8 @@ def test_a_strict_json_schema_answer_is_valid_json_of_that_schema(vllm: VllmStac
 def test_logprobs_come_with_each_output_token(vllm: VllmStack) -> None:
     response = vllm.client.responses.create(
         model=HOSTED,
-        input="Write a long story about a lighthouse keeper.",
+        input=LONG,
+        temperature=0,
         include=["message.output_text.logprobs"],
         top_logprobs=2,
         max_output_tokens=16,
@@ -115,9 +116,7 @@ def test_logprobs_come_with_each_output_token(vllm: VllmStack) -> None:
 
 
 def test_max_output_tokens_ends_the_answer_incomplete(vllm: VllmStack) -> None:
-    response = vllm.client.responses.create(
-        model=HOSTED, input="Write a long story about a lighthouse keeper.", max_output_tokens=16
-    )
+    response = vllm.client.responses.create(model=HOSTED, input=LONG, temperature=0, max_output_tokens=16)
     assert response.status == "incomplete" and response.incomplete_details is not None
     assert response.incomplete_details.reason == "max_output_tokens"
     assert response.usage is not None and response.usage.output_tokens == 16

@@ -108,7 +108,7 @@ def test_the_hosting_workers_readiness_follows_its_engine(vllm: VllmStack) -> No
     assert vllm.readiness_seen[-1]["runtime"] == "ok"
 
     client = vllm.client
-    running = client.responses.create(model=HOSTED, input=LONG, background=True, max_output_tokens=256)
+    running = client.responses.create(model=HOSTED, input=LONG, background=True, temperature=0, max_output_tokens=256)
     wait_until(lambda: client.responses.retrieve(running.id).output_text, timeout=60)
     os.killpg(engine_process(vllm.hosting), signal.SIGKILL)  # the engine dies, all its processes
 
