@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import errors
 from app.events.channel import Notice, decode_message
+from app.process.repeated_failure import RepeatedFailure
 from app.process.side_tasks import SideTasks
 from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import TERMINAL_STATUSES
@@ -108,6 +109,7 @@ class EventHub:
         self._subscribed = asyncio.Event()  # Redis confirmed the channel on the current connection
         self._lost = False  # the subscription broke, and is not back yet
         self._side_tasks = SideTasks()
+        self._idle_check_failure = RepeatedFailure("the event hub's check of its idle followers' responses", log)
 
     async def start(self) -> None:
         self._side_tasks.start("event-hub", self._read)
@@ -201,6 +203,7 @@ class EventHub:
             async with self._engine.connect() as conn:
                 ends = await events_db.log_ends(conn, list(response_ids))
         except Exception:  # each follower checks for itself (and meets the failure itself)
-            log.warning("event hub could not check its idle followers' responses", exc_info=True)
+            self._idle_check_failure.failed()
             return {}
+        self._idle_check_failure.succeeded()
         return {rid: LogState(status in TERMINAL_STATUSES, last) for rid, (status, last) in ends.items()}

@@ -13,6 +13,8 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from app.process.repeated_failure import RepeatedFailure
+
 log = logging.getLogger(__name__)
 
 RESTART_DELAY_SECONDS = 1.0
@@ -32,7 +34,10 @@ class SideTasks:
         self._tasks[name] = asyncio.create_task(self._watch(name, run), name=name)
 
     def start_every(self, name: str, seconds: float, run_once: SideTask) -> None:
-        """Runs `run_once` every `seconds`; a run that fails is logged and the next comes on time."""
+        """Runs `run_once` every `seconds`; the next run comes on time after one that failed. Runs that
+        fail in a row (the database away) are logged when the first fails and when one succeeds."""
+
+        failure = RepeatedFailure(f"{name} (every {seconds:g}s)", log)
 
         async def periodic() -> None:
             while True:
@@ -40,7 +45,9 @@ class SideTasks:
                 try:
                     await run_once()
                 except Exception:
-                    log.warning("%s failed; it runs again in %.1fs", name, seconds, exc_info=True)
+                    failure.failed()
+                else:
+                    failure.succeeded()
 
         self.start(name, periodic)
 

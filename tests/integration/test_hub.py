@@ -6,6 +6,7 @@ never while events keep coming."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -23,7 +24,7 @@ from app.events.log_reader import LogReader
 from app.protocol.encoding import WireEvent
 from app.service.state import AppState
 from app.storage import events as events_db
-from tests.conftest import eventually
+from tests.conftest import eventually, free_port
 from tests.integration.conftest import in_progress
 
 IDLE = 0.4
@@ -191,3 +192,26 @@ async def test_a_follower_that_finds_every_connection_taken_is_kept_alive_and_th
         await hub.close()
         await reader.close()
         await engine.dispose()
+
+
+async def test_a_database_away_is_one_warning_however_many_idle_checks_fail(
+    state: AppState, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A Postgres that refuses connections: every idle tick's check fails (a traceback a second, before).
+    away = create_async_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{free_port()}/nothing")
+    hub = EventHub(state.redis, CHANNEL, IDLE, away)
+    caplog.set_level(logging.INFO, logger="app.events.hub")
+    await hub.start()
+    try:
+        follower = await hub.subscribe("resp_during_an_outage", durable=True)
+        for _ in range(4):  # four idle periods, each checked (and failed) once
+            async with asyncio.timeout(3 * IDLE):
+                assert await follower.next_batch() == Idle()  # each follower checks for itself
+        await follower.close()
+    finally:
+        await hub.close()
+        await away.dispose()
+    warnings = [r for r in caplog.records if r.name == "app.events.hub" and r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in warnings] == [
+        "the event hub's check of its idle followers' responses failed; retrying, and saying when it succeeds again"
+    ]
