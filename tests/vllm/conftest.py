@@ -40,9 +40,8 @@ from tests.conftest import (
     wait_for_http,
     wait_until,
 )
+from tests.vllm.engine import TOOL_TEMPLATE, SetupFailed, cpu_model_lines, set_up
 
-SETUP = ROOT / "deploy" / "vllm-cpu" / "setup.sh"
-TOOL_TEMPLATE = ROOT / "deploy" / "vllm-cpu" / "smollm2-tools.jinja"
 HOSTED = "smollm2-vllm"
 EXTERNAL = "smollm2-external"
 CONTEXT = 2048
@@ -72,12 +71,13 @@ HOME = pytest.StashKey[Path]()
 
 
 def _set_up() -> Path:
-    """The folder setup.sh built; built here, outside any test's timeout, when it is not yet (minutes)."""
-    done = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        failure = done.stderr[-4000:]
-        raise pytest.UsageError(f"deploy/vllm-cpu/setup.sh failed, so the real-vLLM tier cannot run:\n{failure}")
-    return Path(done.stdout.strip().splitlines()[-1])
+    """Built here, outside any test's timeout, when it is not yet."""
+    try:
+        return set_up()
+    except SetupFailed as failed:
+        raise pytest.UsageError(
+            f"deploy/vllm-cpu/setup.sh failed, so the real-vLLM tier cannot run:\n{failed}"
+        ) from None
 
 
 @pytest.fixture(scope="session")
@@ -89,19 +89,13 @@ def catalog(home: Path, vllm_port: int, proxy_url: str) -> str:
     return f"""
 [[models]]
 id = "{HOSTED}"
-runtime = "vllm"
-device = "cpu"
-model = "{home}/smollm2-135m-instruct"
-executable = "{home}/vllm"
-port = {vllm_port}
-kv_cache_gib = 1
+{cpu_model_lines(home, kv_cache_gib=1)}port = {vllm_port}
 max_model_len = {CONTEXT}
 max_output_tokens = 256
 sampling = {{ temperature = 0.2, top_p = 0.9 }}  # SmolLM2's recommended settings, as dev's catalog has them
 tool_call_parser = "hermes"
 startup_timeout_seconds = 300
 extra_args = ["--enforce-eager", "--chat-template", "{TOOL_TEMPLATE}", "--enable-log-requests"]
-env = {{ HF_HUB_OFFLINE = "1", TRANSFORMERS_OFFLINE = "1", VLLM_CACHE_ROOT = "{home}/cache", TMPDIR = "{home}/tmp" }}
 
 [[models]]
 id = "{EXTERNAL}"
@@ -156,6 +150,15 @@ class VllmStack:
             if all(series.get(key) == value for key, value in labels.items()):
                 total += float(found[3])
         return total
+
+    def engine_count(self, messages: list[dict[str, Any]], **extra: Any) -> int:
+        """vLLM's own count of a chat prompt (its /tokenize)."""
+        answer = httpx.post(
+            f"{self.vllm_url}/tokenize", json={"model": HOSTED, "messages": messages, **extra}, timeout=30
+        )
+        answer.raise_for_status()
+        count: int = answer.json()["count"]
+        return count
 
     def aborted_requests(self) -> int:
         """The requests vLLM says it aborted (its log, with --enable-log-requests): a client that

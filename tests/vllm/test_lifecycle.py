@@ -3,9 +3,6 @@ background responses resumed mid-stream, cancel and disconnect aborting the engi
 
 from __future__ import annotations
 
-from typing import Any
-
-import httpx
 import openai
 import pytest
 
@@ -15,14 +12,6 @@ from tests.vllm.conftest import HOSTED, VllmStack
 # Greedy (temperature 0), its answer runs past 256 tokens: sampled at the model's default of 1, it
 # may end after a few.
 LONG = "Write a long story about a lighthouse keeper and the sea."
-
-
-def engine_count(vllm: VllmStack, messages: list[dict[str, Any]], **extra: Any) -> int:
-    """vLLM's own count of a chat prompt."""
-    answer = httpx.post(f"{vllm.vllm_url}/tokenize", json={"model": HOSTED, "messages": messages, **extra}, timeout=30)
-    answer.raise_for_status()
-    count: int = answer.json()["count"]
-    return count
 
 
 def user(text: str) -> dict[str, str]:
@@ -36,7 +25,7 @@ def test_an_answer_carries_the_engines_counts(vllm: VllmStack) -> None:
     assert response.status in ("completed", "incomplete") and response.output_text
     usage = response.usage
     assert usage is not None
-    assert usage.input_tokens == engine_count(vllm, [user("Name a colour.")])
+    assert usage.input_tokens == vllm.engine_count([user("Name a colour.")])
     assert usage.output_tokens == vllm.engine_metric("vllm:generation_tokens_total") - generated_before
     assert usage.total_tokens == usage.input_tokens + usage.output_tokens
     assert vllm.engine_metric("vllm:request_success_total") == requests_before + 1  # one generation, no retry
@@ -71,7 +60,7 @@ def test_a_chain_and_a_conversation_send_the_engine_every_earlier_turn(vllm: Vll
         model=HOSTED, input="What is my name?", previous_response_id=first.id, max_output_tokens=16
     )
     turns = [user("My name is Ada."), {"role": "assistant", "content": first.output_text}, user("What is my name?")]
-    assert second.usage is not None and second.usage.input_tokens == engine_count(vllm, turns)
+    assert second.usage is not None and second.usage.input_tokens == vllm.engine_count(turns)
 
     conversation = client.conversations.create()
     one = client.responses.create(
@@ -81,7 +70,7 @@ def test_a_chain_and_a_conversation_send_the_engine_every_earlier_turn(vllm: Vll
         model=HOSTED, input="What is my name?", conversation=conversation.id, max_output_tokens=16
     )
     turns[1] = {"role": "assistant", "content": one.output_text}
-    assert two.usage is not None and two.usage.input_tokens == engine_count(vllm, turns)
+    assert two.usage is not None and two.usage.input_tokens == vllm.engine_count(turns)
     items = client.conversations.items.list(conversation.id, order="asc").data
     assert [item.type for item in items] == ["message"] * 4
 

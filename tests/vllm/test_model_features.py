@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from tests.vllm.conftest import CONTEXT, EXTERNAL, HOSTED, VllmStack
-from tests.vllm.test_lifecycle import LONG, engine_count, user
+from tests.vllm.test_lifecycle import LONG, user
 
 # Strict-compatible, so strict by default (as at OpenAI), which is what has vLLM hold a call's
 # arguments to it; enums, since a strict string has no maxLength and the 135M model may not end one.
@@ -166,7 +166,7 @@ def test_truncation_auto_drops_the_oldest_turns_until_the_prompt_fits(vllm: Vllm
     )
     assert response.status in ("completed", "incomplete") and response.usage is not None
     kept = [user(words("pear", 700)), {"role": "assistant", "content": "Noted."}, user("Say hello.")]
-    assert response.usage.input_tokens == engine_count(vllm, kept)
+    assert response.usage.input_tokens == vllm.engine_count(kept)
     with pytest.raises(openai.BadRequestError) as caught:
         vllm.client.responses.create(model=model, input=long_conversation(), max_output_tokens=16)
     assert caught.value.body["code"] == "context_length_exceeded"
@@ -181,4 +181,4 @@ def test_input_tokens_count_the_tools_as_vllm_renders_them(vllm: VllmStack) -> N
         model=HOSTED, input="Weather in Rome?", tools=[WEATHER], tool_choice="required", max_output_tokens=32
     )
     assert answered.usage is not None and answered.usage.input_tokens == counted.input_tokens
-    assert without.input_tokens == engine_count(vllm, [user("Weather in Rome?")])
+    assert without.input_tokens == vllm.engine_count([user("Weather in Rome?")])
