@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     # A store=false stream, whose events travel only through Redis, waits this long for Redis to
     # come back before it ends with an error naming Redis (durable streams read Postgres meanwhile).
     redis_outage_seconds: float = Field(60.0, gt=0, alias="RESPONSES_REDIS_OUTAGE_SECONDS")
+    # How long a Postgres outage may last with nothing lost: workers retry their commits this long
+    # (then fail their generations), and streams wait this long, kept alive, for the events.
+    postgres_outage_seconds: float = Field(60.0, gt=0, alias="RESPONSES_POSTGRES_OUTAGE_SECONDS")
 
     # Webhooks (app/service/webhook_delivery.py): networks of private addresses an endpoint may
     # have (comma-separated), how long an attempt may take, the first retry's delay (doubled per

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.process.repeated_failure import RepeatedFailure
 from app.queue.redis_keys import ALIVE_PREFIX
 from app.queue.redis_link import REDIS_LINK
 from app.settings import Settings
@@ -71,12 +72,15 @@ class LeaseKeeper:
         engine = create_engine(settings)
         redis = Redis.from_url(settings.redis_url)
         interval = settings.lease_seconds / 3
+        renewal = RepeatedFailure("renewing the worker's leases", log)
         try:
             while not await asyncio.to_thread(self._closing.wait, interval):
                 try:
                     await self._renew(engine, redis)
                 except Exception:
-                    log.warning("could not renew leases", exc_info=True)
+                    renewal.failed()
+                else:
+                    renewal.succeeded()
         finally:
             await redis.aclose()
             await engine.dispose()

@@ -128,6 +128,7 @@ class WorkerState:
                 events_channel(settings.queue_name),
                 worker_id=worker_id,
                 commit_interval=settings.event_commit_interval,
+                commit_patience=settings.postgres_outage_seconds,
             ),
             runtime=ChatRuntimeClient(settings.runtime_connect_timeout, settings.runtime_read_timeout),
         )

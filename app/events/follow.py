@@ -5,21 +5,28 @@ are committed, until the terminal event. Live streaming and resuming are this on
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from app import errors
 from app.events.channel import Notice, read_overflow
 from app.events.hub import Idle, Subscription
 from app.events.log_reader import PAGE, LogReader
+from app.process.repeated_failure import RepeatedFailure
 from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
 from app.queue.jobs import still_coming
 from app.queue.redis_link import REDIS_DOWN, REDIS_LINK
+from app.storage.driver import unreachable
 from app.storage.events import LogPage
+
+log = logging.getLogger(__name__)
+# One for all the followers of the process: an outage is logged when it begins and when it ends.
+_READS = RepeatedFailure("reading the event log for its followers", log)
 
 
 class FollowLost(errors.GenerationFailed):
@@ -31,13 +38,16 @@ class LogSource:
     """Where a response's events can be re-read: Postgres (through the process's log reader)
     for durable responses; nowhere (live only) for foreground store=false ones, whose liveness
     Redis tells. `redis_patience`: how long a store=false follower waits for Redis to come back;
-    `lease_seconds`: how long a live worker may take to say so again once Redis is back."""
+    `postgres_patience`: how long a durable one waits for Postgres (as long as workers retry
+    their commits); `lease_seconds`: how long a live worker may take to say so again once Redis
+    is back."""
 
     reader: LogReader
     redis: Redis
     durable: bool
     redis_patience: float = 60.0
     lease_seconds: float = 30.0
+    postgres_patience: float = 60.0
 
 
 async def follow(
@@ -57,22 +67,30 @@ async def follow(
     written to it yet (the caller created the response and has not enqueued it): the log is
     not read. `first_page`: the log after `after`, read by the caller once it had subscribed."""
     cursor = _Cursor(after)
+    outage = _Outage(source.postgres_patience)
     try:
         if known_log is not None:
             if ready := cursor.next_of(list(known_log)):
                 yield ready
         elif source.durable:
-            async for ready in _stored(source, response_id, cursor, first_page):
-                yield ready
+            try:
+                async for ready in _stored(source, response_id, cursor, first_page):
+                    yield ready
+            except Exception as error:  # a later page: the live loop's next read of the log brings it
+                outage.met(error)
         while not cursor.done:
             live = await subscription.next_batch()
             try:
                 batch, ended = await _resolved(source, response_id, cursor.last, live)
-            except PoolTimeout:
-                # Every connection is taken: the stream waits, kept alive, and a later read of the
-                # log (the next gap or idle period) brings what this one would have.
+            except Exception as error:
+                # Postgres is away, or every connection is taken: the stream waits, kept alive,
+                # and a later read of the log (the next gap or idle period) brings what this one
+                # would have. Nothing is lost meanwhile: workers hold their events until they
+                # commit them, and publish them only then.
+                outage.met(error)
                 yield None
                 continue
+            outage.over()
             if ended and not batch:
                 return
             if isinstance(live, Idle):
@@ -117,6 +135,34 @@ async def _read_all(source: LogSource, response_id: str, after: int) -> tuple[li
         if len(page.events) < PAGE:
             return events, page.ended
         after = page.events[-1].sequence_number
+
+
+class _Outage:
+    """How long one follower's reads of the log have failed for Postgres being unreachable."""
+
+    def __init__(self, patience: float) -> None:
+        self._patience = patience
+        self._since: float | None = None
+
+    def met(self, error: Exception) -> None:
+        """Re-raises an error that is not an outage, and an outage past its patience."""
+        if not unreachable(error):
+            raise error
+        _READS.failed()
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+        elif now - self._since > self._patience:
+            raise errors.ServiceUnavailable(
+                f"The database has been unreachable for over {self._patience:.0f}s: this stream cannot "
+                "read its response's events. Retrieve the response, or resume its stream, once the "
+                "service is back."
+            ) from error
+
+    def over(self) -> None:
+        if self._since is not None:
+            self._since = None
+            _READS.succeeded()
 
 
 class _Cursor:

@@ -130,4 +130,11 @@ class AppState:
 
     def log_source(self, durable: bool) -> LogSource:
         settings = self.settings
-        return LogSource(self.log_reader, self.redis, durable, settings.redis_outage_seconds, settings.lease_seconds)
+        return LogSource(
+            self.log_reader,
+            self.redis,
+            durable,
+            redis_patience=settings.redis_outage_seconds,
+            lease_seconds=settings.lease_seconds,
+            postgres_patience=settings.postgres_outage_seconds,
+        )

@@ -29,6 +29,7 @@ import aiohttp
 
 from app.process.egress import EgressGuard, EgressRefused
 from app.process.metrics import WEBHOOK_DELIVERIES, WEBHOOK_OLDEST_PENDING
+from app.process.repeated_failure import RepeatedFailure
 from app.protocol import webhook_signing
 from app.settings import Settings
 from app.storage import webhooks as webhooks_db
@@ -72,20 +73,32 @@ class WebhookDeliverer:
 
     async def run(self) -> None:
         """Sends due deliveries for ever (a side task). Each turn is one statement: it records
-        the outcomes of the attempts that ended and takes what is due."""
+        the outcomes of the attempts that ended and takes what is due. While the database is
+        away, turns fail (logged when that begins and ends) and are tried again each poll."""
+        failure = RepeatedFailure("webhook delivery's turn", log)
         while True:
             self._wake.clear()
-            attempted = self._attempted[:]
             room = max(self.settings.webhook_concurrency - len(self._attempts), 0)
-            taken = await self._record_and_take(attempted, room)
-            del self._attempted[: len(attempted)]  # (kept for the next turn if that failed)
-            for outcome in attempted:
-                WEBHOOK_DELIVERIES.labels(_outcome_label(outcome)).inc()
-            for due in taken.due:
-                self._start(due)
-            await self._report_oldest()
+            try:
+                taken = await self._turn(room)
+            except Exception:
+                failure.failed()
+                await asyncio.sleep(self.settings.webhook_poll_seconds)
+                continue
+            failure.succeeded()
             if len(taken.due) < room or room == 0:  # (a full take: there may be more)
                 await self._wait(taken.seconds_until_due)
+
+    async def _turn(self, room: int) -> webhooks_db.Taken:
+        attempted = self._attempted[:]
+        taken = await self._record_and_take(attempted, room)
+        del self._attempted[: len(attempted)]  # (kept for the next turn if that failed)
+        for outcome in attempted:
+            WEBHOOK_DELIVERIES.labels(_outcome_label(outcome)).inc()
+        for due in taken.due:
+            self._start(due)
+        await self._report_oldest()
+        return taken
 
     async def close(self) -> None:
         """Cancels the attempts in flight (their leases lapse: they are sent again) and records

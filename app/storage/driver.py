@@ -23,7 +23,8 @@ from typing import Any
 
 import asyncpg
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import TextClause
 
@@ -83,6 +84,22 @@ def refused_data(exc: BaseException) -> bool:
     if not isinstance(exc, DBAPIError) or exc.connection_invalidated:
         return False
     return str(getattr(exc.orig, "sqlstate", "")).startswith(("22", "23"))
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Postgres could not be asked: no connection could be made (refused, timed out, the server
+    starting or shutting down: SQLSTATE classes 08 and 57P), one broke midway, or none was free in
+    the pool in time. The same statement may well succeed once it is back."""
+    if isinstance(exc, PoolTimeout | OSError):
+        return True
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
+    sqlstate = str(getattr(exc.orig, "sqlstate", "") or "")
+    if sqlstate:  # Postgres answered: with a refusal to connect, or with a statement's failure
+        return sqlstate.startswith(("08", "57P"))
+    return isinstance(exc, OperationalError | InterfaceError)  # the driver's own: the link failed
 
 
 def numbered_twice(exc: BaseException) -> bool:

@@ -1,12 +1,16 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import openai
 import pytest
 
-from tests.conftest import Server
-from tests.e2e.processes import PrivateRedis
+from app.storage.migrate import migrate
+from tests.conftest import Environment, Server
+from tests.e2e.processes import PrivateRedis, Stack
+from tests.private_postgres import private_cluster
+
+Restart = Callable[..., None]
 
 
 @pytest.fixture
@@ -25,3 +29,25 @@ def private_redis() -> Iterator[PrivateRedis]:
     server.start()
     yield server
     server.close()
+
+
+@pytest.fixture
+def private_postgres(environment: Environment) -> Iterator[tuple[Environment, Restart]]:
+    """The test's environment on a PostgreSQL cluster of its own, migrated (the shared one is
+    never restarted), and a function that restarts that cluster (running `while_down` between its
+    stop and its start)."""
+    with private_cluster() as cluster:
+        cluster.create_database("responses")
+        database_url = cluster.url("responses", driver="postgresql+asyncpg")
+        own = Environment(database_url, environment.redis_url, environment.queue_name, environment.models_path)
+        migrate(own.settings())
+        yield own, cluster.restart
+
+
+@pytest.fixture
+def restartable_stack(private_postgres: tuple[Environment, Restart]) -> Iterator[tuple[Stack, Restart]]:
+    """A stack on the test's own Postgres cluster, and the function that restarts that cluster."""
+    own, restart = private_postgres
+    stack = Stack(own)
+    yield stack, restart
+    stack.close()

@@ -6,12 +6,22 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import openai
 import redis
 
-from tests.conftest import Environment, create_key, free_port, start_api, start_worker, wait_until
+from tests.conftest import (
+    Environment,
+    create_key,
+    free_port,
+    start_api,
+    start_logged,
+    start_worker,
+    wait_for_http,
+    wait_until,
+)
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(200)), "delay": 0.05})
 FAST_HOUSEKEEPING = {
@@ -24,12 +34,13 @@ FAST_HOUSEKEEPING = {
 class Stack:
     """One API and any number of workers, sharing a queue no other test reads."""
 
-    def __init__(self, environment: Environment, **env: str) -> None:
+    def __init__(self, environment: Environment, *, api_log: Path | None = None, **env: str) -> None:
+        """`api_log`: the file the API's output goes to (the terminal's otherwise)."""
         self.environment = environment
         self.env = {"RESPONSES_QUEUE": f"responses:crash:{secrets.token_hex(4)}", **FAST_HOUSEKEEPING, **env}
         self.processes: list[subprocess.Popen[bytes]] = []
         self.port = free_port()
-        self.api = self.start_api()
+        self.api = self.start_api(api_log)
         self.client = openai.OpenAI(
             base_url=f"http://127.0.0.1:{self.port}/v1",
             api_key=create_key(environment, "crashes"),
@@ -37,9 +48,15 @@ class Stack:
             timeout=30,
         )
 
-    def start_api(self) -> subprocess.Popen[bytes]:
-        process = start_api(self.environment, self.port, **self.env)
+    def start_api(self, log_to: Path | None = None) -> subprocess.Popen[bytes]:
+        if log_to is None:
+            process = start_api(self.environment, self.port, **self.env)
+            self.processes.append(process)
+            return process
+        env = {"RESPONSES_FOLLOW_IDLE_SECONDS": "1", **self.env}  # (as start_api's)
+        process = start_logged(self.environment, log_to, "api", "--port", str(self.port), **env)
         self.processes.append(process)
+        wait_for_http(f"http://127.0.0.1:{self.port}/ready", process)
         return process
 
     def start_worker(self, **env: str) -> subprocess.Popen[bytes]:

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -16,10 +16,9 @@ import openai
 import pytest
 import redis
 
-from app.storage.migrate import migrate
 from tests.conftest import Environment, FakeRuntime, answers_200, wait_until
+from tests.e2e.conftest import Restart
 from tests.e2e.processes import SLOW, PrivateRedis, Stack, read_until_deltas
-from tests.private_postgres import private_cluster
 
 
 @pytest.fixture
@@ -196,8 +195,13 @@ def test_redis_down_means_fast_503s_and_nothing_accepted_is_lost(
 def test_with_every_database_connection_taken_new_requests_get_503_and_a_running_stream_goes_on(
     environment: Environment, fake: FakeRuntime
 ) -> None:
-    pool = {"RESPONSES_DB_POOL_SIZE": "3", "RESPONSES_DB_MAX_OVERFLOW": "0", "RESPONSES_DB_POOL_TIMEOUT": "0.5"}
-    stack = Stack(environment, RESPONSES_LEASE_SECONDS="30", **pool)
+    stack = Stack(
+        environment,
+        RESPONSES_LEASE_SECONDS="30",
+        RESPONSES_DB_POOL_SIZE="3",
+        RESPONSES_DB_MAX_OVERFLOW="0",
+        RESPONSES_DB_POOL_TIMEOUT="0.5",
+    )
     events: list[Any] = []
     try:
         stack.start_worker()
@@ -250,31 +254,6 @@ def test_with_every_database_connection_taken_new_requests_get_503_and_a_running
         assert stack.client.with_options(max_retries=2).responses.retrieve(events[0].response.id).status == "completed"
     finally:
         stack.close()
-
-
-Restart = Callable[..., None]
-
-
-@pytest.fixture
-def private_postgres() -> Iterator[tuple[str, Restart]]:
-    """A PostgreSQL cluster of the test's own (the shared one is never restarted): its URL, and a
-    function that restarts it (running `while_down` between its stop and its start)."""
-    with private_cluster() as cluster:
-        cluster.create_database("responses")
-        yield cluster.url("responses", driver="postgresql+asyncpg"), cluster.restart
-
-
-@pytest.fixture
-def restartable_stack(
-    environment: Environment, private_postgres: tuple[str, Restart]
-) -> Iterator[tuple[Stack, Restart]]:
-    """A stack on the test's own Postgres cluster, and the function that restarts that cluster."""
-    database_url, restart = private_postgres
-    own = Environment(database_url, environment.redis_url, environment.queue_name, environment.models_path)
-    migrate(own.settings())
-    stack = Stack(own)
-    yield stack, restart
-    stack.close()
 
 
 def test_postgres_restart_mid_generation(fake: FakeRuntime, restartable_stack: tuple[Stack, Restart]) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.events import channel
+from app.process.repeated_failure import RepeatedFailure
 from app.process.side_tasks import SideTasks
 from app.protocol import encoding
 from app.protocol.encoding import WireEvent
@@ -53,7 +55,6 @@ from workers.event_log.transient_backlog import TransientBacklog
 
 log = logging.getLogger(__name__)
 
-COMMIT_RETRY_SECONDS = 60.0
 BUSY_BATCH_RESPONSES = 16  # a batch carrying this many responses' events means load
 MAX_FLUSH_INTERVAL = 0.1
 # Commits of only starting and ending responses while the others gather: each costs about as much
@@ -108,12 +109,16 @@ class EventWriter:
         pause: Callable[[int, float], float] = pause_after,
         worker_id: str | None = None,
         commit_interval: float = 0.0,
+        commit_patience: float = 60.0,
     ) -> None:
         """`worker_id`: commit only the events of responses this worker still runs (a response
         handed over or reaped while it stalled may be another worker's now). `commit_interval`:
-        the least time from one flush's start to the next that is not urgent."""
+        the least time from one flush's start to the next that is not urgent. `commit_patience`:
+        how long a commit is retried while Postgres is away."""
         self._worker_id = worker_id
         self._commit_interval = commit_interval
+        self._commit_patience = commit_patience
+        self._commit_failure = RepeatedFailure("the event commit", log)
         self._connection = HeldConnection(engine)
         self._redis = redis
         self._channel = channel
@@ -337,19 +342,21 @@ class EventWriter:
                     backoff.reset()
 
     async def _commit_with_retry(self, batch: dict[str, _Pending]) -> dict[str, list[WireEvent]]:
-        delay, waited = 0.05, 0.0
+        delay, started = 0.05, time.monotonic()
         while True:
             try:
-                return await self._commit(batch)
+                committed = await self._commit(batch)
             except (OperationalError, DBAPIError, OSError) as exc:
                 if refused_data(exc):
                     return await self._commit_apart(batch) if len(batch) > 1 else self._refuse(batch, exc)
-                if waited >= COMMIT_RETRY_SECONDS:
+                self._commit_failure.failed()
+                if time.monotonic() - started >= self._commit_patience:
                     raise
-                log.warning("event commit failed; retrying in %.2fs", delay, exc_info=True)
                 await asyncio.sleep(delay)
-                waited += delay
                 delay = min(delay * 2, 2.0)
+            else:
+                self._commit_failure.succeeded()
+                return committed
 
     async def _commit_apart(self, batch: dict[str, _Pending]) -> dict[str, list[WireEvent]]:
         committed: dict[str, list[WireEvent]] = {}

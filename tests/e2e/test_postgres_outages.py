@@ -1,0 +1,105 @@
+"""A Postgres outage is a pause, not a fault: live streams stay open (kept alive) while the event
+log cannot be read, and go on from where they were once it can; generations go on meanwhile,
+their commits waiting. Past RESPONSES_POSTGRES_OUTAGE_SECONDS a stream ends with an `error` event.
+Each test runs on a Postgres cluster of its own, stopped and started again."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.conftest import Environment, FakeRuntime, wait_until
+from tests.e2e.conftest import Restart
+from tests.e2e.processes import Stack
+
+STREAMS = 50
+
+
+def _script(stream: int, words: int, delay: float) -> tuple[str, str]:
+    text = " ".join(f"s{stream}w{i}" for i in range(words))
+    return text, "#fake " + json.dumps({"text": text, "delay": delay})
+
+
+class Streams:
+    """A foreground stream per script, each read to its end by a thread of its own."""
+
+    def __init__(self, client: openai.OpenAI, scripts: list[str]) -> None:
+        self.received: list[list[Any]] = [[] for _ in scripts]
+        self.failures: list[BaseException] = []
+        self._readers = [
+            threading.Thread(target=self._read, args=(client, script, index)) for index, script in enumerate(scripts)
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, client: openai.OpenAI, script: str, index: int) -> None:
+        try:
+            for event in client.responses.create(model="fake", input=script, stream=True):
+                self.received[index].append(event)
+        except BaseException as exc:
+            self.failures.append(exc)
+
+    def wait(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for reader in self._readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+        assert not any(reader.is_alive() for reader in self._readers), "streams still open"
+
+
+@pytest.mark.parametrize("outage_seconds", [5, 30])
+def test_foreground_streams_ride_out_a_postgres_outage_whole(
+    fake: FakeRuntime, private_postgres: tuple[Environment, Restart], tmp_path: Path, outage_seconds: int
+) -> None:
+    own, restart = private_postgres
+    api_log = tmp_path / "api.log"
+    # Leases outlast the outage, as a deployment's would (its default is 30 s): a worker that is
+    # alive keeps its generations.
+    stack = Stack(own, api_log=api_log, RESPONSES_LEASE_SECONDS=str(outage_seconds + 30))
+    try:
+        stack.start_worker()
+        texts, scripts = zip(*(_script(n, words=40, delay=0.2) for n in range(STREAMS)), strict=True)
+        streams = Streams(stack.client, list(scripts))
+        wait_until(lambda: all(len(events) > 5 for events in streams.received), timeout=30)
+
+        def while_down() -> None:
+            down_at = time.monotonic()
+            # A create meanwhile is refused at once (the SDK would retry it), leaving nothing behind.
+            with pytest.raises(openai.InternalServerError) as refused:
+                stack.client.responses.create(model="fake", input="during the outage")
+            assert refused.value.status_code == 503
+            time.sleep(max(0.0, outage_seconds - (time.monotonic() - down_at)))
+
+        restart(while_down)
+        streams.wait(timeout=90)
+        assert not streams.failures, streams.failures[:3]
+        for text, events in zip(texts, streams.received, strict=True):
+            assert [e.sequence_number for e in events] == list(range(len(events)))
+            assert events[-1].type == "response.completed" and events[-1].response.output_text == text
+            assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == text
+            assert not [e for e in events if e.type == "error"]
+        assert own.query("SELECT count(*) FROM responses")[0][0] == STREAMS
+    finally:
+        stack.close()
+    # Each loop that met the outage told it once, with its traceback, not every second of it.
+    told = _traceback_headlines(api_log.read_text())
+    assert told and len(set(told)) == len(told), told
+
+
+def _traceback_headlines(log: str) -> list[str]:
+    """The message of each log record that carries a traceback, without its time."""
+    headlines: list[str] = []
+    record, told = "", False
+    for line in log.splitlines():
+        if re.match(r"\d{4}-\d\d-\d\d \d\d:", line):
+            record, told = line.split(" ", 2)[2], False
+        elif line.startswith("Traceback") and not told:
+            headlines.append(record)
+            told = True
+    return headlines
