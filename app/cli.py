@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
 
         migrate(settings)
     elif args.command == "api":
-        _serve_api(args.host, args.port, args.workers)
+        _serve_api(args.host, args.port, args.workers, settings)
     elif args.command == "worker":
         _run_worker(settings, args.model)
     elif args.command == "gc":
@@ -119,7 +119,7 @@ def _probe(port: int, path: str, timeout: float) -> int:
     return 1
 
 
-def _serve_api(host: str, port: int, workers: int) -> None:
+def _serve_api(host: str, port: int, workers: int, settings: Settings) -> None:
     import uvicorn
 
     from app.process import api_server
@@ -140,6 +140,7 @@ def _serve_api(host: str, port: int, workers: int) -> None:
         log_level="info",
         log_config=None,  # uvicorn's loggers go through ours (text or JSON)
         access_log=False,  # each request's line is ours (app/process/request_log.py), with what it was about
+        ws_max_size=settings.websocket_max_message_bytes,
     )
     api_server.serve(config)
 

@@ -78,6 +78,13 @@ class Settings(BaseSettings):
     count_timeout: int = Field(30, gt=0, alias="RESPONSES_COUNT_TIMEOUT")
 
     max_body_bytes: int = Field(16 * 1024 * 1024, alias="RESPONSES_MAX_BODY_BYTES")
+    # WebSocket mode (app/service/socket_session.py): how long a socket may stay open (OpenAI's
+    # 60 minutes; then `websocket_connection_limit_reached` and a close, once its responses
+    # end), how long one with nothing running may stay silent before it is closed, and the
+    # largest frame a client may send (a larger one closes the socket with 1009).
+    websocket_max_seconds: float = Field(3600.0, gt=0, alias="RESPONSES_WEBSOCKET_MAX_SECONDS")
+    websocket_idle_seconds: float = Field(900.0, gt=0, alias="RESPONSES_WEBSOCKET_IDLE_SECONDS")
+    websocket_max_message_bytes: int = Field(16 * 1024 * 1024, gt=0, alias="RESPONSES_WEBSOCKET_MAX_MESSAGE_BYTES")
     # A follower with nothing to read re-checks Postgres this often: it heals a missed
     # Redis message and keeps SSE connections alive through proxies.
     follow_idle_seconds: float = Field(5.0, alias="RESPONSES_FOLLOW_IDLE_SECONDS")

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import errors
-from app.api.routes import conversations, input_items, meta, metrics, responses
+from app.api.routes import conversations, input_items, meta, metrics, responses, responses_socket
 from app.error_reporting import REQUEST_ID, client_error
 from app.process import gc_tuning, request_log
 from app.process.metrics import HTTP_REQUESTS
@@ -37,7 +37,14 @@ def create_app(settings: Settings | None = None) -> Starlette:
             await state.close()
 
     app = Starlette(
-        routes=[*responses.routes, *input_items.routes, *conversations.routes, *meta.routes, *metrics.routes],
+        routes=[
+            *responses.routes,
+            *responses_socket.routes,
+            *input_items.routes,
+            *conversations.routes,
+            *meta.routes,
+            *metrics.routes,
+        ],
         lifespan=lifespan,
         exception_handlers={errors.APIError: _api_error, HTTPException: _http_error},
     )

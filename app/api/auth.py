@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection
 
 from app import errors
 from app.process import request_log
@@ -10,7 +10,7 @@ from app.service.state import AppState
 from app.storage import accounts as accounts_db
 
 
-async def authenticate(state: AppState, request: Request) -> accounts_db.Caller:
+async def authenticate(state: AppState, request: HTTPConnection) -> accounts_db.Caller:
     """The caller (its account and that account's limits), or a 401."""
     scheme, _, key = request.headers.get("authorization", "").partition(" ")
     key = key.strip()

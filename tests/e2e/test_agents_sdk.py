@@ -17,6 +17,7 @@ from agents import (
     OpenAIConversationsSession,
     OpenAIResponsesCompactionSession,
     OpenAIResponsesModel,
+    OpenAIResponsesWSModel,
     Runner,
     SQLiteSession,
     function_tool,
@@ -81,6 +82,27 @@ async def test_an_agent_loop_with_two_tools_streamed(
     kinds = [event.type async for event in result.stream_events()]
     assert "raw_response_event" in kinds and "run_item_stream_event" in kinds
     await assert_the_loop_ran(fake, environment, result.final_output, result.last_response_id)
+
+
+@pytest.mark.parametrize("chained", [True, False])
+async def test_an_agent_loop_over_the_websocket_transport(
+    server: Server, api_key: str, fake: FakeRuntime, environment: Environment, chained: bool
+) -> None:
+    """The SDK's websocket transport: one socket for the loop's model calls, each a response.create
+    (chained by previous_response_id, or, the SDK's default, the whole history each time)."""
+    client = AsyncOpenAI(base_url=server.base_url, api_key=api_key, max_retries=0)
+    model = OpenAIResponsesWSModel(model="fake", openai_client=client)
+    agent = Agent(name="assistant", instructions="Use the tools.", tools=[get_weather, get_time], model=model)
+    try:
+        result = await Runner.run(agent, PROMPT, auto_previous_response_id=chained)
+    finally:
+        await model.close()
+    assert result.final_output == "Sunny, and it is noon."
+    _, second = fake.requests()
+    assert [r["content"] for r in second["messages"] if r["role"] == "tool"] == ["Sunny in Paris", "12:00 in Paris"]
+    sql = "SELECT previous_response_id FROM responses WHERE id = $1"
+    [row] = await asyncio.to_thread(environment.query, sql, result.last_response_id)
+    assert (row["previous_response_id"] is not None) == chained
 
 
 def turn(n: int) -> str:
