@@ -50,8 +50,10 @@ class _Context:
 
 
 class SocketSession:
-    def __init__(self, state: AppState, caller: Caller, send: Send) -> None:
+    def __init__(self, state: AppState, caller: Caller, send: Send, socket_id: str) -> None:
+        """`socket_id`: what the log and an internal error's message name the socket by."""
         self._state = state
+        self._socket_id = socket_id
         self._caller = caller
         self._send_text = send
         self._sending = asyncio.Lock()  # lanes write frames whole, one at a time
@@ -79,6 +81,8 @@ class SocketSession:
                 )
         except errors.APIError as error:
             await self._send(error_frame(error))
+        except _SocketGone:
+            pass  # (its close comes next)
 
     async def close(self) -> None:
         """The socket is gone: each lane stops, stopping its foreground response."""
@@ -107,10 +111,10 @@ class SocketSession:
             try:
                 async with self._active:
                     await self._answer(event)
-            except errors.APIError as error:
-                await self._send(error_frame(error, stream_id))
+            except _SocketGone:
+                return  # (the socket's own close ends the session)
             except Exception as exc:
-                await self._send(error_frame(client_error(exc, "websocket"), stream_id))
+                await self._send(error_frame(client_error(exc, self._socket_id), stream_id))
             finally:
                 self.busy -= 1
 
@@ -150,7 +154,7 @@ class SocketSession:
                     await self._send(stream_frame(wire, stream_id))
                     if wire.type in TERMINAL_EVENT_TYPES:
                         terminal = wire.data()["response"]
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, _SocketGone):
             if created.on_disconnect is not None:  # the socket closed: as a dropped HTTP stream
                 await asyncio.shield(created.on_disconnect())
             raise
@@ -179,7 +183,14 @@ class SocketSession:
 
     async def _send(self, text: str) -> None:
         async with self._sending:
-            await self._send_text(text)
+            try:
+                await self._send_text(text)
+            except Exception as exc:  # (whichever the server raises for a socket closed under it)
+                raise _SocketGone from exc
+
+
+class _SocketGone(Exception):
+    """The client closed the socket: nothing can be sent on it any more."""
 
 
 _NO_USAGE = {

@@ -16,7 +16,7 @@ import time
 
 from starlette.responses import JSONResponse
 from starlette.routing import WebSocketRoute
-from starlette.types import Message
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from app import errors
@@ -40,7 +40,11 @@ def _lifetime_reached(seconds: float) -> errors.APIError:
     )
 
 
-async def responses_socket(websocket: WebSocket) -> None:
+async def _responses_socket(scope: Scope, receive: Receive, send: Send) -> None:
+    """An ASGI app rather than a Starlette endpoint: each frame goes straight to the server's
+    `send`, not through Starlette's WebSocket checks and its second exception wrapper (a stream
+    sends a frame per event)."""
+    websocket = WebSocket(scope, receive, send)
     state: AppState = websocket.app.state.responses
     socket_id = new_id("req")  # (the upgrade request's id: what a 401 names)
     try:
@@ -53,7 +57,11 @@ async def responses_socket(websocket: WebSocket) -> None:
     await websocket.accept()
     settings = state.settings
     opened = quiet_since = time.monotonic()
-    session = SocketSession(state, caller, websocket.send_text)
+
+    async def send_frame(text: str) -> None:
+        await send({"type": "websocket.send", "text": text})
+
+    session = SocketSession(state, caller, send_frame, socket_id)
     frames: asyncio.Queue[Message] = asyncio.Queue()
     receiver = asyncio.create_task(_receive_into(websocket, frames), name=f"socket {socket_id}")
     received = 0
@@ -108,4 +116,14 @@ async def _receive_into(websocket: WebSocket, frames: asyncio.Queue[Message]) ->
             return
 
 
-routes = [WebSocketRoute("/v1/responses", responses_socket)]
+class _AsgiApp:
+    """Starlette's routes take an ASGI app where a plain coroutine function would be an endpoint."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._app(scope, receive, send)
+
+
+routes = [WebSocketRoute("/v1/responses", _AsgiApp(_responses_socket))]
