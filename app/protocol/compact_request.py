@@ -19,6 +19,8 @@ class _Compact(StrictModel):
     prompt_cache_retention: Any = None
     prompt_cache_options: Any = None
     service_tier: Any = None
+    safety_identifier: Any = None
+    image: Any = None
 
 
 def as_create(body: dict[str, Any]) -> dict[str, Any]:

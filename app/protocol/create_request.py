@@ -26,8 +26,9 @@ INCLUDABLE = {
     LOGPROBS,
 }
 
-# OpenAI parameters this server recognises but does not serve yet: 400 unsupported_parameter.
-UNSUPPORTED = ("prompt", "moderation", "prompt_cache_options")
+# OpenAI parameters this server recognises but does not serve: 400 unsupported_parameter (a
+# moderation policy silently not applied would be a safety setting quietly dropped).
+UNSUPPORTED = ("prompt", "moderation")
 
 
 class ContextManagement(StrictModel):
@@ -43,6 +44,26 @@ class StreamOptions(StrictModel):
 class TextOptions(StrictModel):
     format: dict[str, Any] | None = None  # checked by text_format.parse_text_format
     verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class AccessPrograms(StrictModel):
+    cyber: Literal["standard", "daybreak_blue", "daybreak_red"] | None = None
+
+
+class BackgroundOptions(StrictModel):
+    completion_window: Literal["soonest", "2h", "8h"] | None = None
+    continuation_id: str | None = Field(None, max_length=512)
+
+
+class ImageOptions(StrictModel):
+    context_compression: Literal["auto", "enabled", "disabled"] | None = None
+
+
+class PromptCacheOptions(StrictModel):
+    comparison_response_id: str | None = None
+    mode: Literal["implicit", "explicit"] | None = None
+    prewarm: bool | None = None
+    ttl: Literal["30m", "12h"] | None = None
 
 
 class ReasoningOptions(StrictModel):
@@ -137,6 +158,11 @@ class CreateResponseRequest(SamplingOptions):
     prompt_cache_key: str | None = None
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast", "ultrafast"] | None = None
+    access_programs: AccessPrograms | None = None
+    background_options: BackgroundOptions | None = None
+    image: ImageOptions | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None  # what responses.parse(verbosity=…) sends
 
     @field_validator("metadata")
     @classmethod
@@ -250,6 +276,40 @@ def _reject_unserved_values(request: CreateResponseRequest) -> None:
             raise errors.InvalidRequest(
                 f"Invalid 'include[{index}]': unknown value '{name}'.", param=f"include[{index}]", code="invalid_value"
             )
+    cyber = request.access_programs.cyber if request.access_programs else None
+    if cyber not in (None, "standard"):
+        raise errors.InvalidRequest(
+            f"Invalid 'access_programs.cyber': '{cyber}' is not available on this server; only 'standard' is.",
+            param="access_programs.cyber",
+            code="invalid_value",
+        )
+    window = request.background_options.completion_window if request.background_options else None
+    if window in ("2h", "8h") and (not request.background or request.stream):
+        raise errors.InvalidRequest(
+            f"Invalid 'background_options.completion_window': '{window}' requires background: true and no stream.",
+            param="background_options.completion_window",
+            code="invalid_value",
+        )
+    if request.image is not None and request.image.context_compression == "enabled":
+        raise errors.InvalidRequest(
+            "Invalid 'image.context_compression': this server does not compress image context; "
+            "use 'auto' or 'disabled'.",
+            param="image.context_compression",
+            code="invalid_value",
+        )
+    if request.prompt_cache_options is not None and request.prompt_cache_options.prewarm:
+        raise errors.InvalidRequest(
+            "Invalid 'prompt_cache_options.prewarm': a prewarm is a WebSocket-mode create (it generates nothing).",
+            param="prompt_cache_options.prewarm",
+            code="invalid_value",
+        )
+    text_verbosity = request.text.verbosity if request.text else None
+    if request.verbosity is not None and text_verbosity not in (None, request.verbosity):
+        raise errors.InvalidRequest(
+            "Invalid 'verbosity': it differs from 'text.verbosity'; set one of them.",
+            param="verbosity",
+            code="invalid_value",
+        )
 
 
 def echoed_settings(
@@ -277,8 +337,13 @@ def echoed_settings(
         "temperature": _first(request.temperature, defaults.temperature, 1.0),
         "text": {
             "format": create.text_format,
-            "verbosity": text.verbosity or "medium",
+            "verbosity": text.verbosity or request.verbosity or "medium",
         },
+        "access_programs": request.access_programs.model_dump() if request.access_programs else None,
+        "image": request.image.model_dump(exclude_none=True) if request.image else None,
+        "prompt_cache_options": (
+            request.prompt_cache_options.model_dump(exclude_none=True) if request.prompt_cache_options else None
+        ),
         "tool_choice": create.tool_choice,
         "tools": create.tools,
         "top_logprobs": request.top_logprobs or 0,

@@ -78,6 +78,17 @@ def render(record: ResponseRecord) -> dict[str, Any]:
         "usage": record.usage,
         "user": s["user"],
         "metadata": record.metadata,
+        # Fields of OpenAI's newer Responses: what was asked (responses stored before them, null),
+        # or null for what this server never does (moderation, prompt templates, input
+        # transformations, cache diagnostics, hosted-tool usage).
+        "access_programs": s.get("access_programs"),
+        "image": s.get("image"),
+        "prompt_cache_options": s.get("prompt_cache_options"),
+        "moderation": None,
+        "prompt": None,
+        "input_transformations": None,
+        "prompt_cache_diagnostics": None,
+        "tool_usage": None,
     }
 
 

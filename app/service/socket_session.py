@@ -124,6 +124,10 @@ class SocketSession:
         if not isinstance(generate, bool):
             raise errors.InvalidRequest("Invalid type for 'generate': expected a boolean.", param="generate")
         body["stream"] = True  # implied on a socket (clients send it all the same)
+        cache = body.get("prompt_cache_options")
+        if isinstance(cache, dict) and cache.get("prewarm") is True:  # a prewarm generates nothing
+            generate = False
+            body["prompt_cache_options"] = {key: value for key, value in cache.items() if key != "prewarm"}
         parent = self._continued(body)
         if parent is not None:
             body.pop("previous_response_id")

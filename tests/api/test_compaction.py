@@ -116,8 +116,8 @@ def test_a_tool_call_and_its_output_are_folded_into_the_summary(client: openai.O
         ({"model": "fake", "input": "x", "stream": True}, "stream", "unknown_parameter"),
         ({"model": "fake", "previous_response_id": "resp_nope"}, "previous_response_id", "previous_response_not_found"),
         ({"model": "fake", "input": []}, "input", "empty_array"),
-        ({"model": "fake", "input": "x", "prompt_cache_options": {"mode": "explicit"}}, "prompt_cache_options",
-         "unsupported_parameter"),
+        ({"model": "fake", "input": "x", "image": {"context_compression": "enabled"}}, "image.context_compression",
+         "invalid_value"),
     ],
 )  # fmt: skip
 def test_bad_compact_requests_are_refused_naming_the_parameter(

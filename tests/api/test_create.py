@@ -45,6 +45,14 @@ EVERY_FIELD = [
     "usage",
     "user",
     "metadata",
+    "access_programs",
+    "image",
+    "prompt_cache_options",
+    "moderation",
+    "prompt",
+    "input_transformations",
+    "prompt_cache_diagnostics",
+    "tool_usage",
 ]
 
 
@@ -55,6 +63,8 @@ def raw_create(server: InProcess, key: str, **body: object) -> Any:
 def test_create_returns_every_field_of_a_completed_response(server: InProcess, api_key: str, fake: FakeRuntime) -> None:
     body = raw_create(server, api_key, model="fake", input="hello world", metadata={"k": "v"}).json()
     assert list(body) == EVERY_FIELD
+    # Every field of the SDK's Response (`conversation` only for a response in one, as OpenAI's).
+    assert set(openai.types.responses.Response.model_fields) - {"conversation"} <= set(body)
     assert body["id"].startswith("resp_")
     assert body["object"] == "response"
     assert body["status"] == "completed"

@@ -331,3 +331,15 @@ def test_the_sdk_reconnects_when_the_api_restarts_and_continues_a_stored_respons
         assert client.responses.retrieve(running).output_text == words
     finally:
         stop(api)
+
+
+def test_a_prewarm_on_the_socket_is_a_warm_up(raw_socket: Connection, fake: FakeRuntime) -> None:
+    fake.reset()
+    options = {"prewarm": True, "mode": "explicit"}
+    raw_socket.send(
+        json.dumps({"type": "response.create", "model": "fake", "input": "x", "prompt_cache_options": options})
+    )
+    frames = _frames_until_terminal(raw_socket)
+    assert [f["type"] for f in frames] == ["response.created", "response.in_progress", "response.completed"]
+    assert frames[-1]["response"]["prompt_cache_options"] == {"mode": "explicit"}
+    assert not fake.requests()

@@ -6,6 +6,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from app import errors
 from app.api.auth import authenticate
 from app.process.readiness import dependency_checks
 from app.service.state import AppState
@@ -31,19 +32,28 @@ async def ready(request: Request) -> JSONResponse:
 async def list_models(request: Request) -> JSONResponse:
     state: AppState = request.app.state.responses
     await authenticate(state, request)
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": [
-                {"id": model_id, "object": "model", "created": 0, "owned_by": "responses-server"}
-                for model_id in sorted(entry.id for entry in state.catalog.entries)
-            ],
-        }
-    )
+    ids = sorted(entry.id for entry in state.catalog.entries)
+    return JSONResponse({"object": "list", "data": [_model_object(model_id) for model_id in ids]})
+
+
+async def retrieve_model(request: Request) -> JSONResponse:
+    """One model of the catalog, by its id or an alias the catalog gives it (as `model` takes)."""
+    state: AppState = request.app.state.responses
+    await authenticate(state, request)
+    name = request.path_params["model"]
+    entry = state.catalog.by_name.get(name)
+    if entry is None:
+        raise errors.NotFound(f"The model '{name}' does not exist", param="model", code="model_not_found")
+    return JSONResponse(_model_object(entry.id))
+
+
+def _model_object(model_id: str) -> dict[str, object]:
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "responses-server"}
 
 
 routes = [
     Route("/health", health, methods=["GET"]),
     Route("/ready", ready, methods=["GET"]),
     Route("/v1/models", list_models, methods=["GET"]),
+    Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
 ]
