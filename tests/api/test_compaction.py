@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from app.protocol.sealing import Seal, new_key
-from tests.conftest import TEST_ENCRYPTION_KEY, FakeRuntime
+from tests.conftest import TEST_ENCRYPTION_KEY, FakeRuntime, wait_until
 from workers.runtimes.compaction import COMPACTION_PROMPT, SUMMARY_PREFIX
 
 SEAL = Seal([TEST_ENCRYPTION_KEY])
@@ -174,21 +174,77 @@ def test_a_context_past_the_threshold_is_compacted_before_it_is_answered(
         ("response.compaction.compacting", 0),
         ("response.output_item.done", 0),
     ]
-    # (The fake echoes the last user message, here the summary: past the model's 64 tokens.)
-    assert ("response.output_item.added", 1) in kinds and kinds[-1] == ("response.incomplete", None)
+    # The turn being answered stays out of the summary, after it: the fake echoes its question.
+    assert ("response.output_item.added", 1) in kinds and kinds[-1] == ("response.completed", None)
     response = events[-1].response
     assert [o.type for o in response.output] == ["compaction", "message"]
     assert response.output[0].id == events[2].item.id
+    assert response.output_text == "Echo: What now?"
     summary_request, answer_request = fake.requests()
     assert summary_request["messages"][-1]["content"] == COMPACTION_PROMPT
-    assert [m["role"] for m in answer_request["messages"]] == ["user", "user", "user"]  # the user's words, the summary
-    assert answer_request["messages"][2]["content"].startswith(SUMMARY_PREFIX)
+    assert "What now?" not in json.dumps(summary_request["messages"])
+    # The user's earlier words, the summary, then the turn.
+    assert [m["role"] for m in answer_request["messages"]] == ["user", "user", "user"]
+    assert answer_request["messages"][1]["content"].startswith(SUMMARY_PREFIX)
+    assert answer_request["messages"][2]["content"] == "What now?"
     # Its usage counts both calls.
     prompts = sum(len(str(m["content"]).split()) for r in fake.requests() for m in r["messages"])
     assert response.usage is not None and response.usage.input_tokens == prompts
     # The next turn is sent the compacted context, then what followed.
     client.responses.create(model="fake", input="And then?", previous_response_id=response.id)
     assert [role for role, _ in sent(fake)] == ["user", "user", "user", "assistant", "user"]
+
+
+def test_an_agent_s_pending_tool_call_stays_out_of_the_summary_and_is_answered_once(
+    client: openai.OpenAI, fake: FakeRuntime
+) -> None:
+    """A compaction on the turn that carries a tool's output: the model is sent the summary, then
+    the turn (its question, its call, the output) and answers it, rather than calling again."""
+    first = client.responses.create(model="fake", input=f"Remember {LONG}")
+    call = {"name": "lookup", "arguments": "{}", "id": "call_weather"}
+    script = "#fake " + json.dumps({"tool_calls": [call], "then": {"text": "It is sunny."}})
+    tool: Any = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+    managed: Any = [{"type": "compaction", "compact_threshold": 50}]
+    called = client.responses.create(model="fake", input=script, previous_response_id=first.id, tools=[tool])
+    fake.reset()
+    answered = client.responses.create(
+        model="fake",
+        input=[{"type": "function_call_output", "call_id": "call_weather", "output": "sunny"}],
+        previous_response_id=called.id,
+        tools=[tool],
+        context_management=managed,
+    )
+    assert [o.type for o in answered.output] == ["compaction", "message"]  # no second call
+    assert answered.output_text == "It is sunny."
+    summary_request, answer_request = fake.requests()
+    assert "call_weather" not in json.dumps(summary_request["messages"])
+    roles = [m["role"] for m in answer_request["messages"]]
+    assert roles == ["user", "user", "user", "assistant", "tool"]  # earlier words, summary, the turn
+    # The next turn still sees that turn after the summary.
+    client.responses.create(model="fake", input="Thanks.", previous_response_id=answered.id, tools=[tool])
+    roles = [m["role"] for m in fake.requests()[-1]["messages"]]
+    assert roles == ["user", "user", "user", "assistant", "tool", "assistant", "user"]
+
+
+def test_a_context_that_would_not_fit_even_compacted_is_refused_before_any_summary(
+    client: openai.OpenAI, fake: FakeRuntime
+) -> None:
+    """The user's own messages stay whole through a compaction: when they alone leave the answer
+    no room, the response fails at once (context_length_exceeded), no summary asked for."""
+    first = client.responses.create(model="measured-model", input=" ".join(["word"] * 300))
+    fake.reset()
+    managed: Any = [{"type": "compaction", "compact_threshold": 100}]
+    failed = client.responses.create(
+        model="measured-model",
+        input="And " + " ".join(["more"] * 60),
+        previous_response_id=first.id,
+        context_management=managed,
+        background=True,
+    )
+    wait_until(lambda: client.responses.retrieve(failed.id).status == "failed")
+    ended = client.responses.retrieve(failed.id)
+    assert ended.error is not None and ended.error.model_dump()["code"] == "context_length_exceeded"
+    assert not [r for r in fake.requests() if COMPACTION_PROMPT in json.dumps(r["messages"])]
 
 
 def test_a_context_under_the_threshold_is_answered_as_it_is(client: openai.OpenAI, fake: FakeRuntime) -> None:

@@ -22,7 +22,7 @@ from app.protocol.input_items import Item
 from app.protocol.response_object import ResponseRecord
 from workers.runtimes import compaction
 from workers.runtimes.chat_request import chat_request
-from workers.runtimes.errors import RuntimeFailure
+from workers.runtimes.errors import CONTEXT_LENGTH_EXCEEDED, RuntimeFailure
 from workers.runtimes.output_items import Event
 from workers.runtimes.translate import StreamTranslator
 from workers.state import WorkerState
@@ -37,9 +37,11 @@ async def summarize(
     context: list[Item],
     item_id: str | None = None,
     on_sampling: Callable[[], None] | None = None,
+    left: int = 0,
 ) -> tuple[Item, dict[str, Any]]:
     """The compaction item of `context`, and the usage of the call that wrote its summary.
-    `on_sampling` is called once, when the summary's first words come."""
+    `on_sampling` is called once, when the summary's first words come. `left`: items after
+    `context`, left out of the summary, that the item will follow."""
     if state.seal is None:
         raise RuntimeFailure("compaction needs an encryption key (RESPONSES_ENCRYPTION_KEYS) on the worker")
     settings = compaction.summary_settings(record.settings)
@@ -58,7 +60,8 @@ async def summarize(
     summary = "".join(part.get("text", "") for item in output if item["type"] == "message" for part in item["content"])
     if not summary.strip():
         raise RuntimeFailure("the model wrote no summary")
-    item = {"id": item_id or new_id("cmp"), "type": "compaction", "encrypted_content": state.seal.seal(summary)}
+    sealed = compaction.sealed_summary(state.seal, summary, left)
+    item = {"id": item_id or new_id("cmp"), "type": "compaction", "encrypted_content": sealed}
     return item, translator.usage_object()
 
 
@@ -71,22 +74,53 @@ async def compacted_if_due(
     emit: Callable[[list[Event]], None],
 ) -> list[Item]:
     """The context to answer `record` from: compacted first when it asked for compaction
-    (`context_management`) and its context passes the threshold. The compaction item becomes
-    the answer's first output item (`translator.before`), its summary's usage part of the
-    answer's; `emit` writes its events."""
+    (`context_management`) and its context passes the threshold. What is folded is what came
+    before the turn being answered (workers/runtimes/compaction.py); a context that would not
+    fit even so is refused before any summary is asked for, unless `truncation` is `auto`
+    (truncation then makes room). The compaction item becomes the answer's first output item
+    (`translator.before`), its summary's usage part of the answer's; `emit` writes its events."""
     if not compaction.asked(record.settings):  # (most responses: no request is built for nothing)
         return context
     body = chat_request(record, compaction.model_view(context, state.seal), model, translator.tools)
-    limit = compaction.threshold(record.settings, model.context_window, int(body["max_tokens"]))
+    max_tokens = int(body["max_tokens"])
+    limit = compaction.threshold(record.settings, model.context_window, max_tokens)
     if limit is None or not await _passes(state, model, body, limit):
         return context
+    start = compaction.turn_start(context)
+    folded, turn = context[:start], context[start:]
+    if not any(item["type"] != "compaction" for item in folded):  # nothing before this turn to fold
+        return context
+    if record.settings.get("truncation") != "auto":
+        await _check_fits_compacted(state, record, model, folded, turn, translator, max_tokens)
     item_id = new_id("cmp")
     emit([_item_event("added", {"id": item_id, "type": "compaction", "encrypted_content": ""})])
     sampling = {"type": "response.compaction.compacting", "item_id": item_id, "output_index": 0}
-    item, usage = await summarize(state, record, model, context, item_id, lambda: emit([sampling]))
+    item, usage = await summarize(state, record, model, folded, item_id, lambda: emit([sampling]), left=len(turn))
     emit([_item_event("done", item)])
     translator.before, translator.before_usage = [item], usage
     return [*context, item]
+
+
+async def _check_fits_compacted(
+    state: WorkerState,
+    record: ResponseRecord,
+    model: ModelEntry,
+    folded: list[Item],
+    turn: list[Item],
+    translator: StreamTranslator,
+    max_tokens: int,
+) -> None:
+    """Refuses (context_length_exceeded) a context whose part no summary replaces (the user's
+    messages before this turn, and the turn itself) leaves the answer no room."""
+    kept = [item for item in folded if item["type"] == "message" and item["role"] != "assistant"]
+    body = chat_request(record, [*kept, *turn], model, translator.tools)
+    if await _passes(state, model, body, model.context_window - max_tokens):
+        raise RuntimeFailure(
+            f"Even compacted, this context leaves no room for the answer in the model's context of "
+            f"{model.context_window} tokens: the user's messages and the turn being answered are too long. "
+            "Set truncation to 'auto' to drop the oldest turns.",
+            code=CONTEXT_LENGTH_EXCEEDED,
+        )
 
 
 async def _passes(state: WorkerState, model: ModelEntry, body: dict[str, Any], limit: int) -> bool:

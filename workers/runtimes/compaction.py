@@ -5,6 +5,12 @@ the user (and system, developer) messages before the last compaction item as the
 the summary that item seals, as a user message, then whatever came after it. Tool calls, their
 outputs, answers and reasoning before it reach the model only through the summary, which the
 model itself wrote when asked with COMPACTION_PROMPT.
+
+An automatic compaction (`context_management`) leaves the turn being answered out of its
+summary: the last user message and everything after it (a pending tool call and its output)
+stay as they are, after the summary, so the model goes on with the turn rather than starting it
+again. Its item comes after them in the chain (it is the response's first output), so it seals,
+with its summary, how many of the items just before it it left as they are.
 """
 
 from __future__ import annotations
@@ -29,13 +35,32 @@ SUMMARY_PREFIX = "What came before in this conversation, summarized:"
 
 def model_view(context: list[Item], seal: Seal | None) -> list[Item]:
     """The context as the model is sent it: before its last compaction item, only the messages
-    of the user, system and developer; that item as its summary. A new list: the one given may
-    be shared."""
+    of the user, system and developer; that item as its summary, followed by the items it left
+    as they were. A new list: the one given may be shared."""
     last = next((i for i in range(len(context) - 1, -1, -1) if context[i]["type"] == "compaction"), None)
     if last is None:
         return context
-    kept = [item for item in context[:last] if item["type"] == "message" and item["role"] != "assistant"]
-    return [*kept, user_message(f"{SUMMARY_PREFIX}\n\n{_opened(context[last], seal)}"), *context[last + 1 :]]
+    summary, left = _opened(context[last], seal)
+    folded, untouched = context[: last - left], context[last - left : last]
+    kept = [item for item in folded if item["type"] == "message" and item["role"] != "assistant"]
+    return [*kept, user_message(f"{SUMMARY_PREFIX}\n\n{summary}"), *untouched, *context[last + 1 :]]
+
+
+def turn_start(context: list[Item]) -> int:
+    """Where the turn being answered begins: at the last user message (the whole context is
+    that turn when it has none)."""
+    users = [i for i, item in enumerate(context) if item["type"] == "message" and item["role"] == "user"]
+    return users[-1] if users else 0
+
+
+def sealed_summary(seal: Seal, summary: str, left: int) -> str:
+    """A compaction item's `encrypted_content`: its summary, and how many items before it it
+    left out of the summary (0 for POST /v1/responses/compact, which folds them all)."""
+    plain = not left and not summary.startswith(_LEFT_MARK)  # (one that starts so is marked, to be read whole)
+    return seal.seal(summary if plain else f"{_LEFT_MARK}{left}\n{summary}")
+
+
+_LEFT_MARK = "\x1eleft="
 
 
 def summary_request(context: list[Item], seal: Seal | None) -> list[Item]:
@@ -66,12 +91,17 @@ def threshold(settings: dict[str, Any], context_window: int, max_tokens: int) ->
     return None
 
 
-def _opened(item: Item, seal: Seal | None) -> str:
+def _opened(item: Item, seal: Seal | None) -> tuple[str, int]:
+    """A compaction item's summary, and how many items before it it left as they were."""
     if seal is None:
         raise RuntimeFailure("a compaction item's summary cannot be opened: this server has no encryption key")
     try:
-        return seal.open(item["encrypted_content"])
+        text = seal.open(item["encrypted_content"])
     except SealError:
         raise RuntimeFailure(
             "a compaction item's summary cannot be opened: the key that sealed it is no longer configured"
         ) from None
+    if not text.startswith(_LEFT_MARK):
+        return text, 0
+    left, _, summary = text[len(_LEFT_MARK) :].partition("\n")
+    return summary, int(left)
