@@ -115,6 +115,16 @@ async def enqueue_serialized(
     return [bool(flag) for flag in flags]
 
 
+async def remove_jobs(queue: ArqRedis, queue_name: str, job_ids: list[str]) -> None:
+    """Removes jobs as arq removes an ended one (its keys and its queue entry): the jobs of a
+    worker that died, whose responses another process has taken up. Left, each would stay
+    listed (and be taken again, to no end) until its in-progress mark expired, the job timeout
+    later."""
+    if job_ids:
+        prefixes = [in_progress_key_prefix, retry_key_prefix, job_key_prefix]
+        await queue.register_script(_REMOVE)(keys=[queue_name], args=[*prefixes, *job_ids])
+
+
 # Takes jobs as arq's start_jobs and run_job do together (not running elsewhere, due, then
 # marked in progress, its try counted); returns {job id, job or false if expired, try number}
 # for each job taken. A taken job's score moves to when its in-progress mark expires: polls

@@ -36,7 +36,8 @@ from app.process.metrics import CONTINUED, REAPED, REQUEUED
 from app.protocol.accumulate import Item, continuable, stopped
 from app.protocol.encoding import WireEvent
 from app.protocol.lifecycle import terminal_event
-from app.queue.jobs import enqueue_generate
+from app.queue import arq_seam
+from app.queue.jobs import GenerateJob, enqueue_generate
 from app.queue.redis_link import REDIS_LINK
 from app.storage import events as events_db
 from app.storage import responses as responses_db
@@ -76,6 +77,7 @@ async def reap_expired_leases(
     of those failed."""
     published: dict[str, list[WireEvent]] = {}
     continued: list[tuple[str, str, int]] = []
+    dead_jobs: list[GenerateJob] = []  # the jobs the dead workers ran, whose arq keys are removed
     async with engine.begin() as conn:
         rows = (
             await conn.execute(
@@ -90,13 +92,13 @@ async def reap_expired_leases(
             )
         ).all()
         for row in rows:
+            queue_name = continuations.catalog.queue_for(row.model, continuations.base_queue)
+            dead_jobs.append(GenerateJob(row.id, queue_name, continuation=row.continuations))
             output = await events_db.output_so_far(conn, row.id)
             if continuations.allow(row.model, output, row.settings):
                 number = await responses_db.release_for_continuation(conn, row.id, continuations.most)
                 if number is not None:
-                    continued.append(
-                        (row.id, continuations.catalog.queue_for(row.model, continuations.base_queue), number)
-                    )
+                    continued.append((row.id, queue_name, number))
                     continue
             outcome = responses_db.Outcome("failed", stopped(output), time.time(), error=WORKER_LOST)
             final = outcome.applied_to(responses_db.record_from_row(row, []))
@@ -112,6 +114,10 @@ async def reap_expired_leases(
         CONTINUED.inc()
         with REDIS_LINK.tolerated("enqueueing a continuation"):  # (else requeue_lost_jobs does, later)
             await enqueue_generate(redis, response_id, queue_name, continuation=number)
+    with REDIS_LINK.tolerated("removing a lost worker's jobs"):  # (else arq takes them again, in vain)
+        for queue_name in {job.queue_name for job in dead_jobs}:
+            ids = [job.job_id for job in dead_jobs if job.queue_name == queue_name]
+            await arq_seam.remove_jobs(redis, queue_name, ids)
     return list(published)
 
 

@@ -64,6 +64,16 @@ class Stack:
         self.processes.append(process)
         return process
 
+    def jobs_left(self, response_id: str) -> list[str]:
+        """What Redis still holds of the response's jobs: its queue entries and arq's keys."""
+        client = redis.Redis.from_url(self.environment.redis_url)
+        try:
+            queued = [job.decode() for job in client.zrange(self.env["RESPONSES_QUEUE"], 0, -1)]
+            keys = [key.decode() for key in client.scan_iter(match=f"arq:*{response_id}*")]
+        finally:
+            client.close()
+        return [f"queue entry {job}" for job in queued if job.startswith(response_id)] + sorted(keys)
+
     def close(self) -> None:
         for process in self.processes:
             if process.poll() is None:

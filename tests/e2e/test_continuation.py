@@ -113,6 +113,8 @@ def test_a_killed_workers_generation_is_continued_by_another(environment: Enviro
         assert continuation["continue_final_message"] is True and continuation["add_generation_prompt"] is False
         [row] = environment.query("SELECT continuations FROM responses WHERE id = $1", follower.response_id)
         assert row["continuations"] == 1
+        # Neither the dead worker's job nor the continuation's is left in Redis.
+        wait_until(lambda: stack.jobs_left(follower.response_id) == [])
     finally:
         stack.close()
 

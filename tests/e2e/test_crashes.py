@@ -51,6 +51,7 @@ def test_worker_killed_mid_generation_fails_the_response_for_every_follower(stac
     time.sleep(1.5)  # a requeue or redelivery would show up as a second runtime request
     assert len(fake.requests()) == 1  # never re-run
     assert stack.client.responses.retrieve(response_id).status == "failed"
+    assert stack.jobs_left(response_id) == []  # the dead worker's job went with its response
 
 
 def test_with_no_worker_left_a_lost_generation_still_ends_and_keeps_its_output(stack: Stack, fake: FakeRuntime) -> None:
