@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -24,11 +25,9 @@ class Settings(BaseSettings):
         """The hot statements talk to asyncpg itself (app/storage/driver.py): a plain postgresql://
         URL means asyncpg's, and any other driver is refused here rather than deep in a request."""
         scheme, separator, rest = url.partition("://")
-        if separator and scheme in ("postgresql", "postgres"):
-            return f"postgresql+asyncpg://{rest}"
-        if scheme != "postgresql+asyncpg":
+        if not separator or scheme not in ("postgresql", "postgres", "postgresql+asyncpg"):
             raise ValueError("must be a PostgreSQL URL for asyncpg: postgresql+asyncpg://… (or postgresql://…)")
-        return url
+        return f"postgresql+asyncpg://{_hosts_as_parameters(rest)}"
 
     # The database password, read from a file (a container secret) rather than put in the URL.
     database_password_file: Path | None = Field(None, alias="RESPONSES_DATABASE_PASSWORD_FILE")
@@ -140,3 +139,16 @@ class Settings(BaseSettings):
     retention_interval_seconds: float = Field(60.0, alias="RESPONSES_RETENTION_INTERVAL_SECONDS")
     runtime_connect_timeout: float = Field(10.0, alias="RESPONSES_RUNTIME_CONNECT_TIMEOUT")
     runtime_read_timeout: float = Field(600.0, alias="RESPONSES_RUNTIME_READ_TIMEOUT")
+
+
+def _hosts_as_parameters(rest: str) -> str:
+    """libpq's list of servers (`user@host1:5432,host2:5432/db`, tried in turn, as with
+    `target_session_attrs=read-write` for a failover pair) in the form SQLAlchemy hands asyncpg:
+    one `host` parameter each (`user@/db?host=host1:5432&host=host2:5432`)."""
+    parts = urlsplit(f"x://{rest}")
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if "," not in hosts:
+        return rest
+    listed = "&".join(f"host={host}" for host in hosts.split(","))
+    query = f"{parts.query}&{listed}" if parts.query else listed
+    return urlunsplit(("x", f"{userinfo}{at}", parts.path, query, parts.fragment)).removeprefix("x://")

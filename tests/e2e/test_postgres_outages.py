@@ -103,3 +103,29 @@ def _traceback_headlines(log: str) -> list[str]:
             headlines.append(record)
             told = True
     return headlines
+
+
+def test_a_stream_ends_with_an_error_event_when_postgres_stays_away_past_its_patience(
+    fake: FakeRuntime, private_postgres: tuple[Environment, Restart]
+) -> None:
+    own, restart = private_postgres
+    stack = Stack(own, RESPONSES_LEASE_SECONDS="60", RESPONSES_POSTGRES_OUTAGE_SECONDS="4")
+    outage = threading.Thread(target=restart, args=(lambda: time.sleep(15),))
+    _, script = _script(0, words=60, delay=0.2)
+    started = 0.0
+    try:
+        stack.start_worker()
+        numbers: list[int] = []
+        with pytest.raises(openai.APIError) as ended:
+            for event in stack.client.responses.create(model="fake", input=script, stream=True):
+                numbers.append(event.sequence_number)
+                if len(numbers) == 5:
+                    outage.start()
+                    started = time.monotonic()
+        assert "database has been unreachable for over 4s" in ended.value.message
+        assert 4 <= time.monotonic() - started < 12
+        assert numbers == list(range(len(numbers)))  # what it had was whole, in order
+    finally:
+        if outage.is_alive():
+            outage.join()
+        stack.close()
