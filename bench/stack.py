@@ -68,15 +68,19 @@ async def running_stack(
     fake_model_fields: str = "",
     postgres_admin_url: str = PG_ADMIN_URL,
     light_runtime: bool = False,
+    database_url: str | None = None,
     **env_overrides: str,
 ) -> AsyncIterator[Stack]:
     """Without `models_toml`, the catalog is the fake runtime as model "fake" (with
     `fake_model_fields`, TOML lines, added to its entry); with it, that catalog (and `worker_args`,
     say `--model ID` for a model the worker hosts). `light_runtime`: bench/light_runtime.py
     instead of the fake runtime (plain streamed answers only, at a fraction of its CPU). Its
-    database is made on the server of `postgres_admin_url`."""
+    database is made on the server of `postgres_admin_url`, or is `database_url` (the caller's,
+    left as it is after)."""
     name = f"rs_bench_{os.getpid()}"
-    await admin(f'CREATE DATABASE "{name}"', postgres_admin_url)
+    made_here = database_url is None
+    if made_here:
+        await admin(f'CREATE DATABASE "{name}"', postgres_admin_url)
     runtime_port, api_port = free_port(), free_port()
     files = Path(tempfile.mkdtemp())
     catalog = files / "models.toml"
@@ -85,7 +89,7 @@ async def running_stack(
         or f'[[models]]\nid = "fake"\nruntime = "openai"\nbase_url = "http://127.0.0.1:{runtime_port}/v1"\n'
         f"max_output_tokens = {max_output_tokens}\n{fake_model_fields}"
     )
-    database_url = f"postgresql+asyncpg://{urlsplit(postgres_admin_url).netloc}/{name}"
+    database_url = database_url or f"postgresql+asyncpg://{urlsplit(postgres_admin_url).netloc}/{name}"
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
@@ -148,4 +152,5 @@ async def running_stack(
         for process in reversed(processes):
             process.terminate()
             process.wait(30)
-        await admin(f'DROP DATABASE "{name}" WITH (FORCE)', postgres_admin_url)
+        if made_here:
+            await admin(f'DROP DATABASE "{name}" WITH (FORCE)', postgres_admin_url)

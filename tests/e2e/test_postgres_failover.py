@@ -7,6 +7,8 @@ events are contiguous: nothing a client saw was lost, nothing was run twice."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -39,9 +41,13 @@ def _script(n: int) -> tuple[str, str]:
     return text, "#fake " + json.dumps({"text": text, "delay": 0.15})
 
 
+@pytest.mark.parametrize("answers_lost", [False, True])
 def test_a_primary_failover_loses_and_fails_nothing(
-    fake: FakeRuntime, failover_pair: tuple[Environment, Cluster, Cluster]
+    fake: FakeRuntime, failover_pair: tuple[Environment, Cluster, Cluster], answers_lost: bool
 ) -> None:
+    """`answers_lost`: the standby's WAL receiver is paused before the crash and goes on after
+    it, so the commits in flight reach the standby but their answers never reach the workers
+    (who try them again: nothing may be stored twice)."""
     own, primary, standby = failover_pair
     # Leases as a deployment's: a worker alive through the failover keeps its generations.
     stack = Stack(own, RESPONSES_LEASE_SECONDS="30")
@@ -64,7 +70,13 @@ def test_a_primary_failover_loses_and_fails_nothing(
         for reader in readers:
             reader.start()
         wait_until(lambda: all(len(events) > 5 for events in received), timeout=30)
+        receiver = int(standby.value("SELECT pid FROM pg_stat_wal_receiver"))
+        if answers_lost:
+            os.kill(receiver, signal.SIGSTOP)
+            time.sleep(0.5)
         primary.kill()
+        if answers_lost:
+            os.kill(receiver, signal.SIGCONT)
         time.sleep(1)  # (the time a failover manager takes to decide, shortened)
         standby.promote()
         for reader in readers:
@@ -73,6 +85,7 @@ def test_a_primary_failover_loses_and_fails_nothing(
         for text, events in zip(texts, received, strict=True):
             assert [e.sequence_number for e in events] == list(range(len(events)))
             assert events[-1].type == "response.completed" and events[-1].response.output_text == text
+            assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == text
         background = [received[n][0].response.id for n in range(FOREGROUND, FOREGROUND + BACKGROUND)]
         for response_id, text in zip(background, texts[FOREGROUND:], strict=True):
             assert stack.client.responses.retrieve(response_id).output_text == text

@@ -1,18 +1,24 @@
 """The event writer's pacing: under load, while a busy batch gathers, a response's first output
 and its end are committed and published at once, and the deltas of responses already streaming
 wait for the paced commit; with few streams, a commit that is due goes with the next events to
-arrive, or a grace later. And its failures: a lost connection, data Postgres refuses."""
+arrive, or a grace later. And its failures: a lost connection, a commit whose answer was lost,
+data Postgres refuses."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import secrets
+from typing import Any
 
+import pytest
 from sqlalchemy import func, select, text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from app.protocol.encoding import WireEvent
 from app.service.state import AppState
+from app.storage import events as events_db
 from app.storage import responses as responses_db
 from app.storage.tables import response_events
 from tests.conftest import FakeRuntime
@@ -242,3 +248,43 @@ async def test_a_generation_whose_output_postgres_refuses_ends_failed_beside_one
     assert (bad_row.status, bad_row.error["message"]) == ("failed", "The response's output could not be stored.")
     assert last_type == "response.failed"  # its followers are told
     assert good_row.status == "completed"
+
+
+async def test_a_commit_whose_answer_was_lost_is_not_written_twice(
+    state: AppState, account_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The statement ran and committed, but its answer never came (the connection broke, the
+    primary failed over once its standby had it): the writer, trying again, finds its events in
+    the log as they were numbered and takes them as committed."""
+    (response_id,) = await in_progress(state, account_id, 1)
+    writer = EventWriter(state.engine, state.redis, f"responses:events:test-writer-{secrets.token_hex(3)}")
+    commit = events_db.append_many
+    answers_lost = 0
+
+    async def answer_lost_once(*args: Any, **kwargs: Any) -> dict[str, list[WireEvent]]:
+        nonlocal answers_lost
+        numbered = await commit(*args, **kwargs)
+        if delta("b") in args[1].get(response_id, []) and not answers_lost:
+            answers_lost += 1
+            raise OperationalError(
+                "INSERT …", {}, ConnectionResetError("the answer was lost"), connection_invalidated=True
+            )
+        return numbered
+
+    monkeypatch.setattr(events_db, "append_many", answer_lost_once)
+    writer.start()
+    try:
+        writer.append(response_id, [delta("a")])
+        await asyncio.wait_for(until_committed(state, response_id, 1), 10)
+        writer.append(response_id, [delta("b")])
+        await asyncio.wait_for(until_committed(state, response_id, 2), 10)
+        writer.append(response_id, [delta("c")])
+        await asyncio.wait_for(until_committed(state, response_id, 3), 10)
+    finally:
+        await writer.close()
+    assert answers_lost == 1
+    async with state.engine.connect() as conn:
+        logged = await events_db.events_after(conn, response_id, -1, None)
+    deltas = [json.loads(event.json)["delta"] for event in logged]
+    assert deltas == ["a", "b", "c"]  # "b" once
+    assert [event.sequence_number for event in logged] == [0, 1, 2]

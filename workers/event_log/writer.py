@@ -143,6 +143,9 @@ class EventWriter:
         # Responses whose events Postgres refused: later ones are dropped, and their generation
         # is stopped (`on_dropped`) and ends them without output.
         self._refused: set[str] = set()
+        # The number each durable response's next event takes, known from this writer's last
+        # commit of it: what tells a commit that landed although its answer was lost (`_landed`).
+        self._next_number: dict[str, int] = {}
         self.on_dropped: Callable[[str], None] = lambda response_id: None
         self.batches = 0  # counters for the benchmark and operators
         self.events_written = 0
@@ -342,13 +345,24 @@ class EventWriter:
                     backoff.reset()
 
     async def _commit_with_retry(self, batch: dict[str, _Pending]) -> dict[str, list[WireEvent]]:
+        """Commits the batch, trying again while Postgres is away. An attempt whose answer was lost
+        may have committed all the same (the connection broke after the statement ran; a primary
+        failed over once its standby had the commit): before each new attempt, the events found
+        in the log as they would be numbered are taken as committed, not written twice."""
         delay, started = 0.05, time.monotonic()
+        landed: dict[str, list[WireEvent]] = {}
+        tried = False
         while True:
             try:
-                committed = await self._commit(batch)
+                if tried:
+                    landed |= await self._landed(batch)
+                    batch = {rid: pending for rid, pending in batch.items() if rid not in landed}
+                committed = await self._commit(batch) if batch else {}
             except (OperationalError, DBAPIError, OSError) as exc:
                 if refused_data(exc):
-                    return await self._commit_apart(batch) if len(batch) > 1 else self._refuse(batch, exc)
+                    rest = await self._commit_apart(batch) if len(batch) > 1 else self._refuse(batch, exc)
+                    return landed | rest
+                tried = True
                 self._commit_failure.failed()
                 if time.monotonic() - started >= self._commit_patience:
                     raise
@@ -356,7 +370,36 @@ class EventWriter:
                 delay = min(delay * 2, 2.0)
             else:
                 self._commit_failure.succeeded()
-                return committed
+                return landed | committed
+
+    async def _landed(self, batch: dict[str, _Pending]) -> dict[str, list[WireEvent]]:
+        """The responses of the batch whose events the log holds already, exactly as they would
+        have been numbered after this writer's last commit of each, with those events."""
+        expected = {rid: self._next_number[rid] for rid in batch if rid in self._next_number}
+        if not expected:
+            return {}
+        longest = max(len(batch[rid].events) for rid in expected)
+        async with self._connection.use() as conn:
+            pages = await events_db.logs_after(conn, [(rid, first - 1) for rid, first in expected.items()], longest)
+        landed = {}
+        for rid, first in expected.items():
+            events = batch[rid].events
+            ours = encoding.numbered(events, [encoding.encode(event) for event in events], first)
+            page = pages.get((rid, first - 1))
+            if page is not None and [e.json for e in page.events] == [e.json for e in ours]:
+                landed[rid] = ours
+                self._learn_numbers(rid, batch[rid], ours)
+        if landed:
+            log.warning("%d responses' events were committed by an attempt whose answer was lost", len(landed))
+        return landed
+
+    def _learn_numbers(self, response_id: str, pending: _Pending, committed: list[WireEvent] | None) -> None:
+        """Where this response's next event is numbered (forgotten once it ended, or is not this
+        writer's to write)."""
+        if pending.outcome is not None or committed is None:
+            self._next_number.pop(response_id, None)
+        elif committed:
+            self._next_number[response_id] = committed[-1].sequence_number + 1
 
     async def _commit_apart(self, batch: dict[str, _Pending]) -> dict[str, list[WireEvent]]:
         committed: dict[str, list[WireEvent]] = {}
@@ -382,6 +425,8 @@ class EventWriter:
         # not at all), however many responses end in the batch: no BEGIN/COMMIT round trips.
         async with self._connection.use() as conn:
             committed = await events_db.append_many(conn, events, endings, self._worker_id)
+        for rid, pending in batch.items():
+            self._learn_numbers(rid, pending, committed.get(rid))
         self.batches += 1
         self.events_written += sum(len(e) for e in committed.values())
         return committed
