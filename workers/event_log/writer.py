@@ -161,6 +161,13 @@ class EventWriter:
             await self._side_tasks.close()
         await self._connection.close()
 
+    def expect(self, response_id: str, first: int) -> None:
+        """The number this durable response's next event takes, as its job knows it before its
+        first commit (a fresh response's log holds only what its create stored): that commit,
+        too, is then recognized should its answer be lost."""
+        if response_id not in self._transient_next:
+            self._next_number.setdefault(response_id, first)
+
     def open_transient(self, response_id: str) -> None:
         """Numbers this response's events here, from 0, and never writes them to Postgres."""
         self._transient_next[response_id] = 0

@@ -127,6 +127,8 @@ async def _run(state: WorkerState, generation: Generation) -> None:
     task = asyncio.create_task(_stream(state, generation, translator, prefix))
     if prefix is None:  # (a continuation's log has them already)
         opening = [] if record.background else [lifecycle_event("response.created", record)]
+        # (a background response's create stored `created` and `queued`; a foreground one's, nothing)
+        state.writer.expect(record.id, 2 if record.background else 0)
         state.writer.append(record.id, [*opening, lifecycle_event("response.in_progress", record)])
     state.running[record.id] = task
     try:
