@@ -16,7 +16,16 @@ import openai
 import pytest
 from openai.types.responses import CustomToolParam, FunctionToolParam
 
-from tests.conftest import Environment, FakeRuntime, Server, api_client
+from tests.conftest import (
+    Environment,
+    FakeRuntime,
+    Server,
+    api_client,
+    free_port,
+    start_logged,
+    stop,
+    wait_for_http,
+)
 
 CLIENTS = Path(__file__).resolve().parent.parent / "fixtures" / "clients"
 
@@ -317,15 +326,16 @@ def test_service_tier_is_echoed_as_openai_does(
     assert final.service_tier == done
 
 
-@pytest.mark.skipif(
-    shutil.which("codex") is None, reason="the codex CLI is not installed (npm install -g @openai/codex)"
-)
-def test_codex_exec_runs_a_tool_call_to_its_final_answer_with_its_reasoning_sealed(
-    server: Server, api_key: str, fake: FakeRuntime, tmp_path: Path
-) -> None:
+CODEX_MISSING = "the codex CLI is not installed (npm install -g @openai/codex)"
+
+
+def codex_exec(base_url: str, api_key: str, tmp_path: Path, prompt: str, **provider: str) -> str:
+    """Runs `codex exec` with the server as its model provider (`provider`: more of its settings,
+    as TOML values); its output once it succeeded."""
     home, project = tmp_path / "codex-home", tmp_path / "project"
     home.mkdir()
     project.mkdir()
+    settings = "".join(f"{name} = {value}\n" for name, value in provider.items())
     (home / "config.toml").write_text(f"""
 model = "thinking-model"
 model_provider = "responses-server"
@@ -333,14 +343,10 @@ model_reasoning_effort = "high"
 
 [model_providers.responses-server]
 name = "responses-server"
-base_url = "{server.base_url}"
+base_url = "{base_url}"
 env_key = "RESPONSES_SERVER_KEY"
 wire_api = "responses"
-""")
-    call = {"name": "exec_command", "arguments": json.dumps({"cmd": "echo hello-from-fake"})}
-    prompt = script(
-        reasoning="I should run the command.", tool_calls=[call], then={"text": "The command printed hello-from-fake."}
-    )
+{settings}""")
     done = subprocess.run(
         [
             "codex",
@@ -358,10 +364,46 @@ wire_api = "responses"
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "The command printed hello-from-fake." in done.stdout
+    return done.stdout
+
+
+CODEX_CALL = {"name": "exec_command", "arguments": json.dumps({"cmd": "echo hello-from-fake"})}
+CODEX_PROMPT = script(
+    reasoning="I should run the command.",
+    tool_calls=[CODEX_CALL],
+    then={"text": "The command printed hello-from-fake."},
+)
+
+
+@pytest.mark.skipif(shutil.which("codex") is None, reason=CODEX_MISSING)
+def test_codex_exec_runs_a_tool_call_to_its_final_answer_with_its_reasoning_sealed(
+    server: Server, api_key: str, fake: FakeRuntime, tmp_path: Path
+) -> None:
+    output = codex_exec(server.base_url, api_key, tmp_path, CODEX_PROMPT)
+    assert "The command printed hello-from-fake." in output
     first, second = fake.requests()
     assert first["tools"] and "client_metadata" not in json.dumps(first)
     *_, call_message, tool_result = second["messages"]
     assert tool_result["role"] == "tool" and "hello-from-fake" in tool_result["content"]
     # Codex (store: false) sent its reasoning back sealed; the model saw it again.
     assert call_message["reasoning_content"] == "I should run the command."
+
+
+@pytest.mark.skipif(shutil.which("codex") is None, reason=CODEX_MISSING)
+def test_codex_with_websockets_runs_its_task_over_the_socket_without_falling_back_to_https(
+    environment: Environment, server: Server, api_key: str, fake: FakeRuntime, tmp_path: Path
+) -> None:
+    """(`server`: its worker serves this API's queue too.)"""
+    port, log_path = free_port(), tmp_path / "api.log"
+    api = start_logged(environment, log_path, "api", "--port", str(port))
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/ready", api)
+        output = codex_exec(f"http://127.0.0.1:{port}/v1", api_key, tmp_path, CODEX_PROMPT, supports_websockets="true")
+    finally:
+        stop(api)
+    assert "The command printed hello-from-fake." in output
+    *_, tool_result = fake.requests()[-1]["messages"]
+    assert tool_result["role"] == "tool" and "hello-from-fake" in tool_result["content"]
+    log = log_path.read_text()
+    assert '"WebSocket /v1/responses" [accepted]' in log
+    assert "POST /v1/responses" not in log  # no fallback to HTTPS
