@@ -25,7 +25,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -57,36 +57,42 @@ def _turn_body(turn: int, previous: dict[str, Any] | None) -> dict[str, Any]:
     return {"model": "fake", "input": [result, user], "tools": TOOLS, "previous_response_id": previous["id"]}
 
 
-async def _sse_response(
-    session: aiohttp.ClientSession, stack: Stack, body: dict[str, Any]
-) -> tuple[dict[str, Any], int]:
-    """The terminal response of a streamed create, and the words of text its deltas carried."""
+async def _until_terminal(events: AsyncIterator[dict[str, Any]]) -> tuple[dict[str, Any], int]:
+    """The terminal response of a stream of events, and the words of text its deltas carried."""
     words = 0
-    async with session.post(
-        f"{stack.api_url}/responses", json={**body, "stream": True}, headers=stack.headers
-    ) as answer:
-        async for line in answer.content:
-            if not line.startswith(b"data: "):
-                continue
-            event = json.loads(line[6:])
-            if event["type"] == "response.output_text.delta":
-                words += len(event["delta"].split())
-            if event["type"] in TERMINAL:
-                return event.get("response", event), words
-    raise RuntimeError("the stream ended without a terminal event")
-
-
-async def _socket_response(socket: aiohttp.ClientWebSocketResponse, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """As `_sse_response`, on a socket."""
-    words = 0
-    await socket.send_str(json.dumps({"type": "response.create", **body}))
-    async for message in socket:
-        event = json.loads(message.data)
+    async for event in events:
         if event["type"] == "response.output_text.delta":
             words += len(event["delta"].split())
         if event["type"] in TERMINAL:
             return event.get("response", event), words
-    raise RuntimeError("the socket closed before the response ended")
+    raise RuntimeError("the stream ended without a terminal event")
+
+
+async def _sse_response(
+    session: aiohttp.ClientSession, stack: Stack, body: dict[str, Any]
+) -> tuple[dict[str, Any], int]:
+    """As `_until_terminal`, for a streamed create over HTTP."""
+    async with session.post(
+        f"{stack.api_url}/responses", json={**body, "stream": True}, headers=stack.headers
+    ) as answer:
+
+        async def events() -> AsyncIterator[dict[str, Any]]:
+            async for line in answer.content:
+                if line.startswith(b"data: "):
+                    yield json.loads(line[6:])
+
+        return await _until_terminal(events())
+
+
+async def _socket_response(socket: aiohttp.ClientWebSocketResponse, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """As `_until_terminal`, for a create on a socket."""
+    await socket.send_str(json.dumps({"type": "response.create", **body}))
+
+    async def events() -> AsyncIterator[dict[str, Any]]:
+        async for message in socket:
+            yield json.loads(message.data)
+
+    return await _until_terminal(events())
 
 
 def _socket_url(stack: Stack) -> str:

@@ -21,6 +21,7 @@ class ClientEvent:
     type: str
     body: dict[str, Any]  # the frame less `type`
     stream_id: str | None  # the lane; None is the default lane
+    size: int  # the frame's, in bytes
 
 
 def read_frame(text: str | None) -> ClientEvent:
@@ -29,6 +30,7 @@ def read_frame(text: str | None) -> ClientEvent:
         raise errors.InvalidRequest(
             "Binary frames are not supported: send each event as a JSON text frame.", code="invalid_json"
         )
+    size = len(text.encode())
     try:
         frame = json.loads(text)
     except ValueError:
@@ -48,7 +50,7 @@ def read_frame(text: str | None) -> ClientEvent:
             param="stream_id",
             code="invalid_stream_id",
         )
-    return ClientEvent(kind, frame, stream_id)
+    return ClientEvent(kind, frame, stream_id, size)
 
 
 def stream_frame(event: WireEvent, stream_id: str | None) -> str:

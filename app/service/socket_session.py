@@ -28,6 +28,7 @@ from app import errors
 from app.error_reporting import client_error
 from app.protocol import encoding
 from app.protocol.lifecycle import lifecycle_event
+from app.protocol.response_object import usage_object
 from app.protocol.socket_frames import ClientEvent, error_frame, read_frame, stream_frame
 from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
 from app.service import creation
@@ -134,7 +135,7 @@ class SocketSession:
             body["input"] = parent.items + _as_items(body.get("input"))
         try:
             if generate:
-                await self._generate(body, event.stream_id)
+                await self._generate(body, event.size, event.stream_id)
             else:
                 await self._prepare(body, event.stream_id)
         except errors.APIError:
@@ -147,16 +148,17 @@ class SocketSession:
         wanted = body.get("previous_response_id")
         return next((context for context in self._latest.values() if context.response_id == wanted), None)
 
-    async def _generate(self, body: dict[str, Any], stream_id: str | None) -> None:
-        size = len(json.dumps(body))
+    async def _generate(self, body: dict[str, Any], size: int, stream_id: str | None) -> None:
+        """`size`: the frame's, what an HTTP create's body would be (admission estimates by it)."""
         created = await creation.create(self._state, self._caller, body, size)
         assert created.events is not None  # (a stream)
+        remembered = not created.record.store  # (only a store=false response is kept, and only here)
         terminal: dict[str, Any] | None = None
         try:
             async for batch in created.events:
                 for wire in batch or ():  # (None: a keep-alive moment; the socket pings on its own)
                     await self._send(stream_frame(wire, stream_id))
-                    if wire.type in TERMINAL_EVENT_TYPES:
+                    if remembered and wire.type in TERMINAL_EVENT_TYPES:
                         terminal = wire.data()["response"]
         except (asyncio.CancelledError, _SocketGone):
             if created.on_disconnect is not None:  # the socket closed: as a dropped HTTP stream
@@ -164,7 +166,7 @@ class SocketSession:
             raise
         finally:
             await created.events.aclose()  # type: ignore[attr-defined]
-        if terminal is not None and not created.record.store:
+        if terminal is not None:
             self._remember(stream_id, terminal["id"], body, terminal.get("output") or [])
 
     async def _prepare(self, body: dict[str, Any], stream_id: str | None) -> None:
@@ -172,7 +174,7 @@ class SocketSession:
         on this socket (and only here, stored or not) for a continuation."""
         create, model = await creation.validated(self._state, body)
         record = creation.new_record(create, model).evolve(status="in_progress")
-        done = record.evolve(status="completed", completed_at=time.time(), usage=_NO_USAGE)
+        done = record.evolve(status="completed", completed_at=time.time(), usage=usage_object(0, 0))
         events = [
             lifecycle_event("response.created", record),
             lifecycle_event("response.in_progress", record),
@@ -195,15 +197,6 @@ class SocketSession:
 
 class _SocketGone(Exception):
     """The client closed the socket: nothing can be sent on it any more."""
-
-
-_NO_USAGE = {
-    "input_tokens": 0,
-    "input_tokens_details": {"cached_tokens": 0},
-    "output_tokens": 0,
-    "output_tokens_details": {"reasoning_tokens": 0},
-    "total_tokens": 0,
-}
 
 
 def _as_items(value: Any) -> list[Any]:

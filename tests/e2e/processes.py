@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +126,38 @@ def read_until_deltas(stream: openai.Stream[Any], count: int) -> list[Any]:
             break
     stream.close()
     return seen
+
+
+class Streams:
+    """Streamed creates (`requests`: their parameters), each read to its end by a thread of its own."""
+
+    def __init__(self, client: openai.OpenAI, requests: list[dict[str, Any]]) -> None:
+        self.received: list[list[Any]] = [[] for _ in requests]
+        self.failures: list[BaseException] = []
+        self._readers = [
+            threading.Thread(target=self._read, args=(client, request, index)) for index, request in enumerate(requests)
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, client: openai.OpenAI, request: dict[str, Any], index: int) -> None:
+        try:
+            for event in client.responses.create(**request, stream=True):
+                self.received[index].append(event)
+        except BaseException as exc:
+            self.failures.append(exc)
+
+    def wait(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for reader in self._readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+        assert not any(reader.is_alive() for reader in self._readers), "streams still open"
+
+    def assert_whole(self, texts: list[str]) -> None:
+        """Each stream ended completed with its text, its events numbered once each, in order."""
+        assert not self.failures, self.failures[:3]
+        for text, events in zip(texts, self.received, strict=True):
+            assert [e.sequence_number for e in events] == list(range(len(events)))
+            assert events[-1].type == "response.completed" and events[-1].response.output_text == text
+            assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == text
+            assert not [e for e in events if e.type == "error"]

@@ -9,16 +9,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from app.storage.migrate import migrate
 from tests.conftest import Environment, FakeRuntime, wait_until
-from tests.e2e.processes import Stack
+from tests.e2e.processes import Stack, Streams
 from tests.private_postgres import Cluster, replicated_pair
 
 FOREGROUND, BACKGROUND = 20, 10
@@ -51,25 +49,14 @@ def test_a_primary_failover_loses_and_fails_nothing(
     own, primary, standby = failover_pair
     # Leases as a deployment's: a worker alive through the failover keeps its generations.
     stack = Stack(own, RESPONSES_LEASE_SECONDS="30")
-    received: list[list[Any]] = [[] for _ in range(FOREGROUND + BACKGROUND)]
-    failures: list[BaseException] = []
     texts = [_script(n)[0] for n in range(FOREGROUND + BACKGROUND)]
-
-    def follow(n: int) -> None:
-        try:
-            stream = stack.client.responses.create(
-                model="fake", input=_script(n)[1], stream=True, background=n >= FOREGROUND
-            )
-            received[n].extend(stream)
-        except BaseException as exc:
-            failures.append(exc)
-
-    readers = [threading.Thread(target=follow, args=(n,)) for n in range(FOREGROUND + BACKGROUND)]
+    requests = [
+        {"model": "fake", "input": _script(n)[1], "background": n >= FOREGROUND} for n in range(FOREGROUND + BACKGROUND)
+    ]
     try:
         stack.start_worker()
-        for reader in readers:
-            reader.start()
-        wait_until(lambda: all(len(events) > 5 for events in received), timeout=30)
+        streams = Streams(stack.client, requests)
+        wait_until(lambda: all(len(events) > 5 for events in streams.received), timeout=30)
         receiver = int(standby.value("SELECT pid FROM pg_stat_wal_receiver"))
         if answers_lost:
             os.kill(receiver, signal.SIGSTOP)
@@ -79,19 +66,12 @@ def test_a_primary_failover_loses_and_fails_nothing(
             os.kill(receiver, signal.SIGCONT)
         time.sleep(1)  # (the time a failover manager takes to decide, shortened)
         standby.promote()
-        for reader in readers:
-            reader.join(90)
-        assert not failures, failures[:3]
-        for text, events in zip(texts, received, strict=True):
-            assert [e.sequence_number for e in events] == list(range(len(events)))
-            assert events[-1].type == "response.completed" and events[-1].response.output_text == text
-            assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == text
-        background = [received[n][0].response.id for n in range(FOREGROUND, FOREGROUND + BACKGROUND)]
+        streams.wait(timeout=90)
+        streams.assert_whole(texts)
+        background = [streams.received[n][0].response.id for n in range(FOREGROUND, FOREGROUND + BACKGROUND)]
         for response_id, text in zip(background, texts[FOREGROUND:], strict=True):
             assert stack.client.responses.retrieve(response_id).output_text == text
         assert len(fake.requests()) == FOREGROUND + BACKGROUND  # none run twice, none continued
         assert stack.client.responses.create(model="fake", input="after").status == "completed"
     finally:
         stack.close()
-        for reader in readers:
-            reader.join(5)

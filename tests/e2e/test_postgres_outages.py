@@ -10,14 +10,13 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import openai
 import pytest
 
 from tests.conftest import Environment, FakeRuntime, wait_until
 from tests.e2e.conftest import Restart
-from tests.e2e.processes import Stack
+from tests.e2e.processes import Stack, Streams
 
 STREAMS = 50
 
@@ -25,32 +24,6 @@ STREAMS = 50
 def _script(stream: int, words: int, delay: float) -> tuple[str, str]:
     text = " ".join(f"s{stream}w{i}" for i in range(words))
     return text, "#fake " + json.dumps({"text": text, "delay": delay})
-
-
-class Streams:
-    """A foreground stream per script, each read to its end by a thread of its own."""
-
-    def __init__(self, client: openai.OpenAI, scripts: list[str]) -> None:
-        self.received: list[list[Any]] = [[] for _ in scripts]
-        self.failures: list[BaseException] = []
-        self._readers = [
-            threading.Thread(target=self._read, args=(client, script, index)) for index, script in enumerate(scripts)
-        ]
-        for reader in self._readers:
-            reader.start()
-
-    def _read(self, client: openai.OpenAI, script: str, index: int) -> None:
-        try:
-            for event in client.responses.create(model="fake", input=script, stream=True):
-                self.received[index].append(event)
-        except BaseException as exc:
-            self.failures.append(exc)
-
-    def wait(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        for reader in self._readers:
-            reader.join(max(0.0, deadline - time.monotonic()))
-        assert not any(reader.is_alive() for reader in self._readers), "streams still open"
 
 
 @pytest.mark.parametrize("outage_seconds", [5, 30])
@@ -65,7 +38,7 @@ def test_foreground_streams_ride_out_a_postgres_outage_whole(
     try:
         stack.start_worker()
         texts, scripts = zip(*(_script(n, words=40, delay=0.2) for n in range(STREAMS)), strict=True)
-        streams = Streams(stack.client, list(scripts))
+        streams = Streams(stack.client, [{"model": "fake", "input": script} for script in scripts])
         wait_until(lambda: all(len(events) > 5 for events in streams.received), timeout=30)
 
         def while_down() -> None:
@@ -78,12 +51,7 @@ def test_foreground_streams_ride_out_a_postgres_outage_whole(
 
         restart(while_down)
         streams.wait(timeout=90)
-        assert not streams.failures, streams.failures[:3]
-        for text, events in zip(texts, streams.received, strict=True):
-            assert [e.sequence_number for e in events] == list(range(len(events)))
-            assert events[-1].type == "response.completed" and events[-1].response.output_text == text
-            assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == text
-            assert not [e for e in events if e.type == "error"]
+        streams.assert_whole(list(texts))
         assert own.query("SELECT count(*) FROM responses")[0][0] == STREAMS
     finally:
         stack.close()

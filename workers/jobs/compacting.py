@@ -112,8 +112,7 @@ async def _check_fits_compacted(
 ) -> None:
     """Refuses (context_length_exceeded) a context whose part no summary replaces (the user's
     messages before this turn, and the turn itself) leaves the answer no room."""
-    kept = [item for item in folded if item["type"] == "message" and item["role"] != "assistant"]
-    body = chat_request(record, [*kept, *turn], model, translator.tools)
+    body = chat_request(record, [*compaction.own_words(folded), *turn], model, translator.tools)
     if await _passes(state, model, body, model.context_window - max_tokens):
         raise RuntimeFailure(
             f"Even compacted, this context leaves no room for the answer in the model's context of "

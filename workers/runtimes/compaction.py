@@ -42,8 +42,12 @@ def model_view(context: list[Item], seal: Seal | None) -> list[Item]:
         return context
     summary, left = _opened(context[last], seal)
     folded, untouched = context[: last - left], context[last - left : last]
-    kept = [item for item in folded if item["type"] == "message" and item["role"] != "assistant"]
-    return [*kept, user_message(f"{SUMMARY_PREFIX}\n\n{summary}"), *untouched, *context[last + 1 :]]
+    return [*own_words(folded), user_message(f"{SUMMARY_PREFIX}\n\n{summary}"), *untouched, *context[last + 1 :]]
+
+
+def own_words(items: list[Item]) -> list[Item]:
+    """What a summary never replaces: the user's, system and developer messages, as they were."""
+    return [item for item in items if item["type"] == "message" and item["role"] != "assistant"]
 
 
 def turn_start(context: list[Item]) -> int:

@@ -62,6 +62,7 @@ async def _responses_socket(scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "websocket.send", "text": text})
 
     session = SocketSession(state, caller, send_frame, socket_id)
+    lifetime_reached = error_frame(_lifetime_reached(settings.websocket_max_seconds))
     frames: asyncio.Queue[Message] = asyncio.Queue()
     receiver = asyncio.create_task(_receive_into(websocket, frames), name=f"socket {socket_id}")
     received = 0
@@ -72,7 +73,7 @@ async def _responses_socket(scope: Scope, receive: Receive, send: Send) -> None:
                 quiet_since = now
             expired = now - opened >= settings.websocket_max_seconds
             if expired and not session.busy:
-                await websocket.send_text(error_frame(_lifetime_reached(settings.websocket_max_seconds)))
+                await websocket.send_text(lifetime_reached)
                 await websocket.close(1000, "connection lifetime reached")
                 return
             if now - quiet_since >= settings.websocket_idle_seconds:
@@ -93,7 +94,7 @@ async def _responses_socket(scope: Scope, receive: Receive, send: Send) -> None:
                 return
             received += 1
             if expired:  # nothing new once the lifetime is reached: the client reconnects
-                await websocket.send_text(error_frame(_lifetime_reached(settings.websocket_max_seconds)))
+                await websocket.send_text(lifetime_reached)
                 continue
             await session.receive(message.get("text"))
     finally:
