@@ -8,7 +8,8 @@
     │   └── UnsupportedMediaType (415)
     ├── AuthenticationFailed (401, code invalid_api_key)
     ├── ServiceUnavailable (503)
-    └── GenerationFailed (502: the model runtime failed a foreground response)
+    ├── GenerationFailed (502: the model runtime failed a foreground response)
+    └── ExternalConnectorFailed (424: an MCP server's tools could not be listed)
 
 Each class's docstring is its default message.
 """
@@ -101,6 +102,13 @@ class GenerationFailed(APIError):
     """The model runtime failed to generate a response."""
 
     status_code = 502
+
+
+class ExternalConnectorFailed(APIError):
+    """An MCP server this response needs could not be reached (OpenAI's 424 for it)."""
+
+    status_code = 424
+    type = "external_connector_error"
 
 
 def internal_error(request_id: str) -> APIError:

@@ -73,6 +73,20 @@ class Settings(BaseSettings):
     image_fetch_allow: str = Field("", alias="RESPONSES_IMAGE_FETCH_ALLOW")
     image_fetch_timeout: float = Field(10.0, gt=0, alias="RESPONSES_IMAGE_FETCH_TIMEOUT")
 
+    # Remote MCP tools (`type: "mcp"`, workers/mcp/): `run` them here, or `off` (then they are
+    # hosted tools, as RESPONSES_HOSTED_TOOLS says). SERVER_URLS: URL prefixes (comma-separated)
+    # of the only MCP servers connected to; empty: any, through the egress guard. ALLOW: networks
+    # of private addresses an MCP server may have. A call may take CALL_TIMEOUT; a response's
+    # MCP requests together RESPONSE_TIMEOUT; a tool's output is cut at MAX_OUTPUT_BYTES; a
+    # response makes at most MAX_ROUNDS inference requests (then it ends `incomplete`).
+    mcp: Literal["run", "off"] = Field("run", alias="RESPONSES_MCP")
+    mcp_server_urls: str = Field("", alias="RESPONSES_MCP_SERVER_URLS")
+    mcp_allow: str = Field("", alias="RESPONSES_MCP_ALLOW")
+    mcp_call_timeout_seconds: float = Field(60.0, gt=0, alias="RESPONSES_MCP_CALL_TIMEOUT_SECONDS")
+    mcp_response_timeout_seconds: float = Field(600.0, gt=0, alias="RESPONSES_MCP_RESPONSE_TIMEOUT_SECONDS")
+    mcp_max_output_bytes: int = Field(1024 * 1024, gt=0, alias="RESPONSES_MCP_MAX_OUTPUT_BYTES")
+    mcp_max_rounds: int = Field(10, ge=1, alias="RESPONSES_MCP_MAX_ROUNDS")
+
     # How long POST /v1/responses/input_tokens waits for a worker of the model to count (503 after).
     count_timeout: int = Field(30, gt=0, alias="RESPONSES_COUNT_TIMEOUT")
 

@@ -108,6 +108,11 @@ WEBHOOK_SETTINGS = {
 }
 
 
+# MCP servers in the tests listen on 127.0.0.1 (tests/mcp_server.py); other loopback addresses
+# stand for the private networks the egress guard refuses.
+MCP_SETTINGS = {"RESPONSES_MCP_ALLOW": "127.0.0.1/32"}
+
+
 @dataclass(frozen=True)
 class Environment:
     database_url: str
@@ -126,6 +131,7 @@ class Environment:
             "FAKE_UPSTREAM_KEY": "upstream-secret",  # what keyed-model's api_key_env names
             "RESPONSES_ENCRYPTION_KEYS": TEST_ENCRYPTION_KEY,
             **WEBHOOK_SETTINGS,
+            **MCP_SETTINGS,
             **extra,
         }
 

@@ -29,7 +29,8 @@ first line is `#fake {json}` scripts it instead:
                        unless given), finish_reason "tool_calls"
     (logprobs)         not scripted: a request asking for them gets them on every text chunk
     then               the script to follow once the conversation ends with a tool's result (an
-                       agent loop: call a tool, then answer)
+                       agent loop: call a tool, then answer); after the n-th round of calls of
+                       the turn, the n-th nested `then` (or the deepest there is)
 
 GET /_requests lists the request bodies it received; GET /_stats counts streams that clients
 closed early (an aborted generation), the Authorization header of each request and the server's
@@ -81,9 +82,13 @@ def _script(body: dict[str, Any]) -> dict[str, Any]:
     if first_line.startswith("#fake "):
         script: dict[str, Any] = json.loads(first_line[len("#fake ") :])
         messages = body.get("messages") or [{}]
-        if "then" in script and messages[-1].get("role") == "tool":
-            then: dict[str, Any] = script["then"]
-            return then
+        if messages[-1].get("role") == "tool":  # the n-th tool result of this turn: the n-th `then`
+            user_at = max(i for i, m in enumerate(messages) if m.get("role") == "user")
+            rounds = sum(1 for m in messages[user_at:] if m.get("role") == "assistant" and m.get("tool_calls"))
+            for _ in range(rounds):
+                if "then" not in script:
+                    break
+                script = script["then"]
         return script
     return {"text": f"Echo: {last}"}
 

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.catalog import Catalog, OpenAIModel
 from app.process.batching import Batched
+from app.process.egress import EgressGuard
 from app.process.side_tasks import SideTasks
 from app.protocol.sealing import Seal
 from app.queue import heartbeats
@@ -74,6 +75,8 @@ class WorkerState:
         self.chains = ChainContexts(int(self.settings.chain_cache_mb * 1_000_000))
         self.webhooks = WebhookDeliverer(self.settings)
         self.seal = Seal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
+        # What the MCP servers a caller names may be (workers/mcp/guarded_transport.py).
+        self.mcp_guard = EgressGuard.from_config(self.settings.mcp_allow)
         self.claims = Batched(self._claim_many, "claims")
         self.claim_connection = HeldConnection(self.held_engine)
         # A generation whose events can no longer be written (refused, or its response ended

@@ -79,5 +79,11 @@ def _answer(terminal: Event) -> tuple[int, dict[str, Any]]:
     if error.get("code") == CONTEXT_LENGTH_EXCEEDED:  # the client's input, not our failure
         refusal = errors.InvalidRequest(message, param="input", code=CONTEXT_LENGTH_EXCEEDED)
         return refusal.status_code, refusal.body()
+    if error.get("code") == MCP_LIST_FAILED:  # a server the request named, as OpenAI answers it
+        connector = errors.ExternalConnectorFailed(error.get("message"), param="tools", code=MCP_LIST_FAILED)
+        return connector.status_code, connector.body()
     failure = errors.GenerationFailed(message, code=error.get("code") or "server_error")
     return failure.status_code, failure.body()
+
+
+MCP_LIST_FAILED = "http_error"  # the error code of a response whose MCP server's tools were not listed

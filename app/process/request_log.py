@@ -121,4 +121,5 @@ def configure(format: str) -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per image fetch is noise
+    for noisy in ("httpx", "httpx2"):  # one line per image fetch or MCP request is noise
+        logging.getLogger(noisy).setLevel(logging.WARNING)

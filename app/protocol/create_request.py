@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, field_validator
 from app import errors
 from app.catalog import SamplingDefaults
 from app.protocol.input_items import Item, parse_input
+from app.protocol.mcp_tools import MCP_NOT_RUN, Credentials, McpPolicy
 from app.protocol.text_format import parse_text_format
 from app.protocol.tools import HostedToolsPolicy, Tool, ToolChoice, parse_tool_choice, parse_tools
 from app.protocol.validation import INT32_MAX, StrictModel, validate
@@ -199,6 +200,10 @@ class ValidatedCreate(BaseModel):
     text_format: dict[str, Any]
     tools: list[Tool]
     tool_choice: ToolChoice
+    # The server runs the MCP tools among `tools` (RESPONSES_MCP=run), with these credentials
+    # by server label: never echoed, stored or logged (design invariant 5).
+    runs_mcp: bool = False
+    mcp_credentials: dict[str, Credentials] = Field(default_factory=dict, repr=False, exclude=True)
 
     @property
     def store(self) -> bool:
@@ -225,7 +230,11 @@ class ValidatedCreate(BaseModel):
 
 
 def parse_create_request(
-    body: dict[str, Any], hosted_tools: HostedToolsPolicy = "refuse", *, input_optional: bool = False
+    body: dict[str, Any],
+    hosted_tools: HostedToolsPolicy = "refuse",
+    *,
+    input_optional: bool = False,
+    mcp: McpPolicy = MCP_NOT_RUN,
 ) -> ValidatedCreate:
     """`input_optional`: a request without `input` (counting a chain's or the instructions'
     tokens) has no new input items; a create needs at least one."""
@@ -240,13 +249,15 @@ def parse_create_request(
     _reject_unserved_values(request)
     _check_conversation(request)
     text_format = parse_text_format(request.text.format if request.text else None)
-    tools = parse_tools(request.tools, hosted_tools)
+    tools, credentials = parse_tools(request.tools, hosted_tools, mcp)
     return ValidatedCreate(
-        request=request,
+        request=request.model_copy(update={"tools": tools}),  # (with credentials redacted)
         input_items=[] if without_input else parse_input(request.input),
         text_format=text_format,
         tools=tools,
         tool_choice=parse_tool_choice(request.tool_choice, tools),
+        runs_mcp=mcp.run and any(tool["type"] == "mcp" for tool in tools),
+        mcp_credentials=credentials,
     )
 
 

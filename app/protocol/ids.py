@@ -6,7 +6,25 @@ import secrets
 from typing import Literal
 
 Prefix = Literal[
-    "resp", "msg", "fc", "fco", "ctc", "ctco", "rs", "call", "req", "acct", "key", "conv", "cmp", "we", "evt"
+    "resp",
+    "msg",
+    "fc",
+    "fco",
+    "ctc",
+    "ctco",
+    "rs",
+    "call",
+    "req",
+    "acct",
+    "key",
+    "conv",
+    "cmp",
+    "we",
+    "evt",
+    "mcp",
+    "mcpl",
+    "mcpr",
+    "mcpa",
 ]
 
 

@@ -2,7 +2,8 @@
 
 A string becomes one user message; every message's content becomes a list of parts. Ids are
 assigned when the items are stored, never taken from the client (a replayed output item keeps
-its content but gets a fresh id), so every listed item has one stable id of ours.
+its content but gets a fresh id), so every listed item has one stable id of ours; except an
+`mcp_approval_request`'s, which the `mcp_approval_response` after it names.
 """
 
 from __future__ import annotations
@@ -38,10 +39,6 @@ UNSUPPORTED_ITEM_TYPES = {
     "shell_call_output",
     "apply_patch_call",
     "apply_patch_call_output",
-    "mcp_call",
-    "mcp_list_tools",
-    "mcp_approval_request",
-    "mcp_approval_response",
 }
 
 
@@ -95,6 +92,49 @@ class _Compaction(StrictModel):
     encrypted_content: str = Field(min_length=1)
     id: str | None = None
     created_by: str | None = None
+
+
+class _McpListedTool(StrictModel):
+    name: str
+    input_schema: dict[str, Any]
+    description: str | None = None
+    annotations: dict[str, Any] | None = None
+
+
+class _McpListTools(StrictModel):
+    type: Literal["mcp_list_tools"]
+    server_label: str
+    tools: list[_McpListedTool]
+    id: str | None = None
+    error: str | None = None
+
+
+class _McpCall(StrictModel):
+    type: Literal["mcp_call"]
+    server_label: str
+    name: str
+    arguments: str
+    id: str | None = None
+    output: str | None = None
+    error: str | dict[str, Any] | None = None
+    approval_request_id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete", "calling", "failed"] | None = None
+
+
+class _McpApprovalRequest(StrictModel):
+    type: Literal["mcp_approval_request"]
+    id: str = Field(min_length=1, max_length=128)
+    server_label: str
+    name: str
+    arguments: str
+
+
+class _McpApprovalResponse(StrictModel):
+    type: Literal["mcp_approval_response"]
+    approval_request_id: str = Field(min_length=1, max_length=128)
+    approve: bool
+    id: str | None = None
+    reason: str | None = None
 
 
 class _TextPart(StrictModel):
@@ -210,6 +250,24 @@ def _compaction(raw: dict[str, Any], param: str) -> Item:
     return {"type": "compaction", "encrypted_content": validate(_Compaction, raw, prefix=param).encrypted_content}
 
 
+def _mcp_list_tools(raw: dict[str, Any], param: str) -> Item:
+    listed = validate(_McpListTools, raw, prefix=param)
+    return listed.model_dump(exclude={"id"}) | {"tools": [tool.model_dump() for tool in listed.tools]}
+
+
+def _mcp_call(raw: dict[str, Any], param: str) -> Item:
+    call = validate(_McpCall, raw, prefix=param)
+    return call.model_dump(exclude={"id"}) | {"status": call.status or "completed"}
+
+
+def _mcp_approval_request(raw: dict[str, Any], param: str) -> Item:
+    return validate(_McpApprovalRequest, raw, prefix=param).model_dump()  # (its id is named by its answer)
+
+
+def _mcp_approval_response(raw: dict[str, Any], param: str) -> Item:
+    return validate(_McpApprovalResponse, raw, prefix=param).model_dump(exclude={"id"})
+
+
 _ITEM_PARSERS: dict[str, Callable[[dict[str, Any], str], Item]] = {
     "message": _message,
     "function_call": _function_call,
@@ -218,6 +276,10 @@ _ITEM_PARSERS: dict[str, Callable[[dict[str, Any], str], Item]] = {
     "custom_tool_call_output": _tool_output,
     "reasoning": _reasoning,
     "compaction": _compaction,
+    "mcp_list_tools": _mcp_list_tools,
+    "mcp_call": _mcp_call,
+    "mcp_approval_request": _mcp_approval_request,
+    "mcp_approval_response": _mcp_approval_response,
 }
 
 

@@ -6,6 +6,9 @@
 - `custom`: a tool taking free text (`format` text), or text of a grammar (`format` grammar, Lark
   or a regex): served where the model's server can hold its output to a grammar and tool_choice
   names the tool (app/protocol/model_fit.py), since such a server constrains the whole answer.
+- `mcp`: a remote MCP server whose tools the server itself runs (app/protocol/mcp_tools.py),
+  unless the deployment turns that off (RESPONSES_MCP=off): it is then a hosted tool, below, and
+  its credentials are dropped all the same.
 - Hosted tools (web search, file search, code interpreter…) are OpenAI's own services. What a
   deployment does with them is its `RESPONSES_HOSTED_TOOLS` setting: `ignore` (the default)
   echoes them but does not offer them to the model; `refuse` answers a 400 naming the tool.
@@ -18,6 +21,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from app import errors
+from app.protocol.mcp_tools import MCP_NOT_RUN, Credentials, McpPolicy, parse_mcp_tool
 from app.protocol.strict_schema import effective_strict
 from app.protocol.validation import StrictModel, check_json_schema, discriminator, validate
 
@@ -82,12 +86,31 @@ class _NamedChoice(StrictModel):
     name: str
 
 
-def parse_tools(raw: list[Any] | None, hosted: HostedToolsPolicy = "refuse") -> list[Tool]:
-    """The tools as a Response echoes them (a 400 naming the first one at fault)."""
+class _McpChoice(StrictModel):
+    type: Literal["mcp"]
+    server_label: str
+    name: str | None = None
+
+
+def parse_tools(
+    raw: list[Any] | None, hosted: HostedToolsPolicy = "refuse", mcp: McpPolicy = MCP_NOT_RUN
+) -> tuple[list[Tool], dict[str, Credentials]]:
+    """The tools as a Response echoes them (a 400 naming the first one at fault), and the
+    credentials MCP tools came with, by server label."""
     tools: list[Tool] = []
+    credentials: dict[str, Credentials] = {}
     for index, entry in enumerate(raw or []):
         param = f"tools[{index}]"
         kind = _kind(entry, param)
+        if kind == "mcp":
+            tool, given = parse_mcp_tool(entry, param, mcp)
+            _check_unique_label(tool["server_label"], tools, param)
+            if given is not None and mcp.run:
+                credentials[tool["server_label"]] = given
+            if not mcp.run and hosted == "refuse":
+                raise errors.UnsupportedParameter(f"{param}.type", "the hosted tool 'mcp'")
+            tools.append(tool)
+            continue
         if kind in HOSTED_TOOL_TYPES:
             if hosted == "refuse":
                 raise errors.UnsupportedParameter(f"{param}.type", f"the hosted tool '{kind}'")
@@ -99,7 +122,7 @@ def parse_tools(raw: list[Any] | None, hosted: HostedToolsPolicy = "refuse") -> 
             tool = _callable(entry, param)
         _check_unique(tool["name"], tools, param)
         tools.append(tool)
-    return tools
+    return tools, credentials
 
 
 def _kind(entry: Any, param: str) -> Any:
@@ -168,6 +191,15 @@ def _check_unique(name: str, tools: list[Tool], param: str) -> None:
         )
 
 
+def _check_unique_label(label: str, tools: list[Tool], param: str) -> None:
+    if any(known["type"] == "mcp" and known["server_label"] == label for known in tools):
+        raise errors.InvalidRequest(
+            f"Invalid '{param}.server_label': the MCP server '{label}' is listed twice.",
+            param=f"{param}.server_label",
+            code="invalid_value",
+        )
+
+
 def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool]) -> ToolChoice:
     if raw is None:
         return "auto"
@@ -178,7 +210,7 @@ def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool]) -> ToolChoice:
                 param="tool_choice",
                 code="invalid_value",
             )
-        if raw == "required" and not any(tool["type"] not in HOSTED_TOOL_TYPES for tool in tools):
+        if raw == "required" and not any(tool["type"] not in HOSTED_TOOL_TYPES - {"mcp"} for tool in tools):
             raise errors.InvalidRequest(
                 "Invalid 'tool_choice': 'required' needs at least one tool.", param="tool_choice", code="invalid_value"
             )
@@ -187,7 +219,10 @@ def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool]) -> ToolChoice:
         raise errors.InvalidRequest(
             "Invalid 'tool_choice': expected a string or an object.", param="tool_choice", code="invalid_type"
         )
-    if discriminator(raw, "tool_choice") not in ("function", "custom"):
+    kind = discriminator(raw, "tool_choice")
+    if kind == "mcp":
+        return _mcp_choice(raw, tools)
+    if kind not in ("function", "custom"):
         raise errors.UnsupportedParameter("tool_choice.type", f"a tool_choice of type '{raw.get('type')}'")
     named = validate(_NamedChoice, raw, prefix="tool_choice")
     if not any(tool["type"] == named.type and tool["name"] == named.name for tool in tools):
@@ -197,3 +232,16 @@ def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool]) -> ToolChoice:
             code="invalid_value",
         )
     return {"type": named.type, "name": named.name}
+
+
+def _mcp_choice(raw: dict[str, Any], tools: list[Tool]) -> ToolChoice:
+    """`{"type": "mcp", "server_label", "name"?}`: a call of that server's tool (`name`), or of
+    any of its tools."""
+    choice = validate(_McpChoice, raw, prefix="tool_choice")
+    if not any(tool["type"] == "mcp" and tool["server_label"] == choice.server_label for tool in tools):
+        raise errors.InvalidRequest(
+            f"Invalid 'tool_choice.server_label': no MCP server labelled '{choice.server_label}' in tools.",
+            param="tool_choice.server_label",
+            code="invalid_value",
+        )
+    return choice.model_dump()

@@ -29,6 +29,9 @@ OVERFLOW_TTL_SECONDS = 300
 TRANSIENT_CLAIM_PREFIX = "responses:claim:"
 # Refreshed by the worker while it generates a store=false response (no Postgres lease for those).
 ALIVE_PREFIX = "responses:alive:"
+# The credentials (sealed) of a running response's MCP tools: written by its create, read by the
+# worker that runs it (or continues it), deleted at its end; they expire with its job's timeout.
+MCP_CREDENTIALS_PREFIX = "responses:mcp-credentials:"
 # Each worker's heartbeat (`responses-server status`): JSON of what it serves and runs, refreshed
 # by its housekeeping, gone a while after it stops.
 WORKER_PREFIX = "responses:workers:"

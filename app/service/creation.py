@@ -30,13 +30,15 @@ from app.protocol.encoding import WireEvent
 from app.protocol.ids import new_id
 from app.protocol.input_items import TOOL_OUTPUT_TYPES, Item
 from app.protocol.lifecycle import lifecycle_event
+from app.protocol.mcp_tools import Credentials, approvals_asked, check_approvals, seal_credentials
 from app.protocol.model_fit import check_fit
 from app.protocol.response_object import ResponseRecord
 from app.protocol.sealing import open_sealed_items
 from app.protocol.tools import HOSTED_TOOL_TYPES
 from app.protocol.vocabulary import ACTIVE_STATUSES
+from app.queue import mcp_credentials
 from app.queue.jobs import GenerateJob
-from app.queue.redis_link import REDIS_DOWN
+from app.queue.redis_link import REDIS_DOWN, REDIS_LINK
 from app.service import admission, idempotency, reading
 from app.service.idempotency import IdempotencyKey
 from app.service.image_fetch import check_images
@@ -58,6 +60,8 @@ class Accepted:
     record: ResponseRecord
     input_items: list[dict[str, Any]]
     opening: list[WireEvent] = field(default_factory=list)  # the events stored with it: its whole log
+    # Its MCP tools' credentials, by server label: handed to its worker sealed, never stored.
+    mcp_credentials: dict[str, Credentials] = field(default_factory=dict, repr=False)
 
     @property
     def durable(self) -> bool:
@@ -149,7 +153,16 @@ async def validated(
 ) -> tuple[ValidatedCreate, ModelEntry]:
     """A create request's body checked in full (a 400 naming what is wrong), with its model;
     sealed reasoning opened and image URLs fetched."""
-    create = parse_create_request(body, state.settings.hosted_tools, input_optional=input_optional)
+    create = parse_create_request(
+        body, state.settings.hosted_tools, input_optional=input_optional, mcp=state.mcp_policy
+    )
+    if create.mcp_credentials and state.seal is None:
+        raise errors.InvalidRequest(
+            "Invalid 'tools': an MCP tool's authorization and headers travel sealed to the worker "
+            "that calls its server, and this server has no encryption key (RESPONSES_ENCRYPTION_KEYS).",
+            param="tools",
+            code="mcp_credentials_unavailable",
+        )
     if create.request.context_management and state.seal is None:
         raise errors.InvalidRequest(
             "Invalid 'context_management': compaction needs an encryption key on this server "
@@ -190,10 +203,12 @@ async def accept(
     if record.background:  # visible (and followable) at once: its first events come with it
         events = [lifecycle_event("response.created", record), lifecycle_event("response.queued", record)]
         opening = encoding.numbered(events, [encoding.encode(event) for event in events], 0)
-    accepted = Accepted(record, input_items, opening)
+    accepted = Accepted(record, input_items, opening, create.mcp_credentials)
     previous_id = create.request.previous_response_id
     # The previous response may be deleted between its read and this insert: the insert's
     # reference to it is then refused, and the request gets what it would have got a moment later.
+    if previous_id is None and create.conversation_id is None:  # (else checked with what it continues)
+        check_approvals(create.input_items, set())
     with _previous_deleted_meanwhile(previous_id):
         link = responses_db.ChainLink(None, 0)
         if previous_id is not None:
@@ -221,6 +236,12 @@ async def _store_in_conversation(conn: AsyncConnection, conversation_id: str, ne
         raise errors.conversation_not_found(conversation_id, param="conversation")
     if await conversations_db.busy_with(conn, conversation_id) is not None:
         raise errors.conversation_locked()
+    asked = set()
+    for _, request_id in approvals_asked(new.input_items):
+        item = await conversations_db.get_item(conn, conversation_id, request_id)
+        if item is not None and item["type"] == "mcp_approval_request":
+            asked.add(request_id)
+    check_approvals(new.input_items, asked)
     await responses_db.insert_responses(conn, [new])
     await conversations_db.set_active(conn, conversation_id, new.record.id)
 
@@ -270,6 +291,10 @@ async def enqueue(state: AppState, accepted: Accepted) -> None:
     transient = None if accepted.durable else {"record": asdict(accepted.record), "input": accepted.input_items}
     queue_name = state.catalog.queue_for(accepted.record.model, state.settings.queue_name)
     try:
+        if accepted.mcp_credentials and state.seal is not None:
+            ttl = state.settings.job_timeout_seconds
+            sealed = seal_credentials(state.seal, accepted.mcp_credentials)
+            await mcp_credentials.keep(state.redis, accepted.record.id, sealed, ttl)
         await state.jobs(GenerateJob.of(accepted.record.id, queue_name, transient))
     except REDIS_DOWN as error:
         raise errors.ServiceUnavailable("The job queue (Redis) is unavailable; please retry.") from error
@@ -282,12 +307,19 @@ async def withdraw(state: AppState, accepted: Accepted, account_id: str, key: Id
         if accepted.durable:
             await responses_db.delete_response(conn, accepted.record.id, None)
         await idempotency.release(conn, account_id, key)
+    if accepted.mcp_credentials:  # (else they expire)
+        with REDIS_LINK.tolerated("forgetting a withdrawn response's MCP credentials"):
+            await mcp_credentials.forget(state.redis, accepted.record.id)
 
 
 def _log_hosted_tools(create: ValidatedCreate) -> None:
     """Hosted tools kept from the model (RESPONSES_HOSTED_TOOLS=ignore): logged and counted, so it
     is no secret."""
-    hosted = [tool["type"] for tool in create.tools if tool["type"] in HOSTED_TOOL_TYPES]
+    hosted = [
+        tool["type"]
+        for tool in create.tools
+        if tool["type"] in HOSTED_TOOL_TYPES and not (tool["type"] == "mcp" and create.runs_mcp)
+    ]
     if hosted:
         log.info("hosted tools not offered to the model: %s", ", ".join(hosted))
     for kind in hosted:
@@ -305,6 +337,7 @@ def new_record(create: ValidatedCreate, model: ModelEntry) -> ResponseRecord:
         "sampling": request.sampling(),
         "include": request.include or [],
         "logprobs": create.logprobs,
+        "runs_mcp": create.runs_mcp,
     }
     return ResponseRecord(
         id=new_id("resp"),
@@ -343,4 +376,5 @@ async def chain_link(
     for call_id in previous.call_ids:
         if call_id not in answered:  # OpenAI's words for it
             raise errors.InvalidRequest(f"No tool output found for function call {call_id}.", param="input")
+    check_approvals(input_items, set(previous.approval_ids))
     return responses_db.ChainLink(previous.id, previous.chain_depth + 1)

@@ -16,6 +16,7 @@ from app.events.hub import EventHub
 from app.events.log_reader import LogReader
 from app.process.batching import Batched
 from app.process.side_tasks import SideTasks
+from app.protocol.mcp_tools import McpPolicy
 from app.protocol.sealing import Seal
 from app.queue.jobs import GenerateJob, enqueue_many, queue_pool
 from app.queue.redis_keys import events_channel
@@ -53,6 +54,7 @@ class AppState:
 
     def __post_init__(self) -> None:
         self.seal = Seal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
+        self.mcp_policy = McpPolicy.from_config(self.settings.mcp, self.settings.mcp_server_urls)
         self.images = (
             ImageFetcher.from_config(self.settings.image_fetch_allow, self.settings.image_fetch_timeout)
             if self.settings.image_urls == "fetch"

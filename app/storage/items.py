@@ -33,6 +33,10 @@ _ID_PREFIX: dict[str, Any] = {
     "custom_tool_call_output": "ctco",
     "reasoning": "rs",
     "compaction": "cmp",
+    "mcp_call": "mcp",
+    "mcp_list_tools": "mcpl",
+    "mcp_approval_request": "mcpr",
+    "mcp_approval_response": "mcpa",
 }
 
 

@@ -272,14 +272,16 @@ async def get_record(
 
 
 # The previous response a new one would continue (a store=false background response is kept
-# only to be polled: it cannot be continued), with the call_ids of the tool calls it ended with.
-# Every continuation reads it: a driver statement.
+# only to be polled: it cannot be continued), with the call_ids of the tool calls it ended with
+# and the ids of the MCP approvals it asked for. Every continuation reads it: a driver statement.
 _CHAIN_LINK = DriverStatement(
     text(f"""
     SELECT r.id, r.chain_depth, r.status,
            (SELECT coalesce(array_agg(i.payload ->> 'call_id'), '{{}}'::text[]) FROM items i
             WHERE i.response_id = r.id AND i.side = 'output'
-              AND i.type IN ({", ".join(f"'{kind}'" for kind in TOOL_CALL_TYPES)})) AS call_ids
+              AND i.type IN ({", ".join(f"'{kind}'" for kind in TOOL_CALL_TYPES)})) AS call_ids,
+           (SELECT coalesce(array_agg(i.id), '{{}}'::text[]) FROM items i
+            WHERE i.response_id = r.id AND i.side = 'output' AND i.type = 'mcp_approval_request') AS approval_ids
     FROM responses r WHERE r.id = :id AND r.account_id = :account_id AND r.store
 """)
 )
@@ -291,6 +293,7 @@ class Parent:
     chain_depth: int
     status: Status
     call_ids: list[str]  # of the tool calls it ended with: the new input must answer them
+    approval_ids: list[str]  # of the MCP calls it asked approval for: what the new input may approve
 
 
 async def chain_link(conn: AsyncConnection, account_id: str, previous_id: str) -> Parent | None:

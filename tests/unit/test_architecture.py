@@ -98,7 +98,8 @@ MAY_IMPORT: dict[str, set[str]] = {
         "workers.chain_contexts",
         "workers.runtimes",
     },
-    "workers.jobs": _APP_BELOW_SERVICE | {"app.service", "workers.state", "workers.runtimes"},
+    "workers.mcp": _APP_BELOW_SERVICE | {"workers.state", "workers.runtimes"},
+    "workers.jobs": _APP_BELOW_SERVICE | {"app.service", "workers.state", "workers.runtimes", "workers.mcp"},
     "workers.health_port": {"app.process", "workers.state"},
     "workers.process": {"app.process", "app.queue", "workers.state", "workers.jobs", "workers.health_port"}
     | {"workers.runtimes"},

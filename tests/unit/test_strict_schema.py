@@ -122,5 +122,5 @@ def test_a_strict_function_tool_is_checked_and_its_path_named() -> None:
     with pytest.raises(errors.InvalidRequest) as caught:
         parse_tools([tool])
     assert caught.value.param == "tools[0].parameters"
-    assert parse_tools([{**tool, "strict": None}])[0]["strict"] is True
-    assert parse_tools([{**tool, "strict": False}])[0]["strict"] is False
+    assert parse_tools([{**tool, "strict": None}])[0][0]["strict"] is True
+    assert parse_tools([{**tool, "strict": False}])[0][0]["strict"] is False

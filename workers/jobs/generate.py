@@ -26,6 +26,7 @@ from app.protocol.input_items import Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.response_object import ResponseRecord
 from app.protocol.vocabulary import OUTPUT_DELTAS
+from app.queue import mcp_credentials
 from app.queue.jobs import enqueue_generate
 from app.queue.redis_keys import ALIVE_PREFIX, TRANSIENT_CLAIM_PREFIX
 from app.queue.redis_link import REDIS_LINK
@@ -35,6 +36,7 @@ from app.storage import items as items_db
 from app.storage import responses as responses_db
 from workers.jobs import compacting, start_times
 from workers.jobs.start_times import StartTimes
+from workers.mcp.loop import MAX_TOOL_ROUNDS, ToolLoop
 from workers.runtimes import compaction
 from workers.runtimes.chat_request import chat_request, continuing
 from workers.runtimes.errors import RuntimeFailure
@@ -235,6 +237,9 @@ async def _finish(
             INPUT_TOKENS.labels(record.model).inc(outcome.usage.get("input_tokens") or 0)
             OUTPUT_TOKENS.labels(record.model).inc(outcome.usage.get("output_tokens") or 0)
             await _settle_tokens(state, record, outcome.usage)
+    if record.settings.get("requested", {}).get("runs_mcp"):
+        with REDIS_LINK.tolerated("forgetting a response's MCP credentials"):  # (else they expire)
+            await mcp_credentials.forget(state.redis, record.id)
     if record.id in state.transient:
         state.transient.discard(record.id)
         # Kept while its last events wait for Redis: its follower waits for them. Else it expires.
@@ -273,10 +278,43 @@ async def _stream(state: WorkerState, generation: Generation, translator: Stream
         await state.supervisor.wait_healthy(state.supervisor.startup_timeout)
     response_id = record.id
     context = generation.context
+    emit = partial(state.writer.append, response_id)
     if prefix is None:  # (a continuation's log holds its compaction, if it made one)
-        emit = partial(state.writer.append, response_id)
         context = await compacting.compacted_if_due(state, record, model, context, translator, emit)
-    body = chat_request(record, compaction.model_view(context, state.seal), model, translator.tools)
+    if not record.settings.get("requested", {}).get("runs_mcp"):
+        await _answer(state, generation, translator, context, prefix)
+        return
+    async with ToolLoop(state, record, translator, emit) as loop:
+        own_output = len(translator.before)  # (after a compaction of the context, if one was made)
+        await loop.prepare(context)
+        while True:
+            await _answer(state, generation, translator, context + translator.before[own_output:], prefix, loop.answers)
+            loop.answers += 1
+            prefix = None
+            if not loop.goes_on():
+                return
+            await loop.make_calls()
+            if translator.asks_client():  # (an approval it waits for: the calls beside it are made)
+                return
+            if loop.answers >= state.settings.mcp_max_rounds:
+                translator.stopped_for = MAX_TOOL_ROUNDS
+                return
+            translator.next_answer()
+
+
+async def _answer(
+    state: WorkerState,
+    generation: Generation,
+    translator: StreamTranslator,
+    context: list[Item],
+    prefix: str | None,
+    earlier_answers: int = 0,
+) -> None:
+    """One inference request, its chunks translated into the log as they come."""
+    record, model = generation.record, generation.model
+    assert model is not None
+    tools = translator.tools if translator.mcp_calls_left != 0 else translator.tools.without_mcp()
+    body = chat_request(record, compaction.model_view(context, state.seal), model, tools, earlier_answers)
     if prefix is not None:
         body = continuing(body, prefix, model)
     first_token = TIME_TO_FIRST_TOKEN.labels(record.model)
@@ -284,7 +322,7 @@ async def _stream(state: WorkerState, generation: Generation, translator: Stream
 
     def translate(chunk: dict[str, Any]) -> None:
         if events := translator.on_chunk(chunk):
-            state.writer.append(response_id, events)
+            state.writer.append(record.id, events)
             if times.first_token is None and any(event["type"] in OUTPUT_DELTAS for event in events):
                 first_token.observe(times.first_token_now(record.model) - record.created_at)
 

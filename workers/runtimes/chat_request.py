@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from app.catalog import ModelEntry
@@ -15,9 +16,15 @@ TOP_P_ZERO = 1e-9
 
 
 def chat_request(
-    record: ResponseRecord, context: list[Item], model: ModelEntry, tools: RuntimeTools | None = None
+    record: ResponseRecord,
+    context: list[Item],
+    model: ModelEntry,
+    tools: RuntimeTools | None = None,
+    earlier_answers: int = 0,
 ) -> dict[str, Any]:
-    """`tools`: the response's tools at the runtime, when the caller has them already."""
+    """`tools`: the response's tools at the runtime, when the caller has them already.
+    `earlier_answers`: the model's answers in this response already (a tool loop's), after which
+    the choice of tool is its own, or a forced call would be made again and again."""
     requested = record.settings.get("requested", {})
     tools = tools or RuntimeTools.of(record.settings.get("tools") or [])
     body: dict[str, Any] = {
@@ -44,7 +51,8 @@ def chat_request(
     if response_format is not None:
         body["response_format"] = response_format
     grammar_tool = forced_grammar_tool(record.settings)
-    offered = _tools(record.settings, tools) if grammar_tool is None else _grammar(grammar_tool, model)
+    choice = "auto" if earlier_answers else record.settings["tool_choice"]
+    offered = _tools(record.settings, tools, choice) if grammar_tool is None else _grammar(grammar_tool, model)
     return body | offered | _reasoning(record.settings["reasoning"]["effort"], model)
 
 
@@ -85,6 +93,7 @@ def chat_messages(
     `reasoning_content` of the assistant message after it, which the chat template keeps (the
     turn's own tool loop) or drops (earlier turns), as the model was trained."""
     messages = _Messages(tools or RuntimeTools.of([]))
+    messages.approval_requests = {item["id"]: item for item in context if item["type"] == "mcp_approval_request"}
     for item in context:
         messages.add(item)
     return messages.done(instructions)
@@ -97,6 +106,7 @@ class _Messages:
         self.messages: list[dict[str, Any]] = []
         self.tool_images: list[dict[str, Any]] = []
         self.reasoning: list[str] = []  # for the next assistant message
+        self.approval_requests: dict[str, Item] = {}  # by id: what an approval response answers
 
     def add(self, item: Item) -> None:
         kind = item["type"]
@@ -116,12 +126,27 @@ class _Messages:
         elif kind == "custom_tool_call":
             name = self.tools.runtime_name("custom", item["name"], item.get("namespace"))
             self._call(item["call_id"], name, custom_arguments(item["input"]))
+        elif kind == "mcp_call":  # made by the server: the model sees its call and what it answered
+            name = self.tools.runtime_name("mcp", item["name"], item["server_label"])
+            self._call(item["id"], name, item["arguments"])
+            self._result(item["id"], _mcp_result(item))
+        elif kind == "mcp_approval_response" and not item["approve"]:
+            # An approved call shows as its mcp_call; an approval still awaited, not at all.
+            request = self.approval_requests.get(item["approval_request_id"])
+            if request is not None:
+                name = self.tools.runtime_name("mcp", request["name"], request["server_label"])
+                self._call(request["id"], name, request["arguments"])
+                reason = f": {item['reason']}" if item.get("reason") else "."
+                self._result(request["id"], f"The user did not approve this call{reason}")
         elif kind in TOOL_OUTPUT_TYPES:
             output = item["output"]
             parts = [{"type": "input_text", "text": output}] if isinstance(output, str) else output
             text = "".join(p.get("text", "") for p in parts)
             self.messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
             self.tool_images += [_image_part(p) for p in parts if p["type"] == "input_image"]
+
+    def _result(self, call_id: str, text: str) -> None:
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
 
     def _message(self, role: str, content: str | list[dict[str, Any]]) -> None:
         message: dict[str, Any] = {"role": role, "content": content}
@@ -161,6 +186,12 @@ class _Messages:
         return self.messages
 
 
+def _mcp_result(call: Item) -> str:
+    if call.get("error") is not None:
+        return f"The tool call failed: {json.dumps(call['error'], ensure_ascii=False)}"
+    return str(call.get("output") or "")
+
+
 def reasoning_text(item: Item) -> str:
     """A reasoning item's text: its reasoning_text parts, else its summary."""
     parts = item.get("content") or item.get("summary") or []
@@ -183,12 +214,16 @@ def _image_part(part: dict[str, Any]) -> dict[str, Any]:
     return {"type": "image_url", "image_url": image_url}
 
 
-def _tools(settings: dict[str, Any], tools: RuntimeTools) -> dict[str, Any]:
+def _tools(settings: dict[str, Any], tools: RuntimeTools, choice: Any) -> dict[str, Any]:
     if not tools.functions:
         return {}
-    choice = settings["tool_choice"]
+    if isinstance(choice, dict) and choice["type"] == "mcp":  # a server's tool by name, or any of them
+        named = choice.get("name")
+        label = choice["server_label"]
+        choice = "required" if named is None else {"type": "mcp", "name": named, "namespace": label}
     if isinstance(choice, dict):
-        choice = {"type": "function", "function": {"name": tools.runtime_name(choice["type"], choice["name"], None)}}
+        name = tools.runtime_name(choice["type"], choice["name"], choice.get("namespace"))
+        choice = {"type": "function", "function": {"name": name}}
     body = {"tools": tools.functions, "tool_choice": choice}
     if not settings["parallel_tool_calls"]:  # servers default to allowing them, as OpenAI does
         body["parallel_tool_calls"] = False

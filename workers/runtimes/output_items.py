@@ -250,4 +250,122 @@ class GrammarToolCallOutput(CustomToolCallOutput):
         ]
 
 
-OutputItem = MessageOutput | ReasoningOutput | FunctionCallOutput | CustomToolCallOutput
+@dataclass
+class McpCallOutput:
+    """A call of a remote MCP server's tool, which the server makes (workers/mcp/loop.py). Its
+    events are the loop's, not the stream's: `opening()` once the model's arguments are whole
+    (OpenAI sends them in one delta), `closing()` once the call answered."""
+
+    output_index: int
+    name: str
+    server_label: str
+    id: str = field(default_factory=lambda: new_id("mcp"))
+    parts: list[str] = field(default_factory=list)  # of the arguments
+    approval_request_id: str | None = None
+    output: str | None = None
+    error: dict[str, Any] | None = None
+    status: str | None = None  # set once the call answered: completed or failed
+
+    @property
+    def arguments(self) -> str:
+        return "".join(self.parts)
+
+    def item(self, status: str) -> Item:
+        return {
+            "id": self.id,
+            "type": "mcp_call",
+            "server_label": self.server_label,
+            "name": self.name,
+            "arguments": self.arguments,
+            "approval_request_id": self.approval_request_id,
+            "output": self.output,
+            "error": self.error,
+            "status": self.status or status,
+        }
+
+    def started(self) -> list[Event]:
+        return []
+
+    def delta(self, text: str) -> None:
+        self.parts.append(text)
+
+    def done(self, status: str) -> list[Event]:
+        return []
+
+    def opening(self) -> list[Event]:
+        opened = {key: value for key, value in self.item("in_progress").items() if key != "status"}
+        where = {"item_id": self.id, "output_index": self.output_index}
+        return [
+            {
+                "type": "response.output_item.added",
+                "output_index": self.output_index,
+                "item": opened | {"arguments": ""},
+            },
+            {"type": "response.mcp_call.in_progress", **where},
+            {"type": "response.mcp_call_arguments.delta", **where, "delta": self.arguments},
+            {"type": "response.mcp_call_arguments.done", **where, "arguments": self.arguments},
+        ]
+
+    def closing(self, output: str | None, error: dict[str, Any] | None) -> list[Event]:
+        self.output, self.error = output, error
+        self.status = "failed" if error is not None else "completed"
+        where = {"item_id": self.id, "output_index": self.output_index}
+        return [
+            {"type": f"response.mcp_call.{self.status}", **where},
+            {"type": "response.output_item.done", "output_index": self.output_index, "item": self.item(self.status)},
+        ]
+
+
+@dataclass
+class McpApprovalRequestOutput:
+    """A call of an MCP tool that waits for the client's approval: shown whole once its arguments
+    are (OpenAI has no events of its own for it), and the response ends after it."""
+
+    output_index: int
+    name: str
+    server_label: str
+    id: str = field(default_factory=lambda: new_id("mcpr"))
+    parts: list[str] = field(default_factory=list)
+
+    def item(self, status: str) -> Item:
+        return {
+            "id": self.id,
+            "type": "mcp_approval_request",
+            "server_label": self.server_label,
+            "name": self.name,
+            "arguments": "".join(self.parts),
+        }
+
+    def started(self) -> list[Event]:
+        return []
+
+    def delta(self, text: str) -> None:
+        self.parts.append(text)
+
+    def done(self, status: str) -> list[Event]:
+        item = self.item(status)
+        return [
+            {"type": "response.output_item.added", "output_index": self.output_index, "item": item},
+            {"type": "response.output_item.done", "output_index": self.output_index, "item": item},
+        ]
+
+
+def mcp_list_tools_events(item: Item, output_index: int, failed: bool) -> tuple[list[Event], list[Event]]:
+    """An `mcp_list_tools` item's events: before the server is asked (the item with no tools yet)
+    and after it answered (`item` as it is then)."""
+    where = {"item_id": item["id"], "output_index": output_index}
+    opening = {**item, "tools": [], "error": None}
+    return (
+        [
+            {"type": "response.output_item.added", "output_index": output_index, "item": opening},
+            {"type": "response.mcp_list_tools.in_progress", **where},
+        ],
+        [
+            {"type": f"response.mcp_list_tools.{'failed' if failed else 'completed'}", **where},
+            {"type": "response.output_item.done", "output_index": output_index, "item": item},
+        ],
+    )
+
+
+CallOutput = FunctionCallOutput | CustomToolCallOutput | McpCallOutput | McpApprovalRequestOutput
+OutputItem = MessageOutput | ReasoningOutput | CallOutput

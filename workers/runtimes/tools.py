@@ -4,16 +4,20 @@ Chat Completions knows only flat functions. A namespace's members are offered as
 `<namespace>__<name>`; a custom tool (free text in, no JSON) as a function taking one string,
 `input`. A name that would collide with another tool's gets a numbered suffix. The mapping is
 derived from the echoed tools alone, so the worker that builds the request and the one that reads
-the calls (and a later turn replaying them) agree without storing it. Hosted tools are echoed
-only: the model is not offered them.
+the calls (and a later turn replaying them) agree without storing it. An MCP server's tools, as
+its `mcp_list_tools` item lists them, are offered by their own names after the request's own
+tools, as far as its `allowed_tools` lets them. Other hosted tools are echoed only: the model is
+not offered them.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from app.protocol.mcp_tools import needs_approval, offered
 from app.protocol.tools import Tool, grammar_of
 
 CUSTOM_INPUT_SCHEMA: dict[str, Any] = {
@@ -28,9 +32,10 @@ CUSTOM_INPUT_SCHEMA: dict[str, Any] = {
 class ToolRef:
     """What a runtime function stands for: a function or custom tool, maybe in a namespace."""
 
-    kind: Literal["function", "custom"]
+    kind: Literal["function", "custom", "mcp"]
     name: str
-    namespace: str | None = None
+    namespace: str | None = None  # an MCP tool's: its server's label
+    approval: bool = False  # an MCP tool's call waits for the client's approval
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,8 @@ class RuntimeTools:
     by_runtime_name: dict[str, ToolRef]
 
     @classmethod
-    def of(cls, tools: list[Tool]) -> RuntimeTools:
+    def of(cls, tools: list[Tool], listed: Mapping[str, list[dict[str, Any]]] | None = None) -> RuntimeTools:
+        """`listed`: the tools of the MCP servers the server runs, by label (their mcp_list_tools)."""
         members = [(tool, None) for tool in tools if tool["type"] in ("function", "custom")]
         for tool in tools:
             if tool["type"] == "namespace":
@@ -50,7 +56,24 @@ class RuntimeTools:
             name = _free_name(tool["name"] if namespace is None else f"{namespace}__{tool['name']}", by_runtime_name)
             by_runtime_name[name] = ToolRef(tool["type"], tool["name"], namespace)
             functions.append({"type": "function", "function": _function(name, tool)})
+        for server in (tool for tool in tools if tool["type"] == "mcp"):
+            for listed_tool in (listed or {}).get(server["server_label"], []):
+                read_only = bool((listed_tool.get("annotations") or {}).get("read_only"))
+                if not offered(server, listed_tool["name"], read_only):
+                    continue
+                name = listed_tool["name"]
+                if name in by_runtime_name:  # two servers' tools of one name: told apart by their server's
+                    name = f"{server['server_label']}__{name}"
+                name = _free_name(name, by_runtime_name)
+                approval = needs_approval(server, listed_tool["name"], read_only)
+                by_runtime_name[name] = ToolRef("mcp", listed_tool["name"], server["server_label"], approval)
+                functions.append({"type": "function", "function": _mcp_function(name, listed_tool, server)})
         return cls(functions, by_runtime_name)
+
+    def without_mcp(self) -> RuntimeTools:
+        """The same tools with the MCP servers' offered no more (their calls are all made)."""
+        kept = [f for f in self.functions if self.ref(f["function"]["name"]).kind != "mcp"]
+        return replace(self, functions=kept)
 
     def runtime_name(self, kind: str, name: str, namespace: str | None) -> str:
         """The runtime's name for a tool (a replayed call's); its plain name if no tool matches."""
@@ -111,4 +134,14 @@ def _function(name: str, tool: Tool) -> dict[str, Any]:
             # Servers hold a required or named call's arguments to the schema only when it is
             # strict (vLLM 0.32: without it, arguments may be any JSON, a bare string even).
             function["strict"] = True
+    return function
+
+
+def _mcp_function(name: str, listed_tool: dict[str, Any], server: Tool) -> dict[str, Any]:
+    description = listed_tool.get("description") or ""
+    if server.get("server_description"):
+        description = f"{description}\n\n(From {server['server_label']}: {server['server_description']})".strip()
+    function: dict[str, Any] = {"name": name, "parameters": listed_tool.get("input_schema") or {"type": "object"}}
+    if description:
+        function["description"] = description
     return function

@@ -22,11 +22,14 @@ from app.protocol.response_object import usage_object
 from app.protocol.sealing import Seal
 from workers.runtimes.errors import RuntimeFailure
 from workers.runtimes.output_items import (
+    CallOutput,
     CustomToolCallOutput,
     Event,
     FunctionCallOutput,
     GrammarToolCallOutput,
     Item,
+    McpApprovalRequestOutput,
+    McpCallOutput,
     MessageOutput,
     OutputItem,
     ReasoningOutput,
@@ -55,8 +58,11 @@ class StreamTranslator:
     # Reasoning items: streamed as a summary, and sealed for the client (see ReasoningOutput).
     summarise_reasoning: bool = False
     seal_reasoning: Callable[[str], str] | None = None
-    # Calls beyond this many are dropped (parallel_tool_calls false: one; max_tool_calls).
+    # Calls in one answer beyond this many are dropped (parallel_tool_calls false: one).
     max_calls: int | None = None
+    # MCP calls the response may still make (max_tool_calls, which counts hosted calls only);
+    # the model's calls past it are dropped.
+    mcp_calls_left: int | None = None
     # The custom tool with a grammar that tool_choice names: the answer's text is its input.
     grammar_tool: str | None = None
     items: list[OutputItem] = field(default_factory=list)
@@ -65,23 +71,24 @@ class StreamTranslator:
     before: list[Item] = field(default_factory=list)
     before_usage: dict[str, Any] | None = None
     finish_reason: str | None = None
+    stopped_for: str | None = None  # an incomplete reason of the server's own (a tool loop's limit)
     usage: dict[str, Any] | None = None
     content_chunks: int = 0  # every chunk that carried output: one token each, for servers that do not count
     reasoning_chunks: int = 0
     # By the runtime's tool-call index; None for a call dropped past max_calls.
-    _calls: dict[int, FunctionCallOutput | CustomToolCallOutput | None] = field(default_factory=dict)
+    _calls: dict[int, CallOutput | None] = field(default_factory=dict)
 
     @classmethod
     def for_settings(cls, settings: dict[str, Any], seal: Seal | None = None) -> StreamTranslator:
         """For a response with these (echoed) settings: its tools, how many calls it may make, and
         how its reasoning is shown."""
-        limits = [settings.get("max_tool_calls"), None if settings.get("parallel_tool_calls", True) else 1]
         sealed = ENCRYPTED_REASONING in settings.get("requested", {}).get("include", [])
         grammar_tool = forced_grammar_tool(settings)
         return cls(
             tools=RuntimeTools.of(settings.get("tools") or []),
             grammar_tool=None if grammar_tool is None else grammar_tool["name"],
-            max_calls=min((n for n in limits if n is not None), default=None),
+            max_calls=None if settings.get("parallel_tool_calls", True) else 1,
+            mcp_calls_left=settings.get("max_tool_calls"),
             summarise_reasoning=settings["reasoning"].get("summary") is not None,
             seal_reasoning=seal.seal if seal is not None and sealed else None,
         )
@@ -166,10 +173,14 @@ class StreamTranslator:
         function = call.get("function") or {}
         index = call.get("index", 0)
         if index not in self._calls:
-            if self.max_calls is not None and len(self._calls) >= self.max_calls:
+            name = _text(function.get("name"), "tool call name")
+            is_mcp = self.tools.ref(name).kind == "mcp"
+            if (self.max_calls is not None and len(self._calls) >= self.max_calls) or (
+                is_mcp and self.mcp_calls_left == 0
+            ):
                 self._calls[index] = None
             else:
-                events += self._open_call(index, call, _text(function.get("name"), "tool call name"))
+                events += self._open_call(index, call, name)
         current = self._calls[index]
         arguments = _text(function.get("arguments"), "tool call arguments")
         if current is not None and arguments:
@@ -181,14 +192,57 @@ class StreamTranslator:
         events = self._close_open("completed")
         call_id = _text(call.get("id"), "tool call id") or new_id("call")
         ref = self.tools.ref(runtime_name)
-        kind = CustomToolCallOutput if ref.kind == "custom" else FunctionCallOutput
-        current = kind(self._next_index, call_id, ref.name, ref.namespace)
+        current: CallOutput
+        if ref.kind == "mcp":
+            assert ref.namespace is not None  # (an MCP tool's is its server's label)
+            mcp_kind = McpApprovalRequestOutput if ref.approval else McpCallOutput
+            current = mcp_kind(self._next_index, ref.name, ref.namespace)
+            if self.mcp_calls_left is not None:
+                self.mcp_calls_left -= 1
+        else:
+            kind = CustomToolCallOutput if ref.kind == "custom" else FunctionCallOutput
+            current = kind(self._next_index, call_id, ref.name, ref.namespace)
         self._calls[index] = current
         self.items.append(current)
         return events + current.started()
 
     def _close_open(self, status: str) -> list[Event]:
         return self._open.done(status) if self._open is not None else []
+
+    def calls_to_make(self) -> list[McpCallOutput]:
+        """The MCP calls the model made in this answer, to be made by the server."""
+        return [item for item in self.items if isinstance(item, McpCallOutput) and item.status is None]
+
+    def asks_client(self) -> bool:
+        """Whether this answer ends the response for the client to act: it called a function of
+        the client's, or an MCP call waits for the client's approval."""
+        client_kinds = (FunctionCallOutput, CustomToolCallOutput, McpApprovalRequestOutput)
+        return any(isinstance(item, client_kinds) for item in self.items)
+
+    def close_answer(self) -> list[Event]:
+        """The events that close this answer's open item, before its MCP calls are made."""
+        return self._close_open("completed")
+
+    def next_answer(self) -> None:
+        """After this answer's MCP calls were made: its items are finished output, its usage
+        counts with what came before, and the model's next answer opens items after them."""
+        self.before += [item.item("completed") for item in self.items]
+        self.before_usage = self.usage_object()
+        self.items, self._calls = [], {}
+        self.usage, self.finish_reason = None, None
+        self.content_chunks = self.reasoning_chunks = 0
+
+    def add_call(self, name: str, server_label: str, arguments: str) -> McpCallOutput:
+        """An MCP call the server makes without the model asking now (one the client approved)."""
+        call = McpCallOutput(self._next_index, name, server_label, parts=[arguments])
+        self.items.append(call)
+        return call
+
+    def add_finished(self, item: Item) -> int:
+        """An output item made outside the model's answers (an MCP server's tool list); its output index."""
+        index = self._next_index
+        self.before.append(item)
+        return index
 
     def close(self) -> tuple[list[Event], list[Item]]:
         """The closing events of a generation that ran to its end, and the final output items."""
@@ -211,7 +265,7 @@ class StreamTranslator:
 
     @property
     def incomplete_reason(self) -> str | None:
-        return FINISH_TO_INCOMPLETE.get(self.finish_reason or "")
+        return self.stopped_for or FINISH_TO_INCOMPLETE.get(self.finish_reason or "")
 
     def usage_object(self) -> dict[str, Any]:
         """Usage as the runtime reported it, with what made the output before this run; what it

@@ -1,0 +1,151 @@
+"""A response's MCP tool loop, in its worker: the servers' tools listed (or found in the context),
+offered to the model, each call the model makes made here, its result handed back to the model,
+until the model answers, calls a client's function, or asks for an approval.
+
+Each step is written to the response's event log as OpenAI streams it (hosted-tools reference
+§1.4): an `mcp_list_tools` item per server the context has no list of, then per call an
+`mcp_call` item, opened once the model's arguments are whole and committed before the call is
+made (a worker that dies then leaves a call known to be in flight, design invariant 4), closed
+with its output or its `error`. An approved call (`mcp_approval_response` in the input) is made
+from the stored request's arguments before the model is asked anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.protocol.ids import new_id
+from app.protocol.input_items import Item
+from app.protocol.mcp_tools import Credentials, offered, open_credentials
+from app.protocol.response_object import ResponseRecord
+from app.queue import mcp_credentials
+from workers.mcp.server_link import McpFailure, ServerLink, connected
+from workers.runtimes.errors import RuntimeFailure
+from workers.runtimes.output_items import Event, McpCallOutput, mcp_list_tools_events
+from workers.runtimes.tools import RuntimeTools
+from workers.runtimes.translate import StreamTranslator
+from workers.state import WorkerState
+
+log = logging.getLogger(__name__)
+
+MAX_TOOL_ROUNDS = "max_tool_rounds"  # the incomplete reason of a loop that ran out of inference rounds
+
+
+@dataclass
+class ToolLoop:
+    state: WorkerState
+    record: ResponseRecord
+    translator: StreamTranslator
+    emit: Callable[[list[Event]], None]
+    credentials: dict[str, Credentials] = field(default_factory=dict)
+    listed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # tools by server label
+    answers: int = 0  # inference requests made
+    _links: dict[str, ServerLink] = field(default_factory=dict)
+    _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
+    _deadline: float = 0.0
+
+    @property
+    def servers(self) -> dict[str, dict[str, Any]]:
+        return {tool["server_label"]: tool for tool in self.record.settings.get("tools") or [] if tool["type"] == "mcp"}
+
+    async def __aenter__(self) -> ToolLoop:
+        self._deadline = time.monotonic() + self.state.settings.mcp_response_timeout_seconds
+        sealed = await mcp_credentials.take(self.state.redis, self.record.id)
+        self.credentials = open_credentials(self.state.seal, sealed)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    async def prepare(self, context: list[Item]) -> None:
+        """The servers' tools offered to the model: from the context's lists, else listed now."""
+        for item in context:
+            if item["type"] == "mcp_list_tools" and not item.get("error") and item["server_label"] in self.servers:
+                self.listed[item["server_label"]] = item["tools"]
+        for label in self.servers:
+            if label not in self.listed:
+                await self._list(label)
+        self.translator.tools = RuntimeTools.of(self.record.settings.get("tools") or [], self.listed)
+        await self._approved_calls(context)
+
+    async def _list(self, label: str) -> None:
+        item: Item = {"id": new_id("mcpl"), "type": "mcp_list_tools", "server_label": label, "tools": [], "error": None}
+        index = self.translator.add_finished(item)
+        try:
+            listed = await (await self._link(label)).list_tools()
+            server = self.servers[label]
+            tools = [tool.item() for tool in listed if offered(server, tool.name, tool.read_only)]  # (allowed_tools)
+        except McpFailure as failure:
+            item["error"] = f"Error retrieving tool list from MCP server '{label}': {failure}"
+            opening, closing = mcp_list_tools_events(item, index, failed=True)
+            self.emit([*opening, *closing])
+            raise RuntimeFailure(item["error"], code="http_error") from None
+        item["tools"] = tools
+        self.listed[label] = tools
+        opening, closing = mcp_list_tools_events(item, index, failed=False)
+        self.emit([*opening, *closing])
+
+    async def _approved_calls(self, context: list[Item]) -> None:
+        """The calls the client approved since the last answer, made from their stored requests."""
+        requests = {item["id"]: item for item in context if item["type"] == "mcp_approval_request"}
+        made = {item.get("approval_request_id") for item in context if item["type"] == "mcp_call"}
+        for item in context:
+            if item["type"] != "mcp_approval_response" or not item["approve"]:
+                continue
+            request = requests.get(item["approval_request_id"])
+            if request is None or request["id"] in made or request["server_label"] not in self.servers:
+                continue
+            call = self.translator.add_call(request["name"], request["server_label"], request["arguments"])
+            call.approval_request_id = request["id"]
+        if self.translator.calls_to_make():
+            await self.make_calls()
+            self.translator.next_answer()
+
+    def goes_on(self) -> bool:
+        """After an answer: whether its MCP calls are to be made and the model asked again."""
+        return bool(self.translator.calls_to_make())
+
+    async def make_calls(self) -> None:
+        """This answer's MCP calls, in turn, each committed as it opens and as it ends."""
+        self.emit(self.translator.close_answer())
+        for call in self.translator.calls_to_make():
+            self.emit(call.opening())
+            await self.state.writer.drain(self.record.id)  # known to be in flight before it is
+            output, error = await self._call(call)
+            self.emit(call.closing(output, error))
+
+    async def _call(self, call: McpCallOutput) -> tuple[str | None, dict[str, Any] | None]:
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except ValueError:
+            return None, {"type": "mcp_protocol_error", "code": -32602, "message": "the arguments are not JSON"}
+        if not isinstance(arguments, dict):
+            return None, {"type": "mcp_protocol_error", "code": -32602, "message": "the arguments are not an object"}
+        if time.monotonic() >= self._deadline:
+            return None, {"type": "http_error", "code": 504, "message": "this response's time for MCP calls is spent"}
+        try:
+            result = await (await self._link(call.server_label)).call(call.name, arguments)
+        except McpFailure as failure:
+            return None, failure.error
+        return result.output, result.error
+
+    async def _link(self, label: str) -> ServerLink:
+        if label not in self._links:
+            settings = self.state.settings
+            given = self.credentials.get(label) or Credentials()
+            self._links[label] = await self._stack.enter_async_context(
+                connected(
+                    self.servers[label]["server_url"],
+                    given.http_headers(),
+                    self.state.mcp_guard,
+                    timeout=settings.mcp_call_timeout_seconds,
+                    max_output_bytes=settings.mcp_max_output_bytes,
+                )
+            )
+        return self._links[label]
