@@ -4,7 +4,7 @@ older HTTP+SSE transport (`/sse`). It counts each tool's calls and records the h
 request came with, so a test can tell what was called how often, and with what credentials.
 
 Tools: `add` (read-only), `note` (writes: not read-only), `fail` (its call errors), `slow`
-(sleeps, read-only), `big` (an output of any size).
+(sleeps, read-only), `slow_note` (sleeps, then writes), `big` (an output of any size).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import uvicorn
 from mcp.server import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
+from sse_starlette.sse import AppStatus
 
 from tests.conftest import free_port
 
@@ -37,6 +38,7 @@ class McpTestServer:
     headers: list[dict[str, str]] = field(default_factory=list)  # of every HTTP request
     methods: Counter[str] = field(default_factory=Counter)  # JSON-RPC requests, by method
     notes: list[str] = field(default_factory=list)
+    finished_at: list[float] = field(default_factory=list)  # time.time() as each call answered
     _server: uvicorn.Server | None = None
     _thread: threading.Thread | None = None
 
@@ -73,6 +75,14 @@ class McpTestServer:
             await asyncio.sleep(seconds)
             return self._done("slow", f"waited {seconds}")
 
+        @server.tool(annotations=WRITES)
+        async def slow_note(text: str, seconds: float) -> str:
+            """Waits, then writes a note down."""
+            self.started["slow_note"] += 1
+            await asyncio.sleep(seconds)
+            self.notes.append(text)
+            return self._done("slow_note", f"noted: {text}")
+
         @server.tool(annotations=READ_ONLY)
         def big(size: int) -> str:
             """Answers `size` bytes."""
@@ -82,6 +92,7 @@ class McpTestServer:
 
     def _done(self, tool: str, output: str) -> str:
         self.calls[tool] += 1
+        self.finished_at.append(time.time())
         return output
 
     def app(self) -> Any:
@@ -94,6 +105,10 @@ class McpTestServer:
         return _Recording(inner, self.headers, self.methods)
 
     def start(self) -> McpTestServer:
+        # sse-starlette ends every SSE stream of the process once any uvicorn server in it handled
+        # an exit (a process-wide flag it sets from uvicorn's handler): an earlier test's server
+        # must not end this one's streams.
+        AppStatus.should_exit = False
         config = uvicorn.Config(self.app(), host="127.0.0.1", port=self.port, log_level="warning")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
@@ -119,10 +134,11 @@ class _Recording:
         self.app, self.headers, self.methods = app, headers, methods
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "http":
+            self.headers.append({k.decode(): v.decode() for k, v in scope["headers"]})
+        if scope["type"] != "http" or scope["method"] != "POST":  # (an SSE stream's GET is left alone)
             await self.app(scope, receive, send)
             return
-        self.headers.append({k.decode(): v.decode() for k, v in scope["headers"]})
         body = b""
         while True:
             message = await receive()

@@ -33,6 +33,10 @@ def output_so_far(events: Iterable[Event], start: Sequence[Item] = ()) -> list[I
             items[event["output_index"]].setdefault("content", []).append(part)
         elif kind == "response.reasoning_summary_part.added":
             items[event["output_index"]]["summary"].append(dict(event["part"]))
+        elif kind == "response.mcp_call.in_progress":  # its arguments are whole: the server calls it now
+            items[event["output_index"]]["status"] = "calling"
+        elif kind == "response.mcp_call_arguments.done":
+            items[event["output_index"]]["arguments"] = event["arguments"]
         elif kind in DELTA_TARGETS:
             where, field = DELTA_TARGETS[kind]
             index = event["output_index"]
@@ -70,14 +74,42 @@ def continuable(output: list[Item], settings: dict[str, Any]) -> bool:
     before any output (it starts afresh: nothing of it was seen), or inside the text of its one
     message, which the model is then given to go on from. Not inside reasoning or a tool call,
     not past a finished item, and not text held to a schema (the server would hold the
-    continuation to the schema from its start)."""
+    continuation to the schema from its start).
+
+    A response whose MCP tool loop the server runs may also be cut between its steps: after the
+    finished items of its earlier answers and calls, it goes on with a call in flight (made
+    again or failed: workers/mcp/loop.py), the text of the message being written, or the next
+    answer."""
     if not output:
         return True
-    item = output[0]
+    *before, last = output
+    if settings.get("requested", {}).get("runs_mcp"):
+        if not all(_finished_step(item) for item in before):
+            return False
+        if last.get("type") in ("mcp_list_tools", "mcp_call"):
+            return True  # between two steps, or with a call in flight
+    elif before:
+        return False
+    return _text_being_written(last, settings)
+
+
+def _text_being_written(item: Item, settings: dict[str, Any]) -> bool:
     return (
-        len(output) == 1
-        and settings["text"]["format"]["type"] == "text"
+        settings["text"]["format"]["type"] == "text"
         and item.get("type") == "message"
         and item.get("status") == "in_progress"
         and [part.get("type") for part in item.get("content", [])] == ["output_text"]
     )
+
+
+def _finished_step(item: Item) -> bool:
+    """A step of a tool loop that ended: a listed server, a call that answered, or an item of an
+    earlier answer of the model's."""
+    kind = item.get("type")
+    if kind == "mcp_list_tools":
+        return True  # (its events are written together, once the server answered)
+    if kind == "mcp_call":
+        return item.get("status") in ("completed", "failed")
+    if kind == "message":
+        return item.get("status") == "completed"
+    return kind == "reasoning"  # (one followed by another item: finished)

@@ -2,8 +2,9 @@
 
 A string becomes one user message; every message's content becomes a list of parts. Ids are
 assigned when the items are stored, never taken from the client (a replayed output item keeps
-its content but gets a fresh id), so every listed item has one stable id of ours; except an
-`mcp_approval_request`'s, which the `mcp_approval_response` after it names.
+its content but gets a fresh id), so every listed item has one stable id of ours. A replayed
+`mcp_approval_request` keeps the client's id until then: an `mcp_approval_response` beside it
+names it (app/storage/items.py `with_new_ids`).
 """
 
 from __future__ import annotations

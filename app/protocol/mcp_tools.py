@@ -102,6 +102,7 @@ class _McpTool(StrictModel):
     allowed_tools: list[str] | _ToolFilter | None = None
     require_approval: Literal["always", "never"] | _ApprovalFilters | None = None
     defer_loading: bool | None = None
+    allowed_callers: list[Literal["direct", "programmatic"]] | None = None
 
 
 def parse_mcp_tool(entry: dict[str, Any], param: str, policy: McpPolicy) -> tuple[Tool, Credentials | None]:
@@ -112,6 +113,8 @@ def parse_mcp_tool(entry: dict[str, Any], param: str, policy: McpPolicy) -> tupl
             raise errors.UnsupportedParameter(f"{param}.{name}", "OpenAI's hosted MCP connectors and tunnels")
     if tool.defer_loading:
         raise errors.UnsupportedParameter(f"{param}.defer_loading", "deferred MCP tool loading (tool_search)")
+    if "programmatic" in (tool.allowed_callers or []):
+        raise errors.UnsupportedParameter(f"{param}.allowed_callers", "programmatic tool calling")
     if tool.server_url is None:
         raise errors.InvalidRequest(
             f"Missing required parameter: '{param}.server_url'.",

@@ -22,7 +22,7 @@ from app.storage import items as items_db
 async def _checked(state: AppState, items: list[Item]) -> list[Item]:
     open_sealed_items(items, state.seal)
     await check_images(items, state.images)
-    return [items_db.with_new_id(item) for item in items]
+    return items_db.with_new_ids(items)
 
 
 async def create(

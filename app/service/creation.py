@@ -198,7 +198,7 @@ async def accept(
     if limits is not None:
         await _admit(state, account_id, record, model, limits, body_bytes)
     _log_hosted_tools(create)
-    input_items = [items_db.with_new_id(item) for item in create.input_items]
+    input_items = items_db.with_new_ids(create.input_items)
     opening: list[WireEvent] = []
     if record.background:  # visible (and followable) at once: its first events come with it
         events = [lifecycle_event("response.created", record), lifecycle_event("response.queued", record)]

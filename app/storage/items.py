@@ -40,8 +40,21 @@ _ID_PREFIX: dict[str, Any] = {
 }
 
 
-def with_new_id(item: Item) -> Item:
-    return {"id": new_id(_ID_PREFIX.get(item["type"], "msg")), **item}
+def with_new_ids(items: Sequence[Item]) -> list[Item]:
+    """Items as they are stored: each with a new id of ours. A replayed `mcp_approval_request`
+    comes with its own, which an `mcp_approval_response` beside it may name: that answer then
+    names the new one."""
+    renamed: dict[str, str] = {}
+    stored = []
+    for item in items:
+        fresh = new_id(_ID_PREFIX.get(item["type"], "msg"))
+        if item.get("id") is not None:
+            renamed[item["id"]] = fresh
+        stored.append({**item, "id": fresh})
+    for item in stored:
+        if item["type"] == "mcp_approval_response" and item["approval_request_id"] in renamed:
+            item["approval_request_id"] = renamed[item["approval_request_id"]]
+    return stored
 
 
 def stored_payload(item: Item) -> Item:

@@ -4,6 +4,7 @@ event order is OpenAI's as recorded (../shared/reference/hosted-tools.md §1.4).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from collections.abc import Iterator
@@ -12,12 +13,23 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from agents import (
+    Agent,
+    HostedMCPTool,
+    MCPToolApprovalFunctionResult,
+    MCPToolApprovalRequest,
+    OpenAIResponsesModel,
+    Runner,
+    set_tracing_disabled,
+)
+from openai import AsyncOpenAI
 from openai.types.responses.response_output_item import McpApprovalRequest
 
 from tests.conftest import Environment, FakeRuntime, Server, api_client, wait_until
 from tests.mcp_server import McpTestServer
 
 TOKEN = "mcp-secret-token-7d1f"
+set_tracing_disabled(True)  # the Agents SDK would export traces to OpenAI
 
 
 def script(**fields: Any) -> str:
@@ -92,7 +104,7 @@ def test_a_call_streams_in_openais_order_and_the_model_answers_with_its_result(
     assert [event["sequence_number"] for event in events] == list(range(len(events)))
     listed = events[5]["item"]
     assert listed["type"] == "mcp_list_tools" and listed["server_label"] == "tools"
-    assert {tool["name"] for tool in listed["tools"]} == {"add", "note", "fail", "slow", "big"}
+    assert {tool["name"] for tool in listed["tools"]} == {"add", "note", "fail", "slow", "slow_note", "big"}
     assert next(t for t in listed["tools"] if t["name"] == "add")["annotations"] == {"read_only": True}
     opened = events[6]["item"]
     assert opened["type"] == "mcp_call" and opened["arguments"] == "" and "status" not in opened
@@ -106,7 +118,7 @@ def test_a_call_streams_in_openais_order_and_the_model_answers_with_its_result(
     assert mcp_server.calls["add"] == 1
     # The model was offered the server's tools, then shown the call and its result.
     first, second = fake.requests()
-    assert {tool["function"]["name"] for tool in first["tools"]} == {"add", "note", "fail", "slow", "big"}
+    assert {tool["function"]["name"] for tool in first["tools"]} == {"add", "note", "fail", "slow", "slow_note", "big"}
     assert second["messages"][-2]["tool_calls"][0]["function"]["name"] == "add"
     assert second["messages"][-1] == {"role": "tool", "tool_call_id": done["id"], "content": "5"}
     # Usage sums both inference requests.
@@ -301,7 +313,7 @@ def test_two_servers_in_one_loop_with_a_client_function(
         assert mcp_server.calls["add"] == 1 and other.calls["note"] == 1 and mcp_server.calls["note"] == 0
         # Both servers have a `note`: the second server's is offered under its label.
         offered = {tool["function"]["name"] for tool in fake.requests()[0]["tools"]}
-        assert offered == {"add", "note", "fail", "slow", "big", "second__note", "weather"}
+        assert offered == {"add", "note", "fail", "slow", "slow_note", "big", "second__note", "weather"}
     finally:
         other.stop()
 
@@ -402,3 +414,26 @@ def test_credentials_need_an_encryption_key_to_travel(
         assert refused.value.body["code"] == "mcp_credentials_unavailable"
         # Without credentials the tool runs all the same.
         assert keyless.responses.create(model="fake", input="hi", tools=[mcp_tool(mcp_server)]).status == "completed"  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("approval", ["never", "always"])
+def test_the_agents_sdk_runs_an_agent_with_a_hosted_mcp_tool(
+    server: Server, api_key: str, fake: FakeRuntime, mcp_server: McpTestServer, approval: str
+) -> None:
+    asked: list[str] = []
+
+    def approve(request: MCPToolApprovalRequest) -> MCPToolApprovalFunctionResult:
+        asked.append(request.data.name)
+        return {"approve": True}
+
+    config: Any = {"type": "mcp", "server_label": "tools", "server_url": mcp_server.url, "require_approval": approval}
+    tool = HostedMCPTool(tool_config=config, on_approval_request=approve)
+    model = OpenAIResponsesModel(
+        model="fake", openai_client=AsyncOpenAI(base_url=server.base_url, api_key=api_key, max_retries=0)
+    )
+    agent = Agent(name="assistant", instructions="Use the tools.", tools=[tool], model=model)
+    text = script(tool_calls=[call("note", text="from the agent")], then={"text": "Noted it."})
+    result = asyncio.run(Runner.run(agent, text))
+    assert result.final_output == "Noted it."
+    assert mcp_server.notes == ["from the agent"]  # made once, by the server
+    assert asked == ([] if approval == "never" else ["note"])

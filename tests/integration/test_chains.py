@@ -32,7 +32,7 @@ async def turn(state: AppState, account_id: str, text: str, previous: str | None
     async with state.engine.begin() as conn:
         record = await responses_db.get_record(conn, response_id)
         assert record is not None
-        outcome = responses_db.Outcome("completed", [items_db.with_new_id(answer)], time.time())
+        outcome = responses_db.Outcome("completed", items_db.with_new_ids([answer]), time.time())
         assert await events_db.end(conn, response_id, [terminal_event(outcome.applied_to(record))], outcome)
     return response_id
 

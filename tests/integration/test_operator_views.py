@@ -133,12 +133,12 @@ async def test_conversation_overview_counts_each_conversations_items_and_names_i
     state: AppState, account_id: str
 ) -> None:
     from app.storage import conversations as conversations_db
-    from app.storage.items import with_new_id
+    from app.storage.items import with_new_ids
     from tests.integration.conftest import accept
 
     said = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
     async with state.engine.begin() as conn:
-        items = [with_new_id(said) for _ in range(3)]
+        items = with_new_ids([said] * 3)
         conversation = await conversations_db.create(conn, account_id, {"k": "v"}, items)
     response_id = await accept(state, account_id, input="in it", conversation=conversation.id)
     async with state.engine.connect() as conn:

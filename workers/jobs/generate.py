@@ -285,8 +285,15 @@ async def _stream(state: WorkerState, generation: Generation, translator: Stream
         await _answer(state, generation, translator, context, prefix)
         return
     async with ToolLoop(state, record, translator, emit) as loop:
-        own_output = len(translator.before)  # (after a compaction of the context, if one was made)
-        await loop.prepare(context)
+        # This answer's output so far, which the model's next answer reads after the context (a
+        # compaction of the context, made before the loop, is not: the context is compacted).
+        own_output = len(translator.before) if prefix is None else 0
+        await loop.prepare(context + translator.before)
+        if translator.interrupted is not None:  # (a continuation's)
+            await loop.finish_interrupted(translator.interrupted)
+        await loop.make_approved_calls(context + translator.before)
+        # A continuation's answers so far: one per call the model made, at least.
+        loop.answers = sum(1 for i in translator.before if i["type"] == "mcp_call" and not i.get("approval_request_id"))
         while True:
             await _answer(state, generation, translator, context + translator.before[own_output:], prefix, loop.answers)
             loop.answers += 1

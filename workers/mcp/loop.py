@@ -35,6 +35,11 @@ from workers.state import WorkerState
 log = logging.getLogger(__name__)
 
 MAX_TOOL_ROUNDS = "max_tool_rounds"  # the incomplete reason of a loop that ran out of inference rounds
+INTERRUPTED = {
+    "type": "http_error",
+    "code": 503,
+    "message": "The worker making this call stopped before its answer; the call may or may not have been made.",
+}
 
 
 @dataclass
@@ -72,7 +77,6 @@ class ToolLoop:
             if label not in self.listed:
                 await self._list(label)
         self.translator.tools = RuntimeTools.of(self.record.settings.get("tools") or [], self.listed)
-        await self._approved_calls(context)
 
     async def _list(self, label: str) -> None:
         item: Item = {"id": new_id("mcpl"), "type": "mcp_list_tools", "server_label": label, "tools": [], "error": None}
@@ -91,7 +95,7 @@ class ToolLoop:
         opening, closing = mcp_list_tools_events(item, index, failed=False)
         self.emit([*opening, *closing])
 
-    async def _approved_calls(self, context: list[Item]) -> None:
+    async def make_approved_calls(self, context: list[Item]) -> None:
         """The calls the client approved since the last answer, made from their stored requests."""
         requests = {item["id"]: item for item in context if item["type"] == "mcp_approval_request"}
         made = {item.get("approval_request_id") for item in context if item["type"] == "mcp_call"}
@@ -119,6 +123,19 @@ class ToolLoop:
             await self.state.writer.drain(self.record.id)  # known to be in flight before it is
             output, error = await self._call(call)
             self.emit(call.closing(output, error))
+
+    async def finish_interrupted(self, call: McpCallOutput) -> None:
+        """A call that was in flight when the worker making it stopped: whether the server got it
+        is not known, so it is made again only when its tool says it changes nothing (read-only),
+        else it ends failed and the model is told (design invariant 4)."""
+        listed = next((t for t in self.listed.get(call.server_label, []) if t["name"] == call.name), None)
+        if listed is not None and (listed.get("annotations") or {}).get("read_only"):
+            output, error = await self._call(call)
+        else:
+            output, error = None, INTERRUPTED
+        self.emit(call.closing(output, error))
+        self.translator.interrupted = None
+        self.translator.next_answer()
 
     async def _call(self, call: McpCallOutput) -> tuple[str | None, dict[str, Any] | None]:
         try:

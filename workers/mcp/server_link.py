@@ -11,6 +11,7 @@ structured `error` an `mcp_call` shows (OpenAI's three kinds), never an exceptio
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from app.process.egress import EgressGuard, EgressRefused
 from workers.mcp.guarded_transport import GuardedTransport
+
+log = logging.getLogger(__name__)
 
 McpError = dict[str, Any]  # an mcp_call's `error`: http_error, mcp_protocol_error, mcp_tool_execution_error
 
@@ -169,6 +172,10 @@ async def _failures(transport: GuardedTransport | None) -> AsyncIterator[None]:
     except BaseExceptionGroup as group:  # (anyio task groups wrap what their tasks raised)
         async with _failures(transport):
             raise group.exceptions[0] from None
+    except Exception as exc:  # whatever else the SDK raises ends this call, not the response
+        log.warning("an MCP session broke", exc_info=True)
+        message = f"the MCP session broke ({type(exc).__name__})"
+        raise McpFailure({"type": "http_error", "code": 502, "message": message}) from None
 
 
 def _listed(tool: mcp_types.Tool) -> ListedTool:

@@ -293,6 +293,7 @@ class McpCallOutput:
         return []
 
     def opening(self) -> list[Event]:
+        """Once the model's arguments are whole: before the call is made."""
         opened = {key: value for key, value in self.item("in_progress").items() if key != "status"}
         where = {"item_id": self.id, "output_index": self.output_index}
         return [

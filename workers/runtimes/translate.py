@@ -72,6 +72,8 @@ class StreamTranslator:
     before_usage: dict[str, Any] | None = None
     finish_reason: str | None = None
     stopped_for: str | None = None  # an incomplete reason of the server's own (a tool loop's limit)
+    # An MCP call the worker that began this generation made, or was making, when it stopped.
+    interrupted: McpCallOutput | None = None
     usage: dict[str, Any] | None = None
     content_chunks: int = 0  # every chunk that carried output: one token each, for servers that do not count
     reasoning_chunks: int = 0
@@ -95,13 +97,30 @@ class StreamTranslator:
 
     def continue_from(self, output: list[Item]) -> str:
         """Takes up a generation another worker began, from the output its log holds (which
-        app/protocol/accumulate.py `continuable` allows: nothing, or one message being written);
-        returns the text to go on from. Its deltas then grow the same item, at the same place."""
+        app/protocol/accumulate.py `continuable` allows); returns the text to go on from. The
+        finished items stay as they are; the deltas of a message being written grow it, at the
+        same place; an MCP call in flight is left to the tool loop (`interrupted`)."""
         if not output:
             return ""
-        [message] = output
-        [part] = message["content"]
-        self.items.append(MessageOutput(0, message["id"], [part["text"]], list(part.get("logprobs") or [])))
+        *finished, last = output
+        if last["type"] == "mcp_call" and last.get("status") not in ("completed", "failed"):
+            self.before = finished
+            self.interrupted = McpCallOutput(
+                len(finished),
+                last["name"],
+                last["server_label"],
+                last["id"],
+                [last["arguments"]],
+                last.get("approval_request_id"),
+            )
+            self.items.append(self.interrupted)
+            return ""
+        if last["type"] != "message" or last.get("status") != "in_progress":
+            self.before = output  # between two steps of a tool loop
+            return ""
+        self.before = finished
+        [part] = last["content"]
+        self.items.append(MessageOutput(len(finished), last["id"], [part["text"]], list(part.get("logprobs") or [])))
         return str(part["text"])
 
     def output_now(self) -> list[Item]:

@@ -1,0 +1,137 @@
+"""A tool loop survives its worker (design invariant 4): a worker killed or shut down before,
+during or after an MCP call, with a second worker alive, is continued by the other from its last
+committed step. A finished call is never made again; one in flight is made again only when its
+tool is read-only, else it ends failed and the model is told. Counted at the MCP server."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import Environment, FakeRuntime, wait_until
+from tests.e2e.processes import Stack
+from tests.e2e.test_continuation import Follower, running_worker, two_workers
+from tests.mcp_server import McpTestServer
+
+WORDS = " ".join(f"w{i}" for i in range(60))
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": json.dumps(arguments)}
+
+
+@pytest.fixture
+def mcp_server() -> Iterator[McpTestServer]:
+    server = McpTestServer().start()
+    yield server
+    server.stop()
+
+
+class LoopFollower(Follower):
+    """A background stream of a response with the test server's tools, followed to its end."""
+
+    def __init__(self, stack: Stack, server: McpTestServer, script: dict[str, Any]) -> None:
+        self.tools = [{"type": "mcp", "server_label": "tools", "server_url": server.url, "require_approval": "never"}]
+        super().__init__(stack.client, "continuing-model", "#fake " + json.dumps(script))
+
+    def _follow(self, client: Any, model: str, script: str) -> None:
+        for event in client.responses.create(model=model, input=script, tools=self.tools, background=True, stream=True):
+            self.events.append(event)
+            self.created.set()
+
+    def calls(self) -> list[Any]:
+        return [item for item in self.events[-1].response.output if item.type == "mcp_call"]
+
+
+def assert_whole(follower: LoopFollower) -> None:
+    numbers = [event.sequence_number for event in follower.events]
+    assert numbers == list(range(len(numbers)))  # no gap, no duplicate, across the handover
+    assert follower.events[-1].type == "response.completed"
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+def test_a_read_only_call_in_flight_is_made_again(
+    environment: Environment, fake: FakeRuntime, mcp_server: McpTestServer, how: signal.Signals
+) -> None:
+    stack = Stack(environment, RESPONSES_SHUTDOWN_GRACE_SECONDS="30")
+    try:
+        workers = two_workers(stack, environment)
+        follower = LoopFollower(
+            stack, mcp_server, {"tool_calls": [call("slow", seconds=3)], "then": {"text": "waited"}}
+        )
+        wait_until(lambda: mcp_server.started["slow"] == 1)
+        running_worker(environment, follower.response_id, workers).send_signal(how)
+        follower.join()
+        assert_whole(follower)
+        [made] = follower.calls()
+        assert (made.status, made.output, made.error) == ("completed", "waited 3.0", None)
+        assert mcp_server.started["slow"] == 2  # in flight, and read-only: made again
+        assert follower.events[-1].response.output_text == "waited"
+    finally:
+        stack.close()
+
+
+def test_a_writing_call_in_flight_is_not_made_again_and_the_model_is_told(
+    environment: Environment, fake: FakeRuntime, mcp_server: McpTestServer
+) -> None:
+    stack = Stack(environment)
+    try:
+        workers = two_workers(stack, environment)
+        script = {"tool_calls": [call("slow_note", text="pay rent", seconds=3)], "then": {"text": "Checked."}}
+        follower = LoopFollower(stack, mcp_server, script)
+        wait_until(lambda: mcp_server.started["slow_note"] == 1)
+        running_worker(environment, follower.response_id, workers).send_signal(signal.SIGKILL)
+        follower.join()
+        assert_whole(follower)
+        [failed] = follower.calls()
+        assert failed.status == "failed" and failed.error is not None
+        assert failed.error.type == "http_error" and "may or may not have been made" in failed.error.message
+        assert mcp_server.started["slow_note"] == 1  # never made a second time
+        told = fake.requests()[-1]["messages"][-1]
+        assert told["role"] == "tool" and "may or may not have been made" in told["content"]
+    finally:
+        stack.close()
+
+
+def test_killed_after_a_call_the_answer_goes_on_and_the_call_is_not_made_again(
+    environment: Environment, fake: FakeRuntime, mcp_server: McpTestServer
+) -> None:
+    stack = Stack(environment)
+    try:
+        workers = two_workers(stack, environment)
+        script = {"tool_calls": [call("note", text="once")], "then": {"text": WORDS, "delay": 0.05}}
+        follower = LoopFollower(stack, mcp_server, script)
+        wait_until(lambda: follower.deltas() >= 10)
+        running_worker(environment, follower.response_id, workers).send_signal(signal.SIGKILL)
+        follower.join()
+        assert_whole(follower)
+        assert follower.text == WORDS == follower.events[-1].response.output_text
+        assert mcp_server.notes == ["once"]
+        continued = fake.requests()[-1]
+        assert continued["messages"][-1]["role"] == "assistant" and continued["messages"][-2]["role"] == "tool"
+    finally:
+        stack.close()
+
+
+def test_killed_before_a_call_the_answer_is_continued_and_the_call_made_once(
+    environment: Environment, fake: FakeRuntime, mcp_server: McpTestServer
+) -> None:
+    stack = Stack(environment)
+    try:
+        workers = two_workers(stack, environment)
+        script = {"text": WORDS, "delay": 0.05, "tool_calls": [call("add", a=2, b=2)], "then": {"text": "4"}}
+        follower = LoopFollower(stack, mcp_server, script)
+        wait_until(lambda: follower.deltas() >= 10)
+        running_worker(environment, follower.response_id, workers).send_signal(signal.SIGKILL)
+        follower.join()
+        assert_whole(follower)
+        output = follower.events[-1].response.output
+        assert [item.type for item in output] == ["mcp_list_tools", "message", "mcp_call", "message"]
+        assert output[1].content[0].text == WORDS and output[3].content[0].text == "4"
+        assert mcp_server.calls["add"] == 1
+    finally:
+        stack.close()
