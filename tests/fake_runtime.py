@@ -33,8 +33,8 @@ first line is `#fake {json}` scripts it instead:
                        the turn, the n-th nested `then` (or the deepest there is)
 
 GET /_requests lists the request bodies it received; GET /_stats counts streams that clients
-closed early (an aborted generation), the Authorization header of each request and the server's
-pid; DELETE /_requests clears them.
+closed early (an aborted generation), the Authorization header and arrival time of each request
+and the server's pid; DELETE /_requests clears them.
 GET /_files/{name} serves test images (dot.png, a 1x1 PNG; text, not an image) and counts the
 requests for them in /_stats; GET /_redirect?to=URL answers 302 to URL.
 GET /v1/models answers as a model server's health check does; POST /tokenize counts the words of
@@ -64,6 +64,7 @@ received: list[dict[str, Any]] = []
 failures: dict[str, int] = {}  # requests seen per script, for fail_times
 received_tokenize: list[dict[str, Any]] = []
 authorizations: list[str | None] = []  # the Authorization header of each chat request
+arrivals: list[float] = []  # when each chat request arrived (time.time(): bench/mcp_benchmark.py)
 stats: dict[str, float] = {
     "streams_started": 0,
     "streams_finished": 0,
@@ -82,6 +83,8 @@ def _script(body: dict[str, Any]) -> dict[str, Any]:
     if first_line.startswith("#fake "):
         script: dict[str, Any] = json.loads(first_line[len("#fake ") :])
         messages = body.get("messages") or [{}]
+        if _continued_from(body):  # an answer being continued: the script of the answer it continues
+            messages = messages[:-1]
         if messages[-1].get("role") == "tool":  # the n-th tool result of this turn: the n-th `then`
             user_at = max(i for i, m in enumerate(messages) if m.get("role") == "user")
             rounds = sum(1 for m in messages[user_at:] if m.get("role") == "assistant" and m.get("tool_calls"))
@@ -178,6 +181,7 @@ def _chunk(model: str, delta: dict[str, Any], finish: str | None = None, logprob
 
 
 async def chat_completions(request: Request) -> Response:
+    arrivals.append(time.time())
     body = await request.json()
     received.append(body)
     authorizations.append(request.headers.get("authorization"))
@@ -279,6 +283,7 @@ async def requests_log(request: Request) -> Response:
     if request.method == "DELETE":
         received.clear()
         authorizations.clear()
+        arrivals.clear()
         failures.clear()
         received_tokenize.clear()
         for key in stats:
@@ -288,7 +293,7 @@ async def requests_log(request: Request) -> Response:
 
 
 async def stats_view(request: Request) -> Response:
-    return JSONResponse({**stats, "pid": os.getpid(), "authorizations": authorizations})
+    return JSONResponse({**stats, "pid": os.getpid(), "authorizations": authorizations, "arrivals": arrivals})
 
 
 async def tokenize(request: Request) -> Response:

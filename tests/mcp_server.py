@@ -3,8 +3,9 @@ loopback port, served by uvicorn in a thread of its own, over Streamable HTTP (`
 older HTTP+SSE transport (`/sse`). It counts each tool's calls and records the headers each
 request came with, so a test can tell what was called how often, and with what credentials.
 
-Tools: `add` (read-only), `note` (writes: not read-only), `fail` (its call errors), `slow`
-(sleeps, read-only), `slow_note` (sleeps, then writes), `big` (an output of any size).
+Its paths in `MISBEHAVING` answer as no MCP server would. Tools: `add` (read-only), `note`
+(writes: not read-only), `fail` (its call errors), `slow` (sleeps, read-only), `slow_note`
+(sleeps, then writes), `big` (an output of any size).
 """
 
 from __future__ import annotations
@@ -127,6 +128,15 @@ class McpTestServer:
             self._thread.join(10)
 
 
+# Paths at which the server is no MCP server: it refuses, answers what is not MCP, or redirects
+# to another host (a private address, which a client must not follow to).
+MISBEHAVING: dict[str, tuple[int, list[tuple[bytes, bytes]], bytes]] = {
+    "/refuses": (401, [(b"content-type", b"text/plain")], b"no"),
+    "/garbage": (200, [(b"content-type", b"application/json")], b"{not json at all"),
+    "/redirects": (307, [(b"location", b"http://127.0.0.2:9/mcp")], b""),
+}
+
+
 class _Recording:
     """Records each HTTP request's headers and JSON-RPC method, then hands it on."""
 
@@ -134,6 +144,11 @@ class _Recording:
         self.app, self.headers, self.methods = app, headers, methods
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] in MISBEHAVING:
+            status, headers, body = MISBEHAVING[scope["path"]]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
         if scope["type"] == "http":
             self.headers.append({k.decode(): v.decode() for k, v in scope["headers"]})
         if scope["type"] != "http" or scope["method"] != "POST":  # (an SSE stream's GET is left alone)

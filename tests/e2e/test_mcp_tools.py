@@ -270,6 +270,25 @@ def test_an_mcp_server_that_is_down_fails_the_list_and_the_response(
     assert fake.requests() == []  # the model is not asked without its tools
 
 
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [("/refuses", "HTTP 401"), ("/garbage", "Failed to parse JSON"), ("/redirects", "Redirect to http://127.0.0.2")],
+)
+def test_a_server_that_refuses_answers_garbage_or_redirects_away_fails_the_list_clearly(
+    client: openai.OpenAI, fake: FakeRuntime, mcp_server: McpTestServer, path: str, said: str
+) -> None:
+    tool = mcp_tool(mcp_server, server_url=f"http://127.0.0.1:{mcp_server.port}{path}")
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.responses.create(model="fake", input="hi", tools=[tool])  # type: ignore[list-item]
+    assert refused.value.status_code == 424
+    error = refused.value.body
+    assert isinstance(error, dict) and error["type"] == "external_connector_error" and error["param"] == "tools"
+    assert (
+        error["message"].startswith("Error retrieving tool list from MCP server 'tools': ") and said in error["message"]
+    )
+    assert fake.requests() == []
+
+
 def test_an_mcp_server_at_a_private_address_is_not_connected_to(
     client: openai.OpenAI, fake: FakeRuntime, mcp_server: McpTestServer
 ) -> None:
@@ -437,3 +456,31 @@ def test_the_agents_sdk_runs_an_agent_with_a_hosted_mcp_tool(
     assert result.final_output == "Noted it."
     assert mcp_server.notes == ["from the agent"]  # made once, by the server
     assert asked == ([] if approval == "never" else ["note"])
+
+
+def test_an_approval_in_a_conversation_runs_the_stored_call(
+    client: openai.OpenAI, fake: FakeRuntime, mcp_server: McpTestServer
+) -> None:
+    conversation = client.conversations.create()
+    tools = [mcp_tool(mcp_server, require_approval="always")]
+    text = script(tool_calls=[call("note", text="in a conversation")], then={"text": "Done."})
+    asked = client.responses.create(model="fake", input=text, tools=tools, conversation=conversation.id)  # type: ignore[arg-type]
+    request = asked.output[1]
+    assert request.type == "mcp_approval_request"
+    approval: Any = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}
+    approved = client.responses.create(model="fake", input=[approval], tools=tools, conversation=conversation.id)  # type: ignore[arg-type]
+    assert [item.type for item in approved.output] == ["mcp_call", "message"]
+    assert mcp_server.notes == ["in a conversation"]
+    kinds_listed = [item.type for item in client.conversations.items.list(conversation.id, order="asc").data]
+    assert kinds_listed == [
+        "message",
+        "mcp_list_tools",
+        "mcp_approval_request",
+        "mcp_approval_response",
+        "mcp_call",
+        "message",
+    ]
+    # The same approval again, now stale: a 400 naming it.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="fake", input=[approval], tools=tools, previous_response_id=approved.id)  # type: ignore[arg-type]
+    assert refused.value.body["param"] == "input[0].approval_request_id"

@@ -85,6 +85,34 @@ async def test_first_output_and_endings_skip_the_pacing_others_wait(state: AppSt
     assert await committed(state, starting) == 2
 
 
+async def test_events_waited_for_are_committed_at_once_together(state: AppState, account_id: str) -> None:
+    """An MCP call's opening, which its loop waits to see committed before it makes the call:
+    it skips the pacing, and the waits of many loops share one commit."""
+    ids = await in_progress(state, account_id, 8)
+    writer = EventWriter(
+        state.engine, state.redis, f"responses:events:test-writer-{secrets.token_hex(3)}", commit_interval=PACE_SECONDS
+    )
+    writer.start()
+    try:
+        for response_id in ids:  # streaming already: what follows waits for the paced commit
+            writer.append(response_id, [delta("a")])
+        async with asyncio.timeout(10):
+            for response_id in ids:
+                await until_committed(state, response_id, 1)
+        batches = writer.batches
+        for response_id in ids:
+            writer.append(
+                response_id, [{"type": "response.mcp_call.in_progress", "item_id": "mcp_1", "output_index": 1}]
+            )
+        async with asyncio.timeout(5):  # not the 30 s pace
+            assert all(await asyncio.gather(*(writer.committed(response_id) for response_id in ids)))
+        assert [await committed(state, response_id) for response_id in ids] == [2] * len(ids)
+        assert writer.batches - batches == 1
+        assert await writer.committed(ids[0])  # nothing waits: at once
+    finally:
+        await writer.close()
+
+
 def paced_writer(state: AppState, commit_interval: float) -> EventWriter:
     channel = f"responses:events:test-writer-{secrets.token_hex(3)}"
     return EventWriter(state.engine, state.redis, channel, commit_interval=commit_interval)

@@ -197,6 +197,20 @@ class EventWriter:
         async with self._flushing:  # a flush already under way has ended
             pass
 
+    async def committed(self, response_id: str) -> bool:
+        """Returns once the events of this response handed over so far are committed, by the next
+        urgent commit (beside those of other responses waiting too, unlike `drain`); False if
+        they were dropped."""
+        pending = self._pending.get(response_id)
+        if pending is None:  # nothing waits, or its events are in the commit under way
+            async with self._flushing:
+                return response_id not in self._refused
+        if pending.finished is None:
+            pending.finished = asyncio.get_running_loop().create_future()
+        self._hurry(response_id)
+        self._wake.set()
+        return await pending.finished
+
     def holds(self, response_id: str) -> bool:
         """Whether events of this transient response wait for Redis to come back."""
         return response_id in self._backlog

@@ -120,7 +120,7 @@ class ToolLoop:
         self.emit(self.translator.close_answer())
         for call in self.translator.calls_to_make():
             self.emit(call.opening())
-            await self.state.writer.drain(self.record.id)  # known to be in flight before it is
+            await self.state.writer.committed(self.record.id)  # known to be in flight before it is
             output, error = await self._call(call)
             self.emit(call.closing(output, error))
 

@@ -112,18 +112,20 @@ async def connected(
     async with AsyncExitStack() as stack:
         transport = GuardedTransport(guard)
         try:
-            client = await _open(stack, streamable_http_client(url, http_client=_http(headers, transport, timeout)))
+            client = await _open(
+                stack, streamable_http_client(url, http_client=_http(headers, transport, timeout)), transport
+            )
         except McpFailure:
             if transport.refused_with not in (400, 404, 405):  # (what a server without the transport answers)
                 raise
             await stack.aclose()
             transport = GuardedTransport(guard)
-            client = await _open(stack, _sse(url, headers, transport, timeout))
+            client = await _open(stack, _sse(url, headers, transport, timeout), transport)
         yield ServerLink(client, transport, max_output_bytes, timeout)
 
 
-async def _open(stack: AsyncExitStack, connection: Any) -> Client:
-    async with _failures(None):
+async def _open(stack: AsyncExitStack, connection: Any, transport: GuardedTransport) -> Client:
+    async with _failures(transport):
         return await stack.enter_async_context(Client(connection, cache=None))
 
 
