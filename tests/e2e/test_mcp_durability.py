@@ -135,3 +135,33 @@ def test_killed_before_a_call_the_answer_is_continued_and_the_call_made_once(
         assert mcp_server.calls["add"] == 1
     finally:
         stack.close()
+
+
+def test_a_call_past_its_time_fails_and_the_loop_goes_on_within_the_responses_time(
+    environment: Environment, fake: FakeRuntime, mcp_server: McpTestServer
+) -> None:
+    stack = Stack(environment, RESPONSES_MCP_CALL_TIMEOUT_SECONDS="1", RESPONSES_MCP_RESPONSE_TIMEOUT_SECONDS="1.5")
+    try:
+        stack.start_worker()
+        script = {
+            "tool_calls": [call("slow", seconds=5)],
+            "then": {
+                "tool_calls": [call("add", a=1, b=1)],
+                "then": {
+                    "tool_calls": [call("slow", seconds=5)],  # cut where the response's time ends
+                    "then": {"tool_calls": [call("add", a=2, b=2)], "then": {"text": "out of time"}},
+                },
+            },
+        }
+        follower = LoopFollower(stack, mcp_server, script)
+        follower.join()
+        assert_whole(follower)
+        late, added, late_again, spent = follower.calls()
+        assert late.status == "failed" and late.error is not None and late.error.type == "http_error"
+        assert (late.error.code, late.error.message) == (504, "the MCP server did not answer in time")
+        assert (added.status, added.output) == ("completed", "2")  # a new session after the late one
+        assert late_again.error is not None and late_again.error.code == 504
+        assert spent.error is not None and spent.error.message == "this response's time for MCP calls is spent"
+        assert mcp_server.calls["add"] == 1
+    finally:
+        stack.close()

@@ -16,7 +16,6 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +24,7 @@ from app.protocol.input_items import Item
 from app.protocol.mcp_tools import Credentials, offered, open_credentials
 from app.protocol.response_object import ResponseRecord
 from app.queue import mcp_credentials
-from workers.mcp.server_link import McpFailure, ServerLink, connected
+from workers.mcp.server_link import McpFailure, ServerLink, connect
 from workers.runtimes.errors import RuntimeFailure
 from workers.runtimes.output_items import Event, McpCallOutput, mcp_list_tools_events
 from workers.runtimes.tools import RuntimeTools
@@ -52,7 +51,6 @@ class ToolLoop:
     listed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # tools by server label
     answers: int = 0  # inference requests made
     _links: dict[str, ServerLink] = field(default_factory=dict)
-    _stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _deadline: float = 0.0
 
     @property
@@ -66,7 +64,8 @@ class ToolLoop:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._stack.aclose()
+        for link in self._links.values():
+            await link.close()
 
     async def prepare(self, context: list[Item]) -> None:
         """The servers' tools offered to the model: from the context's lists, else listed now."""
@@ -144,25 +143,28 @@ class ToolLoop:
             return None, {"type": "mcp_protocol_error", "code": -32602, "message": "the arguments are not JSON"}
         if not isinstance(arguments, dict):
             return None, {"type": "mcp_protocol_error", "code": -32602, "message": "the arguments are not an object"}
-        if time.monotonic() >= self._deadline:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
             return None, {"type": "http_error", "code": 504, "message": "this response's time for MCP calls is spent"}
         try:
-            result = await (await self._link(call.server_label)).call(call.name, arguments)
+            result = await (await self._link(call.server_label)).call(call.name, arguments, timeout=left)
         except McpFailure as failure:
             return None, failure.error
+        if result.error is not None and result.error["type"] != "mcp_tool_execution_error":
+            # The session may be broken (a request that timed out is still under way in it): the
+            # next call opens another.
+            await self._links.pop(call.server_label).close()
         return result.output, result.error
 
     async def _link(self, label: str) -> ServerLink:
         if label not in self._links:
             settings = self.state.settings
             given = self.credentials.get(label) or Credentials()
-            self._links[label] = await self._stack.enter_async_context(
-                connected(
-                    self.servers[label]["server_url"],
-                    given.http_headers(),
-                    self.state.mcp_guard,
-                    timeout=settings.mcp_call_timeout_seconds,
-                    max_output_bytes=settings.mcp_max_output_bytes,
-                )
+            self._links[label] = await connect(
+                self.servers[label]["server_url"],
+                given.http_headers(),
+                self.state.mcp_guard,
+                timeout=settings.mcp_call_timeout_seconds,
+                max_output_bytes=settings.mcp_max_output_bytes,
             )
         return self._links[label]

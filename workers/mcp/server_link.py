@@ -62,9 +62,17 @@ class CallResult:
 
 
 class ServerLink:
-    """An open session with one MCP server."""
+    """An open session with one MCP server; `close` it (it never raises)."""
 
-    def __init__(self, client: Client, transport: GuardedTransport, max_output_bytes: int, call_timeout: float) -> None:
+    def __init__(
+        self,
+        stack: AsyncExitStack,
+        client: Client,
+        transport: GuardedTransport,
+        max_output_bytes: int,
+        call_timeout: float,
+    ) -> None:
+        self._stack = stack
         self._client = client
         self._transport = transport
         self._max_output_bytes = max_output_bytes
@@ -82,8 +90,9 @@ class ServerLink:
                 if not cursor:
                     return listed
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> CallResult:
-        """The call's output (cut at the size limit, and marked so), or its error."""
+    async def call(self, name: str, arguments: dict[str, Any], timeout: float | None = None) -> CallResult:
+        """The call's output (cut at the size limit, and marked so), or its error; within
+        `timeout`, or the session's time for a call."""
         try:
             self._transport.refused_with = None
             async with _failures(self._transport):
@@ -94,7 +103,9 @@ class ServerLink:
                     params=mcp_types.CallToolRequestParams(name=name, arguments=arguments)
                 )
                 result = await self._client.session.send_request(
-                    request, mcp_types.CallToolResult, request_read_timeout_seconds=self._call_timeout
+                    request,
+                    mcp_types.CallToolResult,
+                    request_read_timeout_seconds=min(timeout or self._call_timeout, self._call_timeout),
                 )
         except McpFailure as failure:
             return CallResult(None, failure.error)
@@ -103,25 +114,42 @@ class ServerLink:
             return CallResult(None, {"type": "mcp_tool_execution_error", "content": content})
         return CallResult(_capped(_text(result), self._max_output_bytes), None)
 
+    async def close(self) -> None:
+        """Ends the session; a request still under way is aborted. What the session's broken
+        transport raises then (a request that timed out, a server gone) is no one's concern."""
+        await _close_quietly(self._stack)
 
-@asynccontextmanager
-async def connected(
+
+async def connect(
     url: str, headers: dict[str, str], guard: EgressGuard, *, timeout: float, max_output_bytes: int
-) -> AsyncIterator[ServerLink]:
+) -> ServerLink:
     """A session with the server at `url`: Streamable HTTP, else HTTP+SSE."""
-    async with AsyncExitStack() as stack:
-        transport = GuardedTransport(guard)
+    stack, transport = AsyncExitStack(), GuardedTransport(guard)
+    try:
+        client = await _open(
+            stack, streamable_http_client(url, http_client=_http(headers, transport, timeout)), transport
+        )
+    except McpFailure:
+        await _close_quietly(stack)
+        if transport.refused_with not in (400, 404, 405):  # (what a server without the transport answers)
+            raise
+        stack, transport = AsyncExitStack(), GuardedTransport(guard)
         try:
-            client = await _open(
-                stack, streamable_http_client(url, http_client=_http(headers, transport, timeout)), transport
-            )
-        except McpFailure:
-            if transport.refused_with not in (400, 404, 405):  # (what a server without the transport answers)
-                raise
-            await stack.aclose()
-            transport = GuardedTransport(guard)
             client = await _open(stack, _sse(url, headers, transport, timeout), transport)
-        yield ServerLink(client, transport, max_output_bytes, timeout)
+        except BaseException:
+            await _close_quietly(stack)
+            raise
+    except BaseException:
+        await _close_quietly(stack)
+        raise
+    return ServerLink(stack, client, transport, max_output_bytes, timeout)
+
+
+async def _close_quietly(stack: AsyncExitStack) -> None:
+    try:
+        await stack.aclose()
+    except Exception:
+        log.debug("an MCP session ended with an error", exc_info=True)
 
 
 async def _open(stack: AsyncExitStack, connection: Any, transport: GuardedTransport) -> Client:
@@ -132,7 +160,9 @@ async def _open(stack: AsyncExitStack, connection: Any, transport: GuardedTransp
 def _http(headers: dict[str, str], transport: GuardedTransport, timeout: float) -> httpx2.AsyncClient:
     return httpx2.AsyncClient(
         headers=headers,
-        timeout=httpx2.Timeout(timeout),
+        # A call's own limit is the JSON-RPC request's (ServerLink.call), which tells it as a
+        # timeout; the HTTP read waits a little longer, for the session to be closed first.
+        timeout=httpx2.Timeout(timeout, read=timeout + 10),
         transport=transport,
         trust_env=False,  # (a proxy would connect elsewhere than the guard checked)
         follow_redirects=False,
@@ -156,6 +186,8 @@ async def _failures(transport: GuardedTransport | None) -> AsyncIterator[None]:
     except McpFailure:
         raise
     except MCPError as exc:
+        if exc.error.code == mcp_types.REQUEST_TIMEOUT:
+            raise McpFailure({"type": "http_error", "code": 504, "message": _LATE}) from None
         status = transport.refused_with if transport is not None else None
         if status is not None:  # an HTTP refusal the SDK told as a JSON-RPC error
             raise McpFailure({"type": "http_error", "code": status, "message": f"HTTP {status}"}) from None
@@ -166,8 +198,7 @@ async def _failures(transport: GuardedTransport | None) -> AsyncIterator[None]:
         code = exc.response.status_code
         raise McpFailure({"type": "http_error", "code": code, "message": f"HTTP {code}"}) from None
     except httpx2.TimeoutException:
-        message = "the MCP server did not answer in time"
-        raise McpFailure({"type": "http_error", "code": 504, "message": message}) from None
+        raise McpFailure({"type": "http_error", "code": 504, "message": _LATE}) from None
     except (httpx2.HTTPError, OSError) as exc:
         message = f"the MCP server could not be reached ({type(exc).__name__})"
         raise McpFailure({"type": "http_error", "code": 502, "message": message}) from None
@@ -178,6 +209,9 @@ async def _failures(transport: GuardedTransport | None) -> AsyncIterator[None]:
         log.warning("an MCP session broke", exc_info=True)
         message = f"the MCP session broke ({type(exc).__name__})"
         raise McpFailure({"type": "http_error", "code": 502, "message": message}) from None
+
+
+_LATE = "the MCP server did not answer in time"
 
 
 def _listed(tool: mcp_types.Tool) -> ListedTool:
