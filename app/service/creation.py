@@ -236,11 +236,12 @@ async def _store_in_conversation(conn: AsyncConnection, conversation_id: str, ne
         raise errors.conversation_not_found(conversation_id, param="conversation")
     if await conversations_db.busy_with(conn, conversation_id) is not None:
         raise errors.conversation_locked()
-    asked = set()
+    asked = set()  # the conversation's approval requests these approvals answer, not answered yet
     for _, request_id in approvals_asked(new.input_items):
         item = await conversations_db.get_item(conn, conversation_id, request_id)
         if item is not None and item["type"] == "mcp_approval_request":
-            asked.add(request_id)
+            if not await conversations_db.approval_answered(conn, conversation_id, request_id):
+                asked.add(request_id)
     check_approvals(new.input_items, asked)
     await responses_db.insert_responses(conn, [new])
     await conversations_db.set_active(conn, conversation_id, new.record.id)

@@ -200,6 +200,21 @@ async def get_item(conn: AsyncConnection, conversation_id: str, item_id: str) ->
     return None if payload is None else {"id": item_id, **orjson.loads(payload)}
 
 
+_ANSWERED = text("""
+    SELECT EXISTS (
+        SELECT 1 FROM conversation_items ci LEFT JOIN items i ON i.id = ci.item_ref
+        WHERE ci.conversation_id = :conversation_id
+          AND coalesce(ci.type, i.type) IN ('mcp_approval_response', 'mcp_call')
+          AND coalesce(ci.payload, i.payload) ->> 'approval_request_id' = :request_id)
+""")
+
+
+async def approval_answered(conn: AsyncConnection, conversation_id: str, request_id: str) -> bool:
+    """Whether the conversation holds an answer to this MCP approval request, or the call it
+    approved. (It reads the conversation's items: approvals are rare, and this is their check.)"""
+    return bool(await conn.scalar(_ANSWERED, {"conversation_id": conversation_id, "request_id": request_id}))
+
+
 async def remove_item(conn: AsyncConnection, conversation_id: str, item_id: str) -> bool:
     """Takes the item out of the conversation (what its responses send next): one it holds itself
     is gone; one a response holds stays that response's."""

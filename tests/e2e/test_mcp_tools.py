@@ -480,7 +480,24 @@ def test_an_approval_in_a_conversation_runs_the_stored_call(
         "mcp_call",
         "message",
     ]
-    # The same approval again, now stale: a 400 naming it.
-    with pytest.raises(openai.BadRequestError) as refused:
-        client.responses.create(model="fake", input=[approval], tools=tools, previous_response_id=approved.id)  # type: ignore[arg-type]
-    assert refused.value.body["param"] == "input[0].approval_request_id"
+    # The same approval again, now stale: a 400 naming it, in the conversation and after the chain.
+    for where in ({"conversation": conversation.id}, {"previous_response_id": approved.id}):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(model="fake", input=[approval], tools=tools, **where)  # type: ignore[call-overload]
+        assert refused.value.body["param"] == "input[0].approval_request_id"
+    assert mcp_server.notes == ["in a conversation"]
+
+
+def test_tool_choice_names_an_mcp_tool_for_the_first_answer_only(
+    client: openai.OpenAI, fake: FakeRuntime, mcp_server: McpTestServer
+) -> None:
+    text = script(tool_calls=[call("add", a=3, b=4)], then={"text": "7."})
+    choice: Any = {"type": "mcp", "server_label": "tools", "name": "add"}
+    response = client.responses.create(model="fake", input=text, tools=[mcp_tool(mcp_server)], tool_choice=choice)  # type: ignore[list-item]
+    assert response.output_text == "7." and response.model_dump()["tool_choice"] == {**choice}
+    first, second = fake.requests()
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "add"}}
+    assert second["tool_choice"] == "auto"  # (forced again, it would be called again and again)
+    anyone: Any = {"type": "mcp", "server_label": "tools"}
+    client.responses.create(model="fake", input=text, tools=[mcp_tool(mcp_server)], tool_choice=anyone)  # type: ignore[list-item]
+    assert fake.requests()[2]["tool_choice"] == "required"
