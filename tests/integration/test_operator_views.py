@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -24,7 +24,10 @@ async def model(state: AppState) -> AsyncIterator[str]:
         await conn.execute(text("DELETE FROM responses WHERE model = :model"), {"model": name})
 
 
-async def seed(state: AppState, account_id: str, model: str, rows: list[dict[str, Any]]) -> None:
+async def seed(
+    state: AppState, account_id: str, model: str, rows: list[dict[str, Any]], at: datetime | None = None
+) -> None:
+    """Rows whose ages count back from `at` (now unless given); leases count from now."""
     async with state.engine.begin() as conn:
         for row in rows:
             await conn.execute(
@@ -33,8 +36,9 @@ async def seed(state: AppState, account_id: str, model: str, rows: list[dict[str
                                        context_depths, created_at, started_at, completed_at, lease_expires_at,
                                        usage, error)
                 VALUES (:id, :account, :model, :status, true, false, '{}', ARRAY[nextval('branch_ids')], ARRAY[0],
-                        now() - CAST(:age AS interval), now() - CAST(:running AS interval),
-                        now() - CAST(:ended AS interval), now() + CAST(:lease AS interval),
+                        CAST(:at AS timestamptz) - CAST(:age AS interval),
+                        CAST(:at AS timestamptz) - CAST(:running AS interval),
+                        CAST(:at AS timestamptz) - CAST(:ended AS interval), now() + CAST(:lease AS interval),
                         CAST(:usage AS jsonb), CAST(:error AS jsonb))
                 """),
                 {
@@ -42,6 +46,7 @@ async def seed(state: AppState, account_id: str, model: str, rows: list[dict[str
                     "account": account_id,
                     "model": model,
                     "status": row["status"],
+                    "at": at or datetime.now(UTC),
                     "age": row.get("age", timedelta(0)),
                     "running": row.get("running", timedelta(0)),
                     "ended": row.get("ended", timedelta(0)),
@@ -120,6 +125,8 @@ async def test_failures_are_grouped_by_code_with_the_latest_message(
             {"status": "failed", "error": {"code": "context_length_exceeded", "message": "too long"}},
             {"status": "completed"},
         ],
+        # The view groups by UTC day: minutes after midnight, "five minutes ago" is yesterday.
+        at=datetime.now(UTC).replace(hour=12, minute=0),
     )
     failures = {row["code"]: row for row in await view(state, "failures_by_code", model)}
     assert {code: row["failures"] for code, row in failures.items()} == {
