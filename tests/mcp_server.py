@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import uvicorn
 from mcp.server import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 from sse_starlette.sse import AppStatus
 
 from tests.conftest import free_port
+from tests.threaded_server import ThreadedServer
 
 READ_ONLY = ToolAnnotations(read_only_hint=True)
 WRITES = ToolAnnotations(read_only_hint=False)
@@ -40,8 +39,7 @@ class McpTestServer:
     methods: Counter[str] = field(default_factory=Counter)  # JSON-RPC requests, by method
     notes: list[str] = field(default_factory=list)
     finished_at: list[float] = field(default_factory=list)  # time.time() as each call answered
-    _server: uvicorn.Server | None = None
-    _thread: threading.Thread | None = None
+    _server: ThreadedServer | None = None
 
     @property
     def url(self) -> str:
@@ -110,22 +108,18 @@ class McpTestServer:
         # an exit (a process-wide flag it sets from uvicorn's handler): an earlier test's server
         # must not end this one's streams.
         AppStatus.should_exit = False
-        config = uvicorn.Config(self.app(), host="127.0.0.1", port=self.port, log_level="warning")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise TimeoutError("the MCP test server did not start")
-            time.sleep(0.02)
+        self._server = ThreadedServer(self.app(), self.port, "MCP test server")
+        self._server.start()
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(10)
+            self._server.stop()
+
+
+def tool_call(name: str, **arguments: Any) -> dict[str, Any]:
+    """A call the fake runtime is scripted to make (`tool_calls`)."""
+    return {"name": name, "arguments": json.dumps(arguments)}
 
 
 # Paths at which the server is no MCP server: it refuses, answers what is not MCP, or redirects

@@ -5,17 +5,16 @@ answers as scripted."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from dataclasses import dataclass, field
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from tests.conftest import free_port
+from tests.threaded_server import ThreadedServer
 
 
 @dataclass(frozen=True)
@@ -33,8 +32,7 @@ class Receiver:
     delay: float = 0.0  # seconds before answering
     received: list[Received] = field(default_factory=list)
     in_flight: int = 0
-    _server: uvicorn.Server | None = None
-    _thread: threading.Thread | None = None
+    _server: ThreadedServer | None = None
 
     @property
     def url(self) -> str:
@@ -52,23 +50,13 @@ class Receiver:
 
     def start(self) -> Receiver:
         app = Starlette(routes=[Route("/hook", self._hook, methods=["POST"])])
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise TimeoutError("the webhook receiver did not start")
-            time.sleep(0.01)
+        self._server = ThreadedServer(app, self.port, "webhook receiver", lifespan="off", timeout_graceful_shutdown=1)
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        assert self._server is not None and self._thread is not None
-        self._server.should_exit = True
-        self._thread.join(10)
+        assert self._server is not None
+        self._server.stop()
 
     async def arrival(self, count: int, timeout: float = 15.0) -> list[Received]:
         """`wait_for` for a test whose loop runs the deliverer: it waits without blocking it."""

@@ -8,6 +8,7 @@ import pytest
 from app.storage.migrate import migrate
 from tests.conftest import Environment, Server
 from tests.e2e.processes import PrivateRedis, Stack
+from tests.mcp_server import McpTestServer
 from tests.private_postgres import private_cluster
 
 Restart = Callable[..., None]
@@ -21,6 +22,13 @@ def client(server: Server, api_key: str) -> openai.OpenAI:
 @pytest.fixture
 def other_client(server: Server, other_api_key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.base_url, api_key=other_api_key, max_retries=0, timeout=30)
+
+
+@pytest.fixture
+def mcp_server() -> Iterator[McpTestServer]:
+    server = McpTestServer().start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

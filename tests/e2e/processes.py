@@ -76,6 +76,12 @@ class Stack:
             client.close()
         return [f"queue entry {job}" for job in queued if job.startswith(response_id)] + sorted(keys)
 
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         for process in self.processes:
             if process.poll() is None:

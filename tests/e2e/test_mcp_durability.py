@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,19 +16,9 @@ from tests.conftest import Environment, FakeRuntime, wait_until
 from tests.e2e.processes import Stack
 from tests.e2e.test_continuation import Follower, running_worker, two_workers
 from tests.mcp_server import McpTestServer
+from tests.mcp_server import tool_call as call
 
 WORDS = " ".join(f"w{i}" for i in range(60))
-
-
-def call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"name": name, "arguments": json.dumps(arguments)}
-
-
-@pytest.fixture
-def mcp_server() -> Iterator[McpTestServer]:
-    server = McpTestServer().start()
-    yield server
-    server.stop()
 
 
 class LoopFollower(Follower):
@@ -53,95 +43,81 @@ def assert_whole(follower: LoopFollower) -> None:
     assert follower.events[-1].type == "response.completed"
 
 
+def cut_loop(
+    stack: Stack,
+    server: McpTestServer,
+    script: dict[str, Any],
+    when: Callable[[LoopFollower], bool],
+    how: signal.Signals = signal.SIGKILL,
+) -> LoopFollower:
+    """A loop whose worker gets `how` once `when` holds, with a second worker alive, followed to
+    its end: one whole stream."""
+    workers = two_workers(stack, stack.environment)
+    follower = LoopFollower(stack, server, script)
+    wait_until(lambda: when(follower))
+    running_worker(stack.environment, follower.response_id, workers).send_signal(how)
+    follower.join()
+    assert_whole(follower)
+    return follower
+
+
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
 def test_a_read_only_call_in_flight_is_made_again(
     environment: Environment, fake: FakeRuntime, mcp_server: McpTestServer, how: signal.Signals
 ) -> None:
-    stack = Stack(environment, RESPONSES_SHUTDOWN_GRACE_SECONDS="30")
-    try:
-        workers = two_workers(stack, environment)
-        follower = LoopFollower(
-            stack, mcp_server, {"tool_calls": [call("slow", seconds=3)], "then": {"text": "waited"}}
-        )
-        wait_until(lambda: mcp_server.started["slow"] == 1)
-        running_worker(environment, follower.response_id, workers).send_signal(how)
-        follower.join()
-        assert_whole(follower)
+    with Stack(environment, RESPONSES_SHUTDOWN_GRACE_SECONDS="30") as stack:
+        script = {"tool_calls": [call("slow", seconds=3)], "then": {"text": "waited"}}
+        follower = cut_loop(stack, mcp_server, script, lambda _: mcp_server.started["slow"] == 1, how)
         [made] = follower.calls()
         assert (made.status, made.output, made.error) == ("completed", "waited 3.0", None)
         assert mcp_server.started["slow"] == 2  # in flight, and read-only: made again
         assert follower.events[-1].response.output_text == "waited"
-    finally:
-        stack.close()
 
 
 def test_a_writing_call_in_flight_is_not_made_again_and_the_model_is_told(
     environment: Environment, fake: FakeRuntime, mcp_server: McpTestServer
 ) -> None:
-    stack = Stack(environment)
-    try:
-        workers = two_workers(stack, environment)
+    with Stack(environment) as stack:
         script = {"tool_calls": [call("slow_note", text="pay rent", seconds=3)], "then": {"text": "Checked."}}
-        follower = LoopFollower(stack, mcp_server, script)
-        wait_until(lambda: mcp_server.started["slow_note"] == 1)
-        running_worker(environment, follower.response_id, workers).send_signal(signal.SIGKILL)
-        follower.join()
-        assert_whole(follower)
+        follower = cut_loop(stack, mcp_server, script, lambda _: mcp_server.started["slow_note"] == 1)
         [failed] = follower.calls()
         assert failed.status == "failed" and failed.error is not None
         assert failed.error.type == "http_error" and "may or may not have been made" in failed.error.message
         assert mcp_server.started["slow_note"] == 1  # never made a second time
         told = fake.requests()[-1]["messages"][-1]
         assert told["role"] == "tool" and "may or may not have been made" in told["content"]
-    finally:
-        stack.close()
 
 
 def test_killed_after_a_call_the_answer_goes_on_and_the_call_is_not_made_again(
     environment: Environment, fake: FakeRuntime, mcp_server: McpTestServer
 ) -> None:
-    stack = Stack(environment)
-    try:
-        workers = two_workers(stack, environment)
+    with Stack(environment) as stack:
         script = {"tool_calls": [call("note", text="once")], "then": {"text": WORDS, "delay": 0.05}}
-        follower = LoopFollower(stack, mcp_server, script)
-        wait_until(lambda: follower.deltas() >= 10)
-        running_worker(environment, follower.response_id, workers).send_signal(signal.SIGKILL)
-        follower.join()
-        assert_whole(follower)
+        follower = cut_loop(stack, mcp_server, script, lambda cut: cut.deltas() >= 10)
         assert follower.text == WORDS == follower.events[-1].response.output_text
         assert mcp_server.notes == ["once"]
         continued = fake.requests()[-1]
         assert continued["messages"][-1]["role"] == "assistant" and continued["messages"][-2]["role"] == "tool"
-    finally:
-        stack.close()
 
 
 def test_killed_before_a_call_the_answer_is_continued_and_the_call_made_once(
     environment: Environment, fake: FakeRuntime, mcp_server: McpTestServer
 ) -> None:
-    stack = Stack(environment)
-    try:
-        workers = two_workers(stack, environment)
+    with Stack(environment) as stack:
         script = {"text": WORDS, "delay": 0.05, "tool_calls": [call("add", a=2, b=2)], "then": {"text": "4"}}
-        follower = LoopFollower(stack, mcp_server, script)
-        wait_until(lambda: follower.deltas() >= 10)
-        running_worker(environment, follower.response_id, workers).send_signal(signal.SIGKILL)
-        follower.join()
-        assert_whole(follower)
+        follower = cut_loop(stack, mcp_server, script, lambda cut: cut.deltas() >= 10)
         output = follower.events[-1].response.output
         assert [item.type for item in output] == ["mcp_list_tools", "message", "mcp_call", "message"]
         assert output[1].content[0].text == WORDS and output[3].content[0].text == "4"
         assert mcp_server.calls["add"] == 1
-    finally:
-        stack.close()
 
 
 def test_a_call_past_its_time_fails_and_the_loop_goes_on_within_the_responses_time(
     environment: Environment, fake: FakeRuntime, mcp_server: McpTestServer
 ) -> None:
-    stack = Stack(environment, RESPONSES_MCP_CALL_TIMEOUT_SECONDS="1", RESPONSES_MCP_RESPONSE_TIMEOUT_SECONDS="1.5")
-    try:
+    with Stack(
+        environment, RESPONSES_MCP_CALL_TIMEOUT_SECONDS="1", RESPONSES_MCP_RESPONSE_TIMEOUT_SECONDS="1.5"
+    ) as stack:
         stack.start_worker()
         script = {
             "tool_calls": [call("slow", seconds=5)],
@@ -163,5 +139,3 @@ def test_a_call_past_its_time_fails_and_the_loop_goes_on_within_the_responses_ti
         assert late_again.error is not None and late_again.error.code == 504
         assert spent.error is not None and spent.error.message == "this response's time for MCP calls is spent"
         assert mcp_server.calls["add"] == 1
-    finally:
-        stack.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -27,6 +26,7 @@ from openai.types.responses.response_output_item import McpApprovalRequest
 
 from tests.conftest import Environment, FakeRuntime, Server, api_client, wait_until
 from tests.mcp_server import McpTestServer
+from tests.mcp_server import tool_call as call
 
 TOKEN = "mcp-secret-token-7d1f"
 set_tracing_disabled(True)  # the Agents SDK would export traces to OpenAI
@@ -34,17 +34,6 @@ set_tracing_disabled(True)  # the Agents SDK would export traces to OpenAI
 
 def script(**fields: Any) -> str:
     return "#fake " + json.dumps(fields)
-
-
-def call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"name": name, "arguments": json.dumps(arguments)}
-
-
-@pytest.fixture
-def mcp_server() -> Iterator[McpTestServer]:
-    server = McpTestServer().start()
-    yield server
-    server.stop()
 
 
 def mcp_tool(server: McpTestServer, label: str = "tools", **fields: Any) -> dict[str, Any]:
