@@ -150,7 +150,7 @@ def _run_worker(settings: Settings, hosted_model: str | None) -> None:
 
     from app.catalog import CatalogError
     from workers.process import build_worker
-    from workers.runtimes.errors import RuntimeFailure
+    from workers.runtime_failure import RuntimeFailure
     from workers.runtimes.launch import LaunchError
 
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
@@ -161,8 +161,8 @@ def _run_worker(settings: Settings, hosted_model: str | None) -> None:
 
 
 async def _gc(settings: Settings) -> int:
+    from app.housekeeping import retention
     from app.storage.engine import create_engine
-    from workers import retention
 
     engine = create_engine(settings)
     try:

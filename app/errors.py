@@ -4,11 +4,14 @@
     ├── InvalidRequest (400 invalid_request_error)
     │   ├── UnsupportedParameter (400, code unsupported_parameter)
     │   ├── NotFound (404)
+    │   ├── Conflict (409)
     │   ├── PayloadTooLarge (413)
     │   └── UnsupportedMediaType (415)
     ├── AuthenticationFailed (401, code invalid_api_key)
     ├── ServiceUnavailable (503)
+    ├── RateLimited (429 rate_limit_exceeded or queue_full: app/service/admission.py)
     ├── GenerationFailed (502: the model runtime failed a foreground response)
+    │   └── FollowLost (its events could not be followed to the end: app/events/follow.py)
     └── ExternalConnectorFailed (424: an MCP server's tools could not be listed)
 
 Each class's docstring is its default message.

@@ -108,7 +108,7 @@ class Settings(BaseSettings):
     # (then fail their generations), and streams wait this long, kept alive, for the events.
     postgres_outage_seconds: float = Field(60.0, gt=0, alias="RESPONSES_POSTGRES_OUTAGE_SECONDS")
 
-    # Webhooks (app/service/webhook_delivery.py): networks of private addresses an endpoint may
+    # Webhooks (app/housekeeping/webhook_delivery.py): networks of private addresses an endpoint may
     # have (comma-separated), how long an attempt may take, the first retry's delay (doubled per
     # attempt up to an hour, with jitter), when a delivery is given up, how often a process looks
     # for due deliveries besides being told, and how many it sends at once.

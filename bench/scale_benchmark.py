@@ -34,12 +34,12 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from app.housekeeping import retention
 from app.process import gc_tuning
 from app.storage import items as items_db
 from bench.measure import percentiles
 from bench.scale_data import Size, chain_turn, fill
 from bench.stack import Stack, running_stack
-from workers import retention
 
 
 def beside(measured: dict[str, float], baseline: dict[str, float]) -> dict[str, Any]:

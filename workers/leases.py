@@ -26,7 +26,7 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.process.repeated_failure import RepeatedFailure
-from app.queue.redis_keys import ALIVE_PREFIX
+from app.queue import transient_runs
 from app.queue.redis_link import REDIS_LINK
 from app.settings import Settings
 from app.storage import responses as responses_db
@@ -109,10 +109,7 @@ class LeaseKeeper:
         extended, so that they are back at once after Redis restarted empty. One round trip for
         all of them; an outage delays nothing else (the durable leases are in Postgres)."""
         with REDIS_LINK.tolerated("keeping store=false responses alive"):
-            async with redis.pipeline(transaction=False) as pipe:
-                for response_id in transient:
-                    pipe.set(ALIVE_PREFIX + response_id, self._worker_id, ex=int(self._settings.lease_seconds) + 1)
-                await pipe.execute()
+            await transient_runs.say_alive(redis, transient, self._worker_id, self._settings.lease_seconds)
 
     def _answered(self) -> None:
         self._loop_answered = time.monotonic()

@@ -6,12 +6,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from arq.worker import func
-
 from app.catalog import Catalog
 from app.process import gc_tuning
 from app.queue.arq_seam import QueueWorker
-from app.queue.jobs import job_deserializer, job_serializer, queue_pool
+from app.queue.jobs import JobFunction, queue_worker
 from app.queue.redis_keys import COUNT_TOKENS_JOB, GENERATE_JOB
 from app.settings import Settings
 from workers.health_port import WorkerHealth
@@ -56,13 +54,8 @@ def build_worker(settings: Settings, hosted_model: str | None = None, **override
     queue_name = settings.queue_name
     if hosted_model is not None:
         queue_name = hosted_queue(catalog, hosted_model, settings.queue_name)
+    jobs = [JobFunction(GENERATE_JOB, generate, 3), JobFunction(COUNT_TOKENS_JOB, count_input_tokens, 1)]
     options: dict[str, Any] = {
-        "functions": [
-            func(generate, name=GENERATE_JOB, max_tries=3),
-            func(count_input_tokens, name=COUNT_TOKENS_JOB, max_tries=1),
-        ],
-        "queue_name": queue_name,
-        "redis_pool": queue_pool(settings.redis_url, queue_name),
         "on_startup": _startup,
         "on_shutdown": _shutdown,
         "ctx": {"settings": settings, "catalog": catalog, "hosted_model": hosted_model, "queue_name": queue_name},
@@ -70,14 +63,9 @@ def build_worker(settings: Settings, hosted_model: str | None = None, **override
         "poll_delay": settings.worker_poll_delay,
         "job_timeout": settings.job_timeout_seconds,
         "job_completion_wait": settings.shutdown_grace_seconds,
-        # Postgres holds the outcome; a kept arq result would only block re-enqueueing the same id.
-        "keep_result": 0,
-        "job_serializer": job_serializer,
-        "job_deserializer": job_deserializer,
-        "log_results": False,
     }
     options.update(overrides)
-    worker = QueueWorker(**options)
+    worker = queue_worker(jobs, options.pop("queue_name", queue_name), settings.redis_url, **options)
     worker.on_drain = partial(_drain, worker.ctx)
     return worker
 

@@ -10,28 +10,22 @@ import socket
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from arq.connections import ArqRedis
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from app.catalog import Catalog, OpenAIModel
+from app.events.writer import EventWriter
+from app.housekeeping import reaper, retention
+from app.housekeeping.process_state import ProcessState, open_engines
 from app.process.batching import Batched
 from app.process.egress import EgressGuard
-from app.process.side_tasks import SideTasks
-from app.protocol.sealing import Seal
 from app.queue import heartbeats
+from app.queue.jobs import QueueRedis
 from app.queue.redis_keys import STOP_CHANNEL, events_channel
 from app.queue.redis_link import REDIS_LINK
 from app.queue.redis_listener import listen_for_ever
-from app.service import reaper
-from app.service.webhook_delivery import WebhookDeliverer
 from app.settings import Settings
 from app.storage import responses as responses_db
-from app.storage.engine import create_engine
 from app.storage.held import HeldConnection
-from workers import retention
-from workers.chain_contexts import ChainContexts
-from workers.conversation_items import ConversationItems
-from workers.event_log.writer import EventWriter
+from workers.caches.chain_contexts import ChainContexts
+from workers.caches.conversation_items import ConversationItems
 from workers.leases import LeaseKeeper
 from workers.runtimes.client import ChatRuntimeClient
 from workers.runtimes.supervisor import RuntimeSupervisor
@@ -44,12 +38,7 @@ HELD_CONNECTIONS = 2
 
 
 @dataclass
-class WorkerState:
-    settings: Settings
-    catalog: Catalog
-    engine: AsyncEngine
-    held_engine: AsyncEngine  # HELD_CONNECTIONS
-    redis: ArqRedis  # arq's own pool: the queue, pub/sub and keys
+class WorkerState(ProcessState):
     writer: EventWriter
     runtime: ChatRuntimeClient
     # The model server this worker started and keeps running (a `worker --model` only).
@@ -64,20 +53,17 @@ class WorkerState:
     # The store=false ones among them: kept alive by a Redis key instead of a Postgres lease.
     transient: set[str] = field(default_factory=set)
     # Claims of the jobs starting together, made by one statement.
-    claims: Batched[str, responses_db.Claim] = field(init=False)
-    side_tasks: SideTasks = field(default_factory=SideTasks)
+    claim: Batched[str, responses_db.Claim] = field(init=False)
     conversations: ConversationItems = field(init=False)
     chains: ChainContexts = field(init=False)
-    webhooks: WebhookDeliverer = field(init=False)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.conversations = ConversationItems(int(self.settings.conversation_cache_mb * 1_000_000))
         self.chains = ChainContexts(int(self.settings.chain_cache_mb * 1_000_000))
-        self.webhooks = WebhookDeliverer(self.settings)
-        self.seal = Seal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
         # What the MCP servers a caller names may be (workers/mcp/guarded_transport.py).
         self.mcp_guard = EgressGuard.from_config(self.settings.mcp_allow)
-        self.claims = Batched(self._claim_many, "claims")
+        self.claim = Batched(self._claim_many, "claims")
         self.claim_connection = HeldConnection(self.held_engine)
         # A generation whose events can no longer be written (refused, or its response ended
         # elsewhere) stops reading its runtime at once.
@@ -107,14 +93,13 @@ class WorkerState:
     def open(
         cls,
         settings: Settings,
-        redis: ArqRedis,
+        redis: QueueRedis,
         catalog: Catalog,
         supervisor: RuntimeSupervisor | None = None,
         queue_name: str | None = None,
     ) -> WorkerState:
         """`queue_name`: the queue the worker takes jobs from (its hosted model's, or the shared one)."""
-        engine = create_engine(settings)
-        held_engine = create_engine(settings, pool_size=HELD_CONNECTIONS, max_overflow=0)
+        engine, held_engine = open_engines(settings, HELD_CONNECTIONS)
         worker_id = f"{socket.gethostname()}:{os.getpid()}"
         return cls(
             settings=settings,
@@ -137,24 +122,22 @@ class WorkerState:
         )
 
     def start(self) -> None:
+        super().start()
         self.writer.start()
         self.lease_keeper.start()
         self.side_tasks.start("stop-listener", self._listen_for_stops)
         self.side_tasks.start_every("housekeeping", self.settings.housekeeping_seconds, self._housekeeping)
         self.side_tasks.start_every("retention", self.settings.retention_interval_seconds, self._retention)
-        self.side_tasks.start("webhooks", self.webhooks.run)
 
     async def close(self) -> None:
-        await self.side_tasks.close()
-        await self.webhooks.close()
+        await self.stop_loops()
         with REDIS_LINK.tolerated("removing this worker's heartbeat"):  # (else it expires)
             await heartbeats.stop_beating(self.redis, self.worker_id)
         await self.lease_keeper.close()
         await self.writer.close()
         await self.claim_connection.close()
         await self.runtime.aclose()
-        await self.engine.dispose()
-        await self.held_engine.dispose()
+        await self.dispose_engines()
         if self.supervisor is not None:  # last: generations have ended by now
             await self.supervisor.shut_down()
 
@@ -220,9 +203,7 @@ class WorkerState:
     async def _housekeeping(self) -> None:
         with REDIS_LINK.tolerated("worker heartbeat"):
             await self._beat()
-        channel = events_channel(self.settings.queue_name)
-        continuations = reaper.Continuations(self.catalog, self.settings.queue_name, self.settings.max_continuations)
-        await reaper.reap_expired_leases(self.engine, self.redis, channel, continuations, spare=frozenset(self.running))
+        await self.reap(spare=frozenset(self.running))
         with REDIS_LINK.tolerated("requeue"):
             await reaper.requeue_lost_jobs(
                 self.engine, self.redis, self.catalog, self.settings.queue_name, self.settings.requeue_after_seconds

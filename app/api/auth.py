@@ -20,7 +20,7 @@ async def authenticate(state: AppState, request: HTTPConnection) -> accounts_db.
             "(Authorization: Bearer YOUR_KEY).",
             code="missing_api_key",
         )
-    caller = await state.accounts(accounts_db.hash_key(key))
+    caller = await state.authenticate(accounts_db.hash_key(key))
     if caller is None:
         masked = f"{key[:6]}***{key[-4:]}" if len(key) > 12 else "***"
         raise errors.AuthenticationFailed(f"Incorrect API key provided: {masked}.")

@@ -15,9 +15,9 @@ from app.error_reporting import task_group
 from app.events.sse import wait_for_disconnect
 from app.process import request_log
 from app.protocol.encoding import WireEvent
+from app.protocol.shapes import Event
 from app.protocol.vocabulary import OUTPUT_DELTAS, TERMINAL_EVENT_TYPES
 
-Event = dict[str, Any]
 CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 
 

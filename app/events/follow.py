@@ -19,8 +19,8 @@ from app.events.log_reader import PAGE, LogReader
 from app.process.repeated_failure import RepeatedFailure
 from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
-from app.queue.jobs import still_coming
 from app.queue.redis_link import REDIS_DOWN, REDIS_LINK
+from app.queue.transient_runs import still_coming
 from app.storage.driver import unreachable
 from app.storage.events import LogPage
 

@@ -8,10 +8,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.protocol.shapes import Event, Item
 from app.protocol.vocabulary import DELTA_TARGETS
-
-Event = dict[str, Any]
-Item = dict[str, Any]
 
 
 def output_so_far(events: Iterable[Event], start: Sequence[Item] = ()) -> list[Item]:

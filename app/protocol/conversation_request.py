@@ -9,7 +9,8 @@ from pydantic import Field, field_validator
 
 from app import errors
 from app.protocol.create_request import INCLUDABLE, METADATA_VALUE_CHARS, string_map_limits
-from app.protocol.input_items import Item, parse_items
+from app.protocol.input_items import parse_items
+from app.protocol.shapes import Item
 from app.protocol.validation import StrictModel, validate
 
 MAX_ITEMS_AT_ONCE = 20  # OpenAI's: a create or an items create adds at most this many

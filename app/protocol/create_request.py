@@ -8,10 +8,11 @@ from pydantic import BaseModel, Field, field_validator
 
 from app import errors
 from app.catalog import SamplingDefaults
-from app.protocol.input_items import Item, parse_input
+from app.protocol.input_items import parse_input
 from app.protocol.mcp_tools import MCP_NOT_RUN, Credentials, McpPolicy
+from app.protocol.shapes import Item, Tool
 from app.protocol.text_format import parse_text_format
-from app.protocol.tools import HostedToolsPolicy, Tool, ToolChoice, parse_tool_choice, parse_tools
+from app.protocol.tools import HostedToolsPolicy, ToolChoice, parse_tool_choice, parse_tools
 from app.protocol.validation import INT32_MAX, StrictModel, validate
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"

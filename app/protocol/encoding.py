@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
-Event = dict[str, Any]
+from app.protocol.shapes import Event
 
 
 @dataclass(frozen=True, slots=True)

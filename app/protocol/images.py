@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from PIL import Image, UnidentifiedImageError
 
 from app import errors
-from app.protocol.input_items import Item
+from app.protocol.shapes import Item
 
 FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
 MAX_IMAGE_BYTES = 20 * 1024 * 1024

@@ -15,9 +15,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from app import errors
+from app.protocol.shapes import Item
 from app.protocol.validation import StrictModel, discriminator, validate
-
-Item = dict[str, Any]
 
 # A call the model makes, and the item that answers it (by call_id).
 TOOL_CALL_TYPES = ("function_call", "custom_tool_call")

@@ -19,9 +19,9 @@ from pydantic import Field
 
 from app import errors
 from app.protocol.sealing import Seal, SealError
+from app.protocol.shapes import Tool
 from app.protocol.validation import StrictModel, validate
 
-Tool = dict[str, Any]
 REDACTED = "<redacted>"
 LABEL_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 

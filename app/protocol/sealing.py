@@ -17,7 +17,7 @@ from pathlib import Path
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from app import errors
-from app.protocol.input_items import Item
+from app.protocol.shapes import Item
 
 
 class SealError(ValueError):

@@ -22,10 +22,10 @@ from pydantic import Field
 
 from app import errors
 from app.protocol.mcp_tools import MCP_NOT_RUN, Credentials, McpPolicy, parse_mcp_tool
+from app.protocol.shapes import Tool
 from app.protocol.strict_schema import effective_strict
 from app.protocol.validation import StrictModel, check_json_schema, discriminator, validate
 
-Tool = dict[str, Any]
 ToolChoice = str | dict[str, Any]
 HostedToolsPolicy = Literal["ignore", "refuse"]
 

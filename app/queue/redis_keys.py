@@ -36,6 +36,10 @@ MCP_CREDENTIALS_PREFIX = "responses:mcp-credentials:"
 # by its housekeeping, gone a while after it stops.
 WORKER_PREFIX = "responses:workers:"
 
+# An account's requests and tokens counted per window: `<prefix>requests:<account>:<window>` and
+# `<prefix>tokens:<account>:<window>`, expiring with the window (app/queue/rate_counters.py).
+LIMIT_PREFIX = "responses:limits:"
+
 # Published after each enqueue, so workers start the job at once instead of at their next poll.
 WAKE_CHANNEL_PREFIX = "responses:wake:"
 

@@ -3,12 +3,13 @@ minute or its concurrent responses, or its model's queue is full, before anythin
 
 The limits are an account's (`responses-server limits set`, kept in PostgreSQL with the account
 and read by the authentication statement, so a request with no limits costs nothing here). The
-per-minute counts are Redis counters per account and fixed window (`RESPONSES_LIMIT_WINDOW_SECONDS`,
-a minute). A request's tokens are estimated at admission (its body's bytes / 4, plus the output it
-may ask for) and settled with its real usage when it ends (`settle`), in the window it was admitted
-in. An account's `max_concurrent` caps its stored and background responses queued or running, and
-a model's `max_queued` its responses waiting for a worker: both counted in PostgreSQL, so a worker
-that dies leaves no count behind (creates arriving in the same instant may pass a cap together).
+per-minute counts are Redis counters per account and fixed window (app/queue/rate_counters.py;
+`RESPONSES_LIMIT_WINDOW_SECONDS`, a minute). A request's tokens are estimated at admission (its
+body's bytes / 4, plus the output it may ask for) and settled with its real usage when it ends,
+in the window it was admitted in. An account's `max_concurrent` caps its stored and background
+responses queued or running, and a model's `max_queued` its responses waiting for a worker: both
+counted in PostgreSQL, so a worker that dies leaves no count behind (creates arriving in the same
+instant may pass a cap together).
 The answer follows OpenAI's: code `rate_limit_exceeded` naming the limit, `Retry-After`, and the
 `x-ratelimit-*` headers, which every create of a limited account carries.
 """
@@ -16,44 +17,13 @@ The answer follows OpenAI's: code `rate_limit_exceeded` naming the limit, `Retry
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
 from app import errors
+from app.queue import rate_counters
 from app.storage.accounts import Limits
-
-LIMIT_PREFIX = "responses:limits:"
-
-# One call for both of a create's counters. KEYS: the requests counter, the tokens counter. ARGV:
-# requests limit (0: none), tokens limit (0: none), the estimate, the window (s). Counts only when
-# nothing is over: a refused request costs its account nothing. Returns the refusal (0 none,
-# 1 requests, 2 tokens), then the requests and tokens used in the window, and the seconds until
-# it ends.
-_ADMIT = """
-local requests = tonumber(redis.call('GET', KEYS[1]) or '0')
-local tokens = tonumber(redis.call('GET', KEYS[2]) or '0')
-local ttl = redis.call('TTL', KEYS[1])
-if ttl < 0 then ttl = tonumber(ARGV[4]) end
-local refused = 0
-if tonumber(ARGV[1]) > 0 and requests + 1 > tonumber(ARGV[1]) then refused = 1
-elseif tonumber(ARGV[2]) > 0 and tokens + tonumber(ARGV[3]) > tonumber(ARGV[2]) then refused = 2
-end
-if refused == 0 then
-    requests = redis.call('INCR', KEYS[1])
-    tokens = redis.call('INCRBY', KEYS[2], ARGV[3])
-    redis.call('EXPIRE', KEYS[1], ARGV[4], 'NX')
-    redis.call('EXPIRE', KEYS[2], ARGV[4], 'NX')
-end
-return {refused, requests, tokens, ttl}
-"""
-
-# A response's real tokens in place of its estimate, in the window it was admitted in (if that
-# window is still counting). KEYS: the tokens counter; ARGV: real minus estimated.
-_SETTLE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], ARGV[1]) end
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,37 +84,28 @@ async def admit(redis: Redis, account_id: str, limits: Limits, estimate: int, wi
     """Counts the create against its account's window, or refuses it (RateLimited)."""
     if not limits.any:
         return Admitted({})
-    window = int(time.time()) // window_seconds
-    requests_key = f"{LIMIT_PREFIX}requests:{account_id}:{window}"
-    tokens_key = f"{LIMIT_PREFIX}tokens:{account_id}:{window}"
-    args = [
-        str(n)
-        for n in (
-            limits.requests_per_minute or 0,
-            limits.tokens_per_minute or 0,
-            estimate,
-            window_seconds,
-        )
-    ]
-    refused, requests, tokens, reset = await redis.eval(_ADMIT, 2, requests_key, tokens_key, *args)  # type: ignore[misc]
-    headers = _headers(limits, int(requests), int(tokens), int(reset))
-    if refused == 1:
+    counted = await rate_counters.count(
+        redis, account_id, window_seconds, limits.requests_per_minute or 0, limits.tokens_per_minute or 0, estimate
+    )
+    requests, tokens, reset = counted.requests, counted.tokens, counted.reset
+    headers = _headers(limits, requests, tokens, reset)
+    if counted.refused == "requests":
         raise RateLimited(
             f"Rate limit reached for requests: limit {limits.requests_per_minute} per minute, used {requests}. "
             f"Please try again in {reset}s.",
-            int(reset),
+            reset,
             headers,
             "requests",
         )
-    if refused == 2:
+    if counted.refused == "tokens":
         raise RateLimited(
             f"Rate limit reached for tokens: limit {limits.tokens_per_minute} per minute, used {tokens}, "
             f"requested {estimate}. Please try again in {reset}s.",
-            int(reset),
+            reset,
             headers,
             "tokens",
         )
-    return Admitted(headers, tokens_key if limits.tokens_per_minute else None, estimate)
+    return Admitted(headers, counted.tokens_key if limits.tokens_per_minute else None, estimate)
 
 
 def _headers(limits: Limits, requests: int, tokens: int, reset: int) -> dict[str, str]:
@@ -162,7 +123,3 @@ def _headers(limits: Limits, requests: int, tokens: int, reset: int) -> dict[str
             "x-ratelimit-reset-tokens": f"{reset}s",
         }
     return headers
-
-
-async def settle(redis: Redis, tokens_key: str, real_minus_estimate: int) -> None:
-    await redis.eval(_SETTLE, 1, tokens_key, str(real_minus_estimate))  # type: ignore[misc]

@@ -2,7 +2,7 @@
 
 The compaction is a stored response like any other (its context: the chain of
 `previous_response_id`, then `input`), whose one output item is a `compaction` item sealing the
-summary (workers/runtimes/compaction.py writes it). Its id works as `previous_response_id`; the
+summary (workers/translation/compaction.py writes it). Its id works as `previous_response_id`; the
 answer is OpenAI's `response.compaction`: the context's user messages as they were, then that
 item.
 """

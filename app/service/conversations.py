@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from app import errors
 from app.protocol import conversation_request
-from app.protocol.input_items import Item
 from app.protocol.sealing import open_sealed_items
+from app.protocol.shapes import Item
 from app.service import idempotency
 from app.service.idempotency import IdempotencyKey
 from app.service.image_fetch import check_images

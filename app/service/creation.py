@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -28,17 +28,19 @@ from app.protocol import encoding
 from app.protocol.create_request import ValidatedCreate, echoed_settings, parse_create_request
 from app.protocol.encoding import WireEvent
 from app.protocol.ids import new_id
-from app.protocol.input_items import TOOL_OUTPUT_TYPES, Item
+from app.protocol.input_items import TOOL_OUTPUT_TYPES
 from app.protocol.lifecycle import lifecycle_event
 from app.protocol.mcp_tools import Credentials, approvals_asked, check_approvals, seal_credentials
 from app.protocol.model_fit import check_fit
 from app.protocol.response_object import ResponseRecord
 from app.protocol.sealing import open_sealed_items
+from app.protocol.shapes import Item
 from app.protocol.tools import HOSTED_TOOL_TYPES
 from app.protocol.vocabulary import ACTIVE_STATUSES
 from app.queue import mcp_credentials
 from app.queue.jobs import GenerateJob
 from app.queue.redis_link import REDIS_DOWN, REDIS_LINK
+from app.queue.transient_runs import TransientJob
 from app.service import admission, idempotency, reading
 from app.service.idempotency import IdempotencyKey
 from app.service.image_fetch import check_images
@@ -224,7 +226,7 @@ async def accept(
                     await responses_db.insert_responses(conn, [new])
                 await idempotency.record(conn, account_id, key, record.id)
         elif accepted.durable:  # with the others being stored at the same moment: one statement
-            await state.stored(new)
+            await state.store(new)
     request_log.phase("store")
     return accepted
 
@@ -289,14 +291,14 @@ def _previous_not_found(previous_id: str) -> errors.InvalidRequest:
 
 async def enqueue(state: AppState, accepted: Accepted) -> None:
     """Hands the response to the workers (503 when the queue is down)."""
-    transient = None if accepted.durable else {"record": asdict(accepted.record), "input": accepted.input_items}
+    transient = None if accepted.durable else TransientJob(accepted.record, accepted.input_items)
     queue_name = state.catalog.queue_for(accepted.record.model, state.settings.queue_name)
     try:
         if accepted.mcp_credentials and state.seal is not None:
             ttl = state.settings.job_timeout_seconds
             sealed = seal_credentials(state.seal, accepted.mcp_credentials)
             await mcp_credentials.keep(state.redis, accepted.record.id, sealed, ttl)
-        await state.jobs(GenerateJob.of(accepted.record.id, queue_name, transient))
+        await state.enqueue(GenerateJob.of(accepted.record.id, queue_name, transient))
     except REDIS_DOWN as error:
         raise errors.ServiceUnavailable("The job queue (Redis) is unavailable; please retry.") from error
 

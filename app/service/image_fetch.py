@@ -18,7 +18,7 @@ import httpx
 from app import errors
 from app.process.egress import EgressGuard, EgressRefused
 from app.protocol.images import MAX_IMAGE_BYTES, check_data_url, check_image, data_url, image_parts
-from app.protocol.input_items import Item
+from app.protocol.shapes import Item
 
 MAX_REDIRECTS = 3
 

@@ -1,33 +1,29 @@
-"""What an API process holds, opened by the lifespan and closed with it."""
+"""What an API process holds, opened by the lifespan and closed with it: what every process holds
+(ProcessState), and what serves requests (the event hub, batched authentication, inserts and
+enqueues, the event log reader)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
 
-from arq.connections import ArqRedis
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.catalog import Catalog
 from app.events import log_reader
 from app.events.follow import LogSource
 from app.events.hub import EventHub
 from app.events.log_reader import LogReader
+from app.housekeeping.process_state import ProcessState, open_engines
 from app.process.batching import Batched
-from app.process.side_tasks import SideTasks
 from app.protocol.mcp_tools import McpPolicy
-from app.protocol.sealing import Seal
 from app.queue.jobs import GenerateJob, enqueue_many, queue_pool
 from app.queue.redis_keys import events_channel
-from app.service import reaper
 from app.service.image_fetch import ImageFetcher
-from app.service.webhook_delivery import WebhookDeliverer
 from app.settings import Settings
 from app.storage import accounts as accounts_db
 from app.storage import responses as responses_db
 from app.storage.driver import refused_data
-from app.storage.engine import create_engine
 from app.storage.held import HeldConnection, HeldConnections
 
 INSERT_LANES = 4  # foreground inserts running at once, at most (each lane a held connection)
@@ -38,22 +34,17 @@ HELD_CONNECTIONS = 1 + INSERT_LANES + log_reader.LANES
 
 
 @dataclass
-class AppState:
-    settings: Settings
-    catalog: Catalog
-    engine: AsyncEngine
-    held_engine: AsyncEngine  # HELD_CONNECTIONS
-    redis: ArqRedis  # the arq pool is a Redis client too: queue, pub/sub and keys share it
+class AppState(ProcessState):
     hub: EventHub
     # Key hash → account id, for the requests arriving together: one statement for all of them.
-    accounts: Batched[str, accounts_db.Caller] = field(init=False)
+    authenticate: Batched[str, accounts_db.Caller] = field(init=False)
     # Jobs handed to the workers together: one script call per queue (True: it was new).
-    jobs: Batched[GenerateJob, bool] = field(init=False)
+    enqueue: Batched[GenerateJob, bool] = field(init=False)
     # Foreground responses stored together: one statement for all of them.
-    stored: Batched[responses_db.NewResponse, None] = field(init=False)
+    store: Batched[responses_db.NewResponse, None] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.seal = Seal.from_config(self.settings.encryption_keys, self.settings.encryption_key_file)
+        super().__post_init__()
         self.mcp_policy = McpPolicy.from_config(self.settings.mcp, self.settings.mcp_server_urls)
         self.images = (
             ImageFetcher.from_config(self.settings.image_fetch_allow, self.settings.image_fetch_timeout)
@@ -61,28 +52,18 @@ class AppState:
             else None
         )
         self.auth_connection = HeldConnection(self.held_engine)
-        self.accounts = Batched(self._accounts_for_hashes, "authenticate")
-        self.jobs = Batched(partial(enqueue_many, self.redis), "enqueue")
+        self.authenticate = Batched(self._accounts_for_hashes, "authenticate")
+        self.enqueue = Batched(partial(enqueue_many, self.redis), "enqueue")
         # Inserts that wait behind a slow one (a lock, a very large request) go beside it.
         self.insert_connections = HeldConnections(self.held_engine, INSERT_LANES)
-        self.stored = Batched(self._insert_responses, "store", lanes=INSERT_LANES)
-        self.side_tasks = SideTasks()
-        self.continuations = reaper.Continuations(
-            self.catalog, self.settings.queue_name, self.settings.max_continuations
-        )
+        self.store = Batched(self._insert_responses, "store", lanes=INSERT_LANES)
         # The event logs followers read: one statement for all that ask at the same moment.
         self.log_reader = LogReader(self.held_engine)
-        self.webhooks = WebhookDeliverer(self.settings)
 
     def start(self) -> None:
+        super().start()
         # Every API process reaps lost generations: a model with no worker alive still ends them.
-        self.side_tasks.start_every("reaper", self.settings.housekeeping_seconds, self._reap)
-        self.side_tasks.start("webhooks", self.webhooks.run)
-
-    async def _reap(self) -> None:
-        await reaper.reap_expired_leases(
-            self.engine, self.redis, events_channel(self.settings.queue_name), self.continuations
-        )
+        self.side_tasks.start_every("reaper", self.settings.housekeeping_seconds, self.reap)
 
     async def _accounts_for_hashes(self, key_hashes: list[str]) -> dict[str, accounts_db.Caller]:
         # One statement in autocommit: no BEGIN/COMMIT round trips.
@@ -109,8 +90,7 @@ class AppState:
     @classmethod
     async def open(cls, settings: Settings) -> AppState:
         redis = queue_pool(settings.redis_url, settings.queue_name)
-        engine = create_engine(settings)
-        held_engine = create_engine(settings, pool_size=HELD_CONNECTIONS, max_overflow=0)
+        engine, held_engine = open_engines(settings, HELD_CONNECTIONS)
         hub = EventHub(redis, events_channel(settings.queue_name), settings.follow_idle_seconds, engine)
         await hub.start()
         state = cls(settings, Catalog.load(settings.models_path), engine, held_engine, redis, hub)
@@ -118,8 +98,7 @@ class AppState:
         return state
 
     async def close(self) -> None:
-        await self.side_tasks.close()
-        await self.webhooks.close()
+        await self.stop_loops()
         if self.images is not None:
             await self.images.close()
         await self.hub.close()
@@ -127,8 +106,7 @@ class AppState:
         await self.insert_connections.close()
         await self.log_reader.close()
         await self.redis.aclose(close_connection_pool=True)
-        await self.engine.dispose()
-        await self.held_engine.dispose()
+        await self.dispose_engines()
 
     def log_source(self, durable: bool) -> LogSource:
         settings = self.settings

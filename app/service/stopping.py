@@ -7,12 +7,10 @@ from __future__ import annotations
 import time
 
 import anyio
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app import errors
-from app.events import channel
+from app.events.ending import Endings, ending_now
 from app.events.follow import follow
-from app.protocol.encoding import WireEvent
 from app.protocol.lifecycle import terminal_event
 from app.protocol.response_object import ResponseRecord
 from app.protocol.vocabulary import ACTIVE_STATUSES
@@ -22,7 +20,6 @@ from app.service.reading import retrieve
 from app.service.state import AppState
 from app.storage import events as events_db
 from app.storage import responses as responses_db
-from app.storage import webhooks as webhooks_db
 
 CANCEL_WAIT_SECONDS = 10.0
 
@@ -31,26 +28,22 @@ async def stop(state: AppState, response_id: str, durable: bool) -> None:
     """Stops an active response (cancel, client gone, delete): a queued one is cancelled here
     with its terminal event; a running one is flagged and its worker told."""
     if durable:
-        async with state.engine.begin() as conn:
-            published = await _stop_in(conn, response_id)
-        if published:
+        async with ending_now(state.engine, state.redis, events_channel(state.settings.queue_name)) as endings:
+            await _stop_in(endings, response_id)
+        if endings.published:
             state.webhooks.nudge()  # a queued response cancelled: its deliveries were written with its end
-            await channel.publish(state.redis, events_channel(state.settings.queue_name), {response_id: published})
     await signal_stop(state.redis, response_id, durable)
 
 
-async def _stop_in(conn: AsyncConnection, response_id: str) -> list[WireEvent]:
-    row = await responses_db.get_row(conn, response_id, for_update=True)
+async def _stop_in(endings: Endings, response_id: str) -> None:
+    row = await responses_db.get_row(endings.conn, response_id, for_update=True)
     if row is None or row.status not in ACTIVE_STATUSES:
-        return []
+        return
     if row.status == "in_progress":
-        await responses_db.request_stop(conn, response_id)
-        return []
-    cancelled = responses_db.record_from_row(row, []).evolve(status="cancelled", completed_at=time.time())
-    published = await events_db.append(conn, response_id, [terminal_event(cancelled)])
-    await responses_db.cancel_queued(conn, response_id)
-    await webhooks_db.announce_end(conn, response_id)
-    return published
+        await responses_db.request_stop(endings.conn, response_id)
+        return
+    outcome = responses_db.Outcome("cancelled", [], time.time())
+    await endings.end(response_id, [terminal_event(outcome.applied_to(responses_db.record_from_row(row, [])))], outcome)
 
 
 async def cancel(state: AppState, account_id: str, response_id: str) -> ResponseRecord:

@@ -20,8 +20,9 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.protocol.ids import new_id
+from app.protocol.shapes import Item
 from app.storage.driver import DriverStatement
-from app.storage.items import Item, Page, stored_payload
+from app.storage.items import Page, stored_payload
 from app.storage.tables import conversation_item_batches, conversation_items, conversations
 
 
@@ -234,7 +235,7 @@ async def remove_item(conn: AsyncConnection, conversation_id: str, item_id: str)
 FROM_START = (0, 0)  # before every item: batches start at 1
 
 # Each conversation's items after a place, in order, with its count of removals: a worker's copy
-# of a conversation is read once, then only what joined it since (workers/conversation_items.py).
+# of a conversation is read once, then only what joined it since (workers/caches/conversation_items.py).
 _ITEMS_AFTER = DriverStatement(
     text("""
     SELECT c.id, c.items_removed, i.batch, i.place, i.item_id, i.payload

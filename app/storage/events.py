@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.protocol import accumulate, encoding
 from app.protocol.encoding import WireEvent
+from app.protocol.shapes import Event
 from app.protocol.vocabulary import TERMINAL_STATUSES
 from app.storage import event_templates, output_refs
 from app.storage import items as items_db
@@ -35,8 +36,6 @@ from app.storage import webhooks as webhooks_db
 from app.storage.driver import DriverStatement
 from app.storage.responses import Outcome
 from app.storage.tables import output_snapshots
-
-Event = dict[str, Any]
 
 # A run of folded deltas holds about this many bytes of their texts (each counted 32 bytes more):
 # a few hundred short deltas, and a resume in its middle reads and parses no more than this.

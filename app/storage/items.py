@@ -18,11 +18,11 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.protocol.ids import new_id
+from app.protocol.shapes import Item
 from app.storage import DbRow
 from app.storage.driver import DriverStatement
 from app.storage.tables import items, responses
 
-Item = dict[str, Any]
 Side = Literal["input", "output"]
 
 _ID_PREFIX: dict[str, Any] = {

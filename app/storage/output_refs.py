@@ -19,9 +19,9 @@ from typing import Any
 import orjson
 
 from app.protocol import encoding
+from app.protocol.shapes import Event
 from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
 
-Event = dict[str, Any]
 Path = list[str | int]
 
 REFERENCE_FROM_BYTES = 2 * 1024  # a terminal event at least this long: its answer is stored by reference

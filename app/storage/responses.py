@@ -371,16 +371,6 @@ async def request_stop(conn: AsyncConnection, response_id: str) -> None:
     )
 
 
-async def cancel_queued(conn: AsyncConnection, response_id: str) -> bool:
-    """queued → cancelled; it will never run (the worker's claim only takes queued responses)."""
-    result = await conn.execute(
-        update(responses)
-        .where(responses.c.id == response_id, responses.c.status == "queued")
-        .values(status="cancelled", cancel_requested_at=func.now(), completed_at=func.now())
-    )
-    return result.rowcount == 1
-
-
 async def renew_leases(
     conn: AsyncConnection,
     response_ids: Collection[str],

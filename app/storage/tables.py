@@ -168,7 +168,7 @@ responses = Table(
     CheckConstraint(f"status IN ({', '.join(repr(s) for s in STATUSES)})", name="status"),
     Index(None, "account_id", "created_at"),
     Index(None, "context_parent_id"),
-    # Retention's, one per kind of expiry (workers/retention.py), each in the order things come due.
+    # Retention's, one per kind of expiry (app/housekeeping/retention.py), each in the order things come due.
     Index("ix_responses_stored_expiry", "created_at", postgresql_where=text("store AND conversation_id IS NULL")),
     Index(None, "conversation_id", postgresql_where=text("conversation_id IS NOT NULL")),
     Index("ix_responses_unstored_expiry", "completed_at", postgresql_where=text("NOT store")),
@@ -264,7 +264,7 @@ event_log = Table(
     PrimaryKeyConstraint("log_key", "sequence_number"),
     comment="The durable, replayable stream of each response (read it through the response_events view), "
     "a partition a day (event_log_YYYY_MM_DD: the day its response was created).",
-    # a partition a day of log_key >> 32 (migration 0015, workers/log_partitions.py)
+    # a partition a day of log_key >> 32 (migration 0015, app/housekeeping/log_partitions.py)
     postgresql_partition_by="RANGE (log_key)",
 )
 
@@ -456,5 +456,5 @@ idempotency_keys = Table(
 
 def described_here(obj: object, name: str | None, kind: str, reflected: bool, compare_to: object) -> bool:
     """For alembic's comparison: every table but the event log's day partitions, which
-    workers/log_partitions.py makes and drops (migration 0015)."""
+    app/housekeeping/log_partitions.py makes and drops (migration 0015)."""
     return not (kind == "table" and reflected and compare_to is None and (name or "").startswith("event_log_"))

@@ -1,10 +1,10 @@
 """Webhooks: an account's endpoints, and the outbox of deliveries (design invariant 8).
 
 A background response that ends gets one delivery per endpoint of its account subscribed to
-its event, written in the statement that ends it (app/storage/events.py, ANNOUNCED) or, for a
-queued response cancelled, in the cancel's transaction (`announce_end`). Deliveries are taken
-when due by any process (SKIP LOCKED), leased by pushing their due time past the attempt, and
-marked delivered, due again later, or given up.
+its event, written in the statement that ends it (app/storage/events.py, ANNOUNCING), whoever
+ends it (a worker, a cancel, the reaper). Deliveries are taken when due by any process (SKIP
+LOCKED), leased by pushing their due time past the attempt, and marked delivered, due again
+later, or given up.
 """
 
 from __future__ import annotations
@@ -47,15 +47,6 @@ def announced(ended: str) -> str:
     """The INSERT that writes the deliveries of the ended responses `ended` (a FROM item
     aliased `ended`, with `id`, `account_id`, `background` and `status`)."""
     return _ANNOUNCE.format(ended=ended, event_id=_EVENT_ID)
-
-
-_ANNOUNCE_ONE = text(announced("(SELECT id, account_id, background, status FROM responses WHERE id = :id) ended"))
-
-
-async def announce_end(conn: AsyncConnection, response_id: str) -> None:
-    """The deliveries of a response that just ended outside the event writer (a queued one
-    cancelled): call it in the transaction that ends it."""
-    await conn.execute(_ANNOUNCE_ONE, {"id": response_id})
 
 
 def new_secret() -> str:

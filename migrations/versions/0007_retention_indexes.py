@@ -5,7 +5,7 @@ Revises: 0006
 
 Retention found what expired by a sequential scan of every response and a sort (seconds per
 batch at a million rows). Each kind of expiry now has a partial index in the order its rows
-come due (workers/retention.py): stored responses by creation, background store=false ones and
+come due (app/housekeeping/retention.py): stored responses by creation, background store=false ones and
 event logs by completion. The event-log index of 0002 is split in two, background and
 foreground, whose windows differ: one index for both had the foreground pass step over every
 background log still in its window.

@@ -20,7 +20,7 @@ commit, and its pruning later), is gone, and the key refuses a number taken twic
 
 `event_log` is partitioned by its key's day (`log_key >> 32`): one table a UTC day,
 `event_log_YYYY_MM_DD`, which retention drops whole once every response of that day has had
-its log purged (workers/log_partitions.py); days without one go to `event_log_default`. The view
+its log purged (app/housekeeping/log_partitions.py); days without one go to `event_log_default`. The view
 `event_log_days` shows each day's size.
 Create Date: 2026-12-01 23:30:00
 """

@@ -11,7 +11,7 @@ import pytest
 
 from app.protocol.sealing import Seal, new_key
 from tests.conftest import TEST_ENCRYPTION_KEY, FakeRuntime, wait_until
-from workers.runtimes.compaction import COMPACTION_PROMPT, SUMMARY_PREFIX
+from workers.translation.compaction import COMPACTION_PROMPT, SUMMARY_PREFIX
 
 SEAL = Seal([TEST_ENCRYPTION_KEY])
 

@@ -16,7 +16,7 @@ from app.storage import events as events_db
 from app.storage import items as items_db
 from app.storage import responses as responses_db
 from tests.integration.conftest import accept
-from workers.chain_contexts import ChainContexts
+from workers.caches.chain_contexts import ChainContexts
 
 
 def read_from(source: str) -> float:

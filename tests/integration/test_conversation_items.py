@@ -8,7 +8,7 @@ from typing import Any
 from app.process.metrics import REGISTRY
 from app.service import conversations
 from app.service.state import AppState
-from workers.conversation_items import ConversationItems
+from workers.caches.conversation_items import ConversationItems
 
 
 def said(text: str) -> dict[str, Any]:

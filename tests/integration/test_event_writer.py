@@ -16,6 +16,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from app.events.writer import EventWriter
 from app.protocol.encoding import WireEvent
 from app.service.state import AppState
 from app.storage import events as events_db
@@ -23,7 +24,6 @@ from app.storage import responses as responses_db
 from app.storage.tables import response_events
 from tests.conftest import FakeRuntime
 from tests.integration.conftest import OpenWorker, accept, in_progress, run_job
-from workers.event_log.writer import EventWriter
 
 PACE_SECONDS = 30.0  # far longer than the test: what is not urgent must not go out at all
 

@@ -21,9 +21,9 @@ import uvloop
 
 from app.catalog import OpenAIModel, VllmModel
 from tests.conftest import eventually
+from workers.runtime_failure import RuntimeFailure
 from workers.runtimes import prompt_length
 from workers.runtimes.client import ChatRuntimeClient
-from workers.runtimes.errors import RuntimeFailure
 from workers.runtimes.http_client import HttpClient, HttpError, RequestTimeouts, proxy_for
 
 TIMEOUTS = RequestTimeouts(connect=2.0, read=2.0)

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
+from app.housekeeping import reaper
 from app.protocol.vocabulary import TERMINAL_EVENT_TYPES, Status
 from app.queue.redis_keys import events_channel
-from app.service import reaper
 from app.service.state import AppState
 from app.storage import accounts as accounts_db
 from app.storage import events as events_db
@@ -21,7 +21,7 @@ from app.storage import responses as responses_db
 from app.storage.tables import responses
 from tests.conftest import Environment, FakeRuntime
 from tests.integration.conftest import OpenWorker, accept, run_job
-from workers.runtimes.translate import StreamTranslator
+from workers.translation.translate import StreamTranslator
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(40)), "delay": 0.05})
 
@@ -82,7 +82,6 @@ async def test_a_terminal_status_never_changes(
     async with state.engine.begin() as conn:
         late = responses_db.Outcome("failed", [], time.time(), error={"code": "x", "message": "late"})
         assert await events_db.end(conn, response_id, [{"type": "response.failed"}], late) == []
-        assert await responses_db.cancel_queued(conn, response_id) is False
         assert await responses_db.claim(conn, response_id, "late-worker", 30) is None
         assert await events_db.append(conn, response_id, [{"type": "response.output_text.delta"}]) == []
     assert await status_of(state, response_id) == "completed"
@@ -350,7 +349,7 @@ async def test_requests_authenticated_together_each_get_their_own_account(state:
         assert await accounts_db.revoke_key(conn, second.id) == 1
         _, third_key = await accounts_db.create_key(conn, names[1])
     keys = [first_key, second_key, "sk-rs-unknown", third_key, first_key]
-    callers = await asyncio.gather(*(state.accounts(accounts_db.hash_key(key)) for key in keys))
+    callers = await asyncio.gather(*(state.authenticate(accounts_db.hash_key(key)) for key in keys))
     accounts = [None if caller is None else caller.account_id for caller in callers]
     async with state.engine.connect() as conn:
         own = {name: await accounts_db.ensure_account(conn, name) for name in names}

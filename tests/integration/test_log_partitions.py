@@ -1,5 +1,5 @@
 """The event log's day partitions: events land in their response's day, and a day is dropped
-whole once every response of it has had its log purged (workers/log_partitions.py)."""
+whole once every response of it has had its log purged (app/housekeeping/log_partitions.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from datetime import timedelta
 
 from sqlalchemy import text
 
+from app.housekeeping import log_partitions, retention
 from app.service.state import AppState
 from app.storage import events as events_db
 from tests.deltas import text_delta
 from tests.integration.conftest import accept
-from workers import log_partitions, retention
 
 POLICY = retention.RetentionPolicy(
     stored=timedelta(days=30), unstored_background=timedelta(minutes=10), stream_log=timedelta(hours=24)

@@ -16,13 +16,13 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from app.housekeeping import log_partitions
 from app.protocol.response_object import ResponseRecord
 from app.settings import Settings
 from app.storage import responses as responses_db
 from app.storage.migrate import migrate
 from app.storage.tables import described_here, metadata
 from tests.conftest import admin_sql
-from workers import log_partitions
 
 
 @pytest.fixture

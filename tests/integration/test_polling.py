@@ -12,7 +12,7 @@ from app.service.state import AppState
 from app.storage import events as events_db
 from app.storage.tables import event_log, output_snapshots, responses
 from tests.integration.conftest import in_progress
-from workers.runtimes.translate import StreamTranslator
+from workers.translation.translate import StreamTranslator
 
 
 def text_chunk(text: str) -> dict[str, Any]:

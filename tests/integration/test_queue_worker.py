@@ -16,9 +16,11 @@ from arq.jobs import deserialize_job_raw
 from arq.utils import timestamp_ms
 from arq.worker import func
 
+from app.protocol.response_object import ResponseRecord
 from app.queue.arq_seam import QueueWorker
 from app.queue.jobs import GenerateJob, enqueue_generate, enqueue_many, job_deserializer, job_serializer
 from app.queue.redis_keys import GENERATE_JOB
+from app.queue.transient_runs import TransientJob
 from app.service.state import AppState
 from tests.conftest import Environment, eventually
 
@@ -312,7 +314,8 @@ async def test_jobs_enqueued_together_are_stored_as_arq_stores_them_and_started_
     worker = await start_listening_only(start_worker, recorder)
     other_queue = f"{queue}:other"
     jobs = [GenerateJob.of(f"resp_together_{RUN}_{n}", queue) for n in range(3)]
-    transient = GenerateJob.of(f"resp_together_{RUN}_e", other_queue, {"record": {"id": "x"}, "input": []})
+    record = ResponseRecord("x", "m", "queued", 0.0, None, None, {}, {}, store=False, background=False, stream=True)
+    transient = GenerateJob.of(f"resp_together_{RUN}_e", other_queue, TransientJob(record, []))
     added = await enqueue_many(state.redis, [*jobs, transient])
     assert added == dict.fromkeys([*jobs, transient], True)
     again = await enqueue_many(state.redis, [jobs[0], GenerateJob.of(f"resp_together_{RUN}_new", other_queue)])
@@ -323,9 +326,10 @@ async def test_jobs_enqueued_together_are_stored_as_arq_stores_them_and_started_
     name, args, kwargs, _, _ = deserialize_job_raw(stored, deserializer=job_deserializer)
     assert (name, list(args), kwargs) == (
         GENERATE_JOB,
-        [transient.response_id, {"record": {"id": "x"}, "input": []}],
+        [transient.response_id, TransientJob(record, []).encoded()],
         {},
     )
+    assert TransientJob.decoded(args[1]) == TransientJob(record, [])
     assert await state.redis.zscore(other_queue, transient.response_id) is not None
 
     await eventually(lambda: sorted(recorder.runs) == sorted(job.response_id for job in jobs), timeout=2.0)

@@ -9,13 +9,13 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, insert, select, text, update
 
+from app.housekeeping import retention
 from app.service import conversations
 from app.service.state import AppState
 from app.storage import responses as responses_db
 from app.storage.tables import event_log, event_templates, output_snapshots, response_events, responses
 from tests.conftest import FakeRuntime
 from tests.integration.conftest import OpenWorker, accept, run_job
-from workers import retention
 
 POLICY = retention.RetentionPolicy(
     stored=timedelta(days=30), unstored_background=timedelta(minutes=10), stream_log=timedelta(hours=24)

@@ -13,16 +13,16 @@ import time
 import pytest
 from sqlalchemy import select, update
 
+from app.events.writer import EventWriter
+from app.housekeeping import reaper
 from app.process.side_tasks import SideTasks
 from app.queue.redis_keys import events_channel
-from app.service import reaper
 from app.service.state import AppState
 from app.storage import responses as responses_db
 from app.storage.tables import responses
 from tests.conftest import Environment, wait_until
 from tests.integration.conftest import accept
 from workers import leases
-from workers.event_log.writer import EventWriter
 from workers.leases import LeaseKeeper
 
 LEASE = 1.5

@@ -16,7 +16,7 @@ import pytest
 
 from app.catalog import LlamaCppModel
 from tests.conftest import ROOT, eventually, free_port
-from workers.runtimes.errors import RuntimeFailure
+from workers.runtime_failure import RuntimeFailure
 from workers.runtimes.launch import llamacpp_command
 from workers.runtimes.supervisor import RuntimeSupervisor
 

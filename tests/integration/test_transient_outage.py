@@ -14,9 +14,9 @@ import pytest
 from app.events import channel
 from app.events.follow import FollowLost, follow
 from app.events.hub import EventHub
+from app.events.transient_backlog import TransientBacklog
 from app.protocol.encoding import WireEvent
 from app.service.state import AppState
-from workers.event_log.transient_backlog import TransientBacklog
 
 CHANNEL = f"responses:events:test-transient-{secrets.token_hex(3)}"
 

@@ -23,11 +23,12 @@ import sqlalchemy.exc
 import trustme
 from sqlalchemy import select, text, update
 
+from app.housekeeping import reaper
+from app.housekeeping.webhook_delivery import PER_ENDPOINT, PER_FAILING_ENDPOINT, WebhookDeliverer
 from app.process.metrics import REGISTRY
 from app.queue.redis_keys import events_channel
-from app.service import reaper, stopping
+from app.service import stopping
 from app.service.state import AppState
-from app.service.webhook_delivery import PER_ENDPOINT, PER_FAILING_ENDPOINT, WebhookDeliverer
 from app.storage import accounts as accounts_db
 from app.storage import responses as responses_db
 from app.storage import webhooks as webhooks_db
@@ -261,7 +262,7 @@ async def _name(conn: Any, account_id: str) -> str:
 
 
 def test_retries_back_off_with_jitter_up_to_an_hour() -> None:
-    from app.service.webhook_delivery import retry_delay
+    from app.housekeeping.webhook_delivery import retry_delay
 
     assert 0.8 * 5 <= retry_delay(1, 5.0) <= 1.2 * 5
     assert 0.8 * 40 <= retry_delay(4, 5.0) <= 1.2 * 40

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from app.protocol.accumulate import output_so_far
-from workers.runtimes.translate import StreamTranslator
+from workers.translation.translate import StreamTranslator
 
 
 def test_partial_output_matches_what_the_translator_built() -> None:

@@ -69,37 +69,28 @@ def _from_imports(path: Path) -> Iterator[tuple[str, ast.alias]]:
 
 # What each package may import of the service's own packages, besides itself and the ground.
 GROUND = {"app.settings", "app.errors", "app.error_reporting", "app.catalog"}
-ENTRY_POINTS = {"app.cli", "app.main"}  # the command line (the composition root), a deprecated alias
-_APP_BELOW_SERVICE = {"app.process", "app.protocol", "app.queue", "app.storage", "app.events"}
+ENTRY_POINTS = {"app.cli"}  # the command line: the composition root
+_APP_BELOW_SERVICE = {"app.process", "app.protocol", "app.queue", "app.storage", "app.events", "app.housekeeping"}
 MAY_IMPORT: dict[str, set[str]] = {
     "app.process": set(),
     "app.protocol": set(),
-    "app.queue": {"app.process"},
+    "app.queue": {"app.process", "app.protocol"},
     "app.storage": {"app.protocol"},
     "app.events": {"app.process", "app.protocol", "app.queue", "app.storage"},
+    "app.housekeeping": {"app.process", "app.protocol", "app.queue", "app.storage", "app.events"},
     "app.service": _APP_BELOW_SERVICE,
     "app.api": _APP_BELOW_SERVICE | {"app.service"},
     "app.ops": {"app.process", "app.protocol", "app.queue", "app.storage"},
-    "workers.runtimes": {"app.process", "app.protocol"},
-    "workers.event_log": {"app.process", "app.protocol", "app.queue", "app.storage", "app.events"},
+    # The worker's parts: none imports the API's use cases (app.service) or its routes.
+    "workers.runtime_failure": set(),
+    "workers.translation": {"app.protocol", "workers.runtime_failure"},
+    "workers.runtimes": {"app.process", "app.protocol", "workers.translation", "workers.runtime_failure"},
+    "workers.caches": {"app.process", "app.protocol", "app.storage"},
     "workers.leases": {"app.process", "app.queue", "app.storage"},
-    "workers.log_partitions": set(),
-    "workers.retention": {"app.process", "app.storage", "workers.log_partitions"},
-    "workers.kept_copies": set(),
-    "workers.conversation_items": {"app.process", "app.storage", "workers.kept_copies"},
-    "workers.chain_contexts": {"app.process", "app.storage", "workers.kept_copies"},
-    "workers.state": _APP_BELOW_SERVICE
-    | {
-        "app.service",
-        "workers.event_log",
-        "workers.leases",
-        "workers.retention",
-        "workers.conversation_items",
-        "workers.chain_contexts",
-        "workers.runtimes",
-    },
-    "workers.mcp": _APP_BELOW_SERVICE | {"workers.state", "workers.runtimes"},
-    "workers.jobs": _APP_BELOW_SERVICE | {"app.service", "workers.state", "workers.runtimes", "workers.mcp"},
+    "workers.state": _APP_BELOW_SERVICE | {"workers.leases", "workers.caches", "workers.runtimes"},
+    "workers.mcp": _APP_BELOW_SERVICE | {"workers.state", "workers.translation", "workers.runtime_failure"},
+    "workers.jobs": _APP_BELOW_SERVICE
+    | {"workers.state", "workers.translation", "workers.runtime_failure", "workers.runtimes", "workers.mcp"},
     "workers.health_port": {"app.process", "workers.state"},
     "workers.process": {"app.process", "app.queue", "workers.state", "workers.jobs", "workers.health_port"}
     | {"workers.runtimes"},
@@ -145,6 +136,69 @@ def test_app_never_imports_workers() -> None:
         names = imported_modules(path)
         offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "workers"]
     assert offenders == []
+
+
+# What does I/O, or waits on it: the translation between Responses and Chat Completions imports
+# none of it, not even through the modules it imports, so that it can be tested (and reasoned
+# about) as functions of their arguments.
+IO_MODULES = {"asyncio", "anyio", "socket", "ssl", "subprocess", "select", "selectors", "urllib.request"}
+IO_MODULES |= {"sqlalchemy", "asyncpg", "redis", "arq", "aiohttp", "httpx", "httpx2", "mcp", "starlette", "uvicorn"}
+
+
+def _reached_from(start: set[str], modules: dict[str, Path]) -> dict[str, str]:
+    """Every module imported from `start`, directly or through the service's own modules, each
+    with the own module that imports it."""
+    reached: dict[str, str] = {}
+    todo = list(start)
+    seen = set(start)
+    while todo:
+        name = todo.pop()
+        path = modules[name]
+        imported = set(imported_modules(path)) | {f"{m}.{a.name}" for m, a in _from_imports(path)}
+        for target in imported:
+            if target in modules:
+                if target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+            else:
+                reached.setdefault(target, name)
+    return reached
+
+
+def test_translation_imports_no_io() -> None:
+    modules = own_modules()
+    translation = {name for name in modules if name.startswith("workers.translation")}
+    assert len(translation) > 5
+    io = {
+        f"{through} imports {module}"
+        for module, through in _reached_from(translation, modules).items()
+        if module in IO_MODULES or module.split(".")[0] in IO_MODULES
+    }
+    assert sorted(io) == []
+
+
+def test_only_the_queue_package_knows_arq() -> None:
+    offenders = [
+        f"{name}: {module}"
+        for name, path in own_modules().items()
+        if not name.startswith("app.queue")
+        for module in imported_modules(path)
+        if module.split(".")[0] == "arq"
+    ]
+    assert offenders == []
+
+
+def test_redis_keys_are_named_only_in_the_queue_package() -> None:
+    """Every key and channel name is in app/queue/redis_keys.py; the one name configured outside it
+    is the queue's own (its setting's default)."""
+    named = [
+        (name, node.value)
+        for name, path in own_modules().items()
+        if not name.startswith("app.queue")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("responses:")
+    ]
+    assert named == [("app.settings", "responses:queue")]
 
 
 def _declared(requirements: list[str]) -> set[str]:

@@ -11,8 +11,8 @@ from app.protocol.create_request import parse_create_request
 from app.protocol.input_items import parse_input
 from app.protocol.response_object import ResponseRecord
 from app.service.creation import new_record
-from workers.runtimes.chat_request import chat_request
-from workers.runtimes.tools import RuntimeTools
+from workers.translation.chat_request import chat_request
+from workers.translation.tools import RuntimeTools
 
 MODEL = OpenAIModel(id="m", runtime="openai", base_url="http://x/v1", upstream_model="up", max_output_tokens=100)
 

@@ -13,8 +13,8 @@ from app.protocol.create_request import parse_create_request
 from app.service.creation import new_record
 from tests.fake_runtime import _after, _words
 from workers.jobs.generate import _with_earlier_runs
-from workers.runtimes.chat_request import chat_request, continuing
-from workers.runtimes.translate import StreamTranslator
+from workers.translation.chat_request import chat_request, continuing
+from workers.translation.translate import StreamTranslator
 
 TEXT = {"text": {"format": {"type": "text"}}}
 SCHEMA = {"text": {"format": {"type": "json_schema"}}}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from app.events.writer import _coalesce
 from tests.deltas import text_delta
-from workers.event_log.writer import _coalesce
 
 
 def test_consecutive_deltas_of_one_part_merge() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from app.protocol import encoding
 from app.storage import output_refs
-from workers.runtimes.translate import StreamTranslator
+from workers.translation.translate import StreamTranslator
 
 
 def answered(text: str, reasoning: str = "") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from workers.runtimes.errors import RuntimeFailure
+from workers.runtime_failure import RuntimeFailure
 from workers.runtimes.prompt_length import TEMPLATE_ALLOWANCE, fit_to_context, surely_fits
 
 

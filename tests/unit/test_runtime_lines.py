@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from workers.runtime_failure import RuntimeFailure
 from workers.runtimes.client import EventStreamReader, _parse_line
-from workers.runtimes.errors import RuntimeFailure
-from workers.runtimes.translate import StreamTranslator
+from workers.translation.translate import StreamTranslator
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.runtimes.errors import refusal
+from workers.runtime_failure import refusal
 
 CTX = "context_length_exceeded"
 

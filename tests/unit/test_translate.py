@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from app.protocol.accumulate import output_so_far
-from workers.runtimes.errors import RuntimeFailure
-from workers.runtimes.translate import StreamTranslator
+from workers.runtime_failure import RuntimeFailure
+from workers.translation.translate import StreamTranslator
 
 
 def chunk(

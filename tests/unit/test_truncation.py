@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from workers.runtimes.truncation import Overflow, Turns, after_refusal, halved, shortened
+from workers.translation.truncation import Overflow, Turns, after_refusal, halved, shortened
 
 SYSTEM = {"role": "system", "content": "be brief"}
 

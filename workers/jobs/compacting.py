@@ -1,5 +1,5 @@
 """Compaction in a worker: the model's summary of a context, sealed into a compaction item
-(workers/runtimes/compaction.py says what the model is asked and later sent); and, for a response
+(workers/translation/compaction.py says what the model is asked and later sent); and, for a response
 created with `context_management`, that compaction made before its answer once its context
 passes the threshold, shown as its first output item.
 
@@ -18,14 +18,13 @@ import orjson
 
 from app.catalog import ModelEntry
 from app.protocol.ids import new_id
-from app.protocol.input_items import Item
 from app.protocol.response_object import ResponseRecord
-from workers.runtimes import compaction
-from workers.runtimes.chat_request import chat_request
-from workers.runtimes.errors import CONTEXT_LENGTH_EXCEEDED, RuntimeFailure
-from workers.runtimes.output_items import Event
-from workers.runtimes.translate import StreamTranslator
+from app.protocol.shapes import Event, Item
+from workers.runtime_failure import CONTEXT_LENGTH_EXCEEDED, RuntimeFailure
 from workers.state import WorkerState
+from workers.translation import compaction
+from workers.translation.chat_request import chat_request
+from workers.translation.translate import StreamTranslator
 
 TOKEN_BYTES = 4  # a token's bytes, as OpenAI estimates them, where the model's server cannot count
 
@@ -75,7 +74,7 @@ async def compacted_if_due(
 ) -> list[Item]:
     """The context to answer `record` from: compacted first when it asked for compaction
     (`context_management`) and its context passes the threshold. What is folded is what came
-    before the turn being answered (workers/runtimes/compaction.py); a context that would not
+    before the turn being answered (workers/translation/compaction.py); a context that would not
     fit even so is refused before any summary is asked for, unless `truncation` is `auto`
     (truncation then makes room). The compaction item becomes the answer's first output item
     (`translator.before`), its summary's usage part of the answer's; `emit` writes its events."""

@@ -9,10 +9,10 @@ from typing import Any
 
 from app.protocol.response_object import ResponseRecord
 from app.queue import token_counts
-from workers.runtimes import compaction
-from workers.runtimes.chat_request import chat_request
-from workers.runtimes.errors import RuntimeFailure
+from workers.runtime_failure import RuntimeFailure
 from workers.state import WorkerState
+from workers.translation import compaction
+from workers.translation.chat_request import chat_request
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ failure, stop request) ends in exactly one terminal status and one terminal even
 
 A generation whose worker stopped or died goes on in another worker (invariant 4: never re-run
 from scratch): the claim takes it up with the output its log holds, the runtime is asked to go on
-from that text (workers/runtimes/chat_request.py `continuing`), and its events continue from the
+from that text (workers/translation/chat_request.py `continuing`), and its events continue from the
 next sequence number. A worker shut down hands its generations over the same way.
 """
 
@@ -22,27 +22,25 @@ from typing import Any
 from app.catalog import ModelEntry
 from app.process.metrics import FINISHED, INPUT_TOKENS, OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
 from app.protocol.accumulate import continuable, stopped
-from app.protocol.input_items import Item
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.response_object import ResponseRecord
+from app.protocol.shapes import Event, Item
 from app.protocol.vocabulary import OUTPUT_DELTAS
-from app.queue import mcp_credentials
+from app.queue import mcp_credentials, rate_counters, transient_runs
 from app.queue.jobs import enqueue_generate
-from app.queue.redis_keys import ALIVE_PREFIX, TRANSIENT_CLAIM_PREFIX
 from app.queue.redis_link import REDIS_LINK
-from app.service import admission
+from app.queue.transient_runs import TransientJob
 from app.storage import events as events_db
 from app.storage import items as items_db
 from app.storage import responses as responses_db
 from workers.jobs import compacting, start_times
 from workers.jobs.start_times import StartTimes
 from workers.mcp.loop import MAX_TOOL_ROUNDS, ToolLoop
-from workers.runtimes import compaction
-from workers.runtimes.chat_request import chat_request, continuing
-from workers.runtimes.errors import RuntimeFailure
-from workers.runtimes.output_items import Event
-from workers.runtimes.translate import StreamTranslator
+from workers.runtime_failure import RuntimeFailure
 from workers.state import WorkerState
+from workers.translation import compaction
+from workers.translation.chat_request import chat_request, continuing
+from workers.translation.translate import StreamTranslator
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +69,7 @@ async def generate(ctx: dict[str, Any], response_id: str, transient: dict[str, A
         if transient is None:
             generation = await _claim_durable(state, response_id, times)
         else:
-            generation = await _claim_transient(state, response_id, transient, times)
+            generation = await _claim_transient(state, response_id, TransientJob.decoded(transient), times)
         if generation is not None:
             await _run(state, generation)
     finally:
@@ -79,7 +77,7 @@ async def generate(ctx: dict[str, Any], response_id: str, transient: dict[str, A
 
 
 async def _claim_durable(state: WorkerState, response_id: str, times: StartTimes) -> Generation | None:
-    claim = await state.claims(response_id)
+    claim = await state.claim(response_id)
     if claim is None:
         log.info("response %s: already claimed or ended; nothing to do", response_id)
         return None
@@ -94,23 +92,20 @@ async def _claim_durable(state: WorkerState, response_id: str, times: StartTimes
 
 
 async def _claim_transient(
-    state: WorkerState, response_id: str, job: dict[str, Any], times: StartTimes
+    state: WorkerState, response_id: str, job: TransientJob, times: StartTimes
 ) -> Generation | None:
-    claimed = await state.redis.set(
-        TRANSIENT_CLAIM_PREFIX + response_id, state.worker_id, nx=True, ex=state.settings.job_timeout_seconds
-    )
-    if not claimed:
+    if not await transient_runs.claim(state.redis, response_id, state.worker_id, state.settings.job_timeout_seconds):
         return None
-    await state.redis.set(ALIVE_PREFIX + response_id, state.worker_id, ex=int(state.settings.lease_seconds) + 1)
+    await transient_runs.say_alive(state.redis, [response_id], state.worker_id, state.settings.lease_seconds)
     state.transient.add(response_id)
-    record = ResponseRecord(**{**job["record"], "status": "in_progress"})
+    record = job.record.evolve(status="in_progress")
     context: list[Item] = []
     if record.previous_response_id:
         async with state.engine.connect() as conn:
             context = await items_db.context_items(conn, record.previous_response_id, own_output=True)
     state.writer.open_transient(response_id)
     times.claimed_now(record.model)
-    return Generation(record, state.catalog.by_name.get(record.model), context + job["input"], times)
+    return Generation(record, state.catalog.by_name.get(record.model), context + job.input, times)
 
 
 async def _run(state: WorkerState, generation: Generation) -> None:
@@ -245,7 +240,7 @@ async def _finish(
         # Kept while its last events wait for Redis: its follower waits for them. Else it expires.
         if not state.writer.holds(record.id):
             with REDIS_LINK.tolerated("ending a store=false response"):
-                await state.redis.delete(ALIVE_PREFIX + record.id)
+                await transient_runs.ended(state.redis, record.id)
 
 
 async def _settle_tokens(state: WorkerState, record: ResponseRecord, usage: dict[str, Any]) -> None:
@@ -254,7 +249,7 @@ async def _settle_tokens(state: WorkerState, record: ResponseRecord, usage: dict
     if admitted is None:
         return
     try:
-        await admission.settle(
+        await rate_counters.settle(
             state.redis, admitted["tokens_key"], (usage.get("total_tokens") or 0) - admitted["estimate"]
         )
     except Exception:  # the estimate stays counted: the account is limited a little early, not late

@@ -20,16 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.protocol.ids import new_id
-from app.protocol.input_items import Item
 from app.protocol.mcp_tools import Credentials, offered, open_credentials
 from app.protocol.response_object import ResponseRecord
+from app.protocol.shapes import Event, Item
 from app.queue import mcp_credentials
 from workers.mcp.server_link import McpFailure, ServerLink, connect
-from workers.runtimes.errors import RuntimeFailure
-from workers.runtimes.output_items import Event, McpCallOutput, mcp_list_tools_events
-from workers.runtimes.tools import RuntimeTools
-from workers.runtimes.translate import StreamTranslator
+from workers.runtime_failure import RuntimeFailure
 from workers.state import WorkerState
+from workers.translation.output_items import McpCallOutput, mcp_list_tools_events
+from workers.translation.tools import RuntimeTools
+from workers.translation.translate import StreamTranslator
 
 log = logging.getLogger(__name__)
 

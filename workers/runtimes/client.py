@@ -15,10 +15,11 @@ from typing import Any
 import orjson
 
 from app.catalog import ModelEntry
-from workers.runtimes import prompt_length, truncation
-from workers.runtimes.errors import CONTEXT_LENGTH_EXCEEDED, RuntimeFailure, refusal_of
-from workers.runtimes.http_client import HttpClient, HttpError, RequestTimeouts
-from workers.runtimes.translate import chunk_carries_output
+from workers.runtime_failure import CONTEXT_LENGTH_EXCEEDED, RuntimeFailure
+from workers.runtimes import prompt_length
+from workers.runtimes.http_client import HttpClient, HttpError, RequestTimeouts, refusal_of
+from workers.translation import truncation
+from workers.translation.translate import chunk_carries_output
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class ChatRuntimeClient:
         Cancelling the call closes the connection, which aborts the generation upstream. For a
         server that streams no usage, a usage chunk with the prompt's tokens comes last. With
         `truncate`, a prompt longer than the context loses its oldest turns until it fits
-        (workers/runtimes/truncation.py): measured first where the server can count it, else
+        (workers/translation/truncation.py): measured first where the server can count it, else
         sent again shorter after the server refuses it, a bounded number of times."""
         url = f"{(model.base_url or '').rstrip('/')}/chat/completions"
         headers = _headers(model)

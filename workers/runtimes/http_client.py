@@ -33,6 +33,8 @@ from urllib.parse import SplitResult, urlsplit
 import aiohttp
 import orjson
 
+from workers.runtime_failure import RuntimeFailure, refusal
+
 # Servers close idle keep-alive connections after a few seconds (uvicorn: 5); ours retire sooner.
 IDLE_SECONDS = 4.0
 # How long a consumer that has all it needs waits for the body's formal end (to keep the
@@ -235,3 +237,8 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+async def refusal_of(answer: Answer) -> RuntimeFailure:
+    """The failure for a model server's error answer, with the start of its body."""
+    return refusal(answer.status, (await answer.read()).decode(errors="replace")[:500])

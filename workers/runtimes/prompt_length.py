@@ -17,8 +17,8 @@ import json
 from typing import Any
 
 from app.catalog import ModelEntry
-from workers.runtimes.errors import CONTEXT_LENGTH_EXCEEDED, RuntimeFailure, refusal_of
-from workers.runtimes.http_client import HttpClient, RequestTimeouts
+from workers.runtime_failure import CONTEXT_LENGTH_EXCEEDED, RuntimeFailure
+from workers.runtimes.http_client import HttpClient, RequestTimeouts, refusal_of
 
 
 async def measure(

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from app.process.child_process import die_with_parent
-from workers.runtimes.errors import RuntimeFailure
+from workers.runtime_failure import RuntimeFailure
 from workers.runtimes.http_client import HttpClient, HttpError, RequestTimeouts
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from app.protocol.mcp_tools import needs_approval, offered
-from app.protocol.tools import Tool, grammar_of
+from app.protocol.shapes import Tool
+from app.protocol.tools import grammar_of
 
 CUSTOM_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.process.metrics import CONVERSATION_ITEMS_READ
+from app.protocol.shapes import Item
 from app.storage import conversations as conversations_db
-from app.storage.items import Item
-from workers.kept_copies import KeptCopies
+from workers.caches.kept_copies import KeptCopies
 
 
 @dataclass(frozen=True, slots=True)

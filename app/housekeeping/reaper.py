@@ -26,18 +26,17 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from arq.connections import ArqRedis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.catalog import Catalog
-from app.events import channel
+from app.events.ending import ending_now
 from app.process.metrics import CONTINUED, REAPED, REQUEUED
-from app.protocol.accumulate import Item, continuable, stopped
-from app.protocol.encoding import WireEvent
+from app.protocol.accumulate import continuable, stopped
 from app.protocol.lifecycle import terminal_event
+from app.protocol.shapes import Item
 from app.queue import arq_seam
-from app.queue.jobs import GenerateJob, enqueue_generate
+from app.queue.jobs import GenerateJob, QueueRedis, enqueue_generate
 from app.queue.redis_link import REDIS_LINK
 from app.storage import events as events_db
 from app.storage import responses as responses_db
@@ -67,7 +66,7 @@ class Continuations:
 
 async def reap_expired_leases(
     engine: AsyncEngine,
-    redis: ArqRedis,
+    redis: QueueRedis,
     events_channel: str,
     continuations: Continuations,
     spare: Collection[str] = (),
@@ -75,10 +74,10 @@ async def reap_expired_leases(
     """Takes up every running response whose lease expired, except those in `spare`: continued
     where it can be, else failed (its followers are told on `events_channel`); returns the ids
     of those failed."""
-    published: dict[str, list[WireEvent]] = {}
     continued: list[tuple[str, str, int]] = []
     dead_jobs: list[GenerateJob] = []  # the jobs the dead workers ran, whose arq keys are removed
-    async with engine.begin() as conn:
+    async with ending_now(engine, redis, events_channel) as endings:
+        conn = endings.conn
         rows = (
             await conn.execute(
                 select(responses)
@@ -102,13 +101,10 @@ async def reap_expired_leases(
                     continue
             outcome = responses_db.Outcome("failed", stopped(output), time.time(), error=WORKER_LOST)
             final = outcome.applied_to(responses_db.record_from_row(row, []))
-            events = await events_db.end(conn, row.id, [terminal_event(final)], outcome)
-            if events:
-                published[row.id] = events
-    for response_id in published:
+            await endings.end(row.id, [terminal_event(final)], outcome)
+    for response_id in endings.published:
         log.warning("response %s: worker lost; failed", response_id)
-    REAPED.inc(len(published))
-    await channel.publish(redis, events_channel, published)
+    REAPED.inc(len(endings.published))
     for response_id, queue_name, number in continued:
         log.warning("response %s: worker lost; continued (%d)", response_id, number)
         CONTINUED.inc()
@@ -118,12 +114,12 @@ async def reap_expired_leases(
         for queue_name in {job.queue_name for job in dead_jobs}:
             ids = [job.job_id for job in dead_jobs if job.queue_name == queue_name]
             await arq_seam.remove_jobs(redis, queue_name, ids)
-    return list(published)
+    return list(endings.published)
 
 
 async def requeue_lost_jobs(
     engine: AsyncEngine,
-    redis: ArqRedis,
+    redis: QueueRedis,
     catalog: Catalog,
     base_queue: str,
     older_than_seconds: float,

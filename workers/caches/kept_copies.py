@@ -1,7 +1,7 @@
 """What a worker keeps of the conversations and chains it serves between their turns: copies,
 bounded by the sum of their sizes (the length of their items' JSON), least recently used first
-out. A copy is taken out while a turn extends it and kept again after (workers/conversation_items.py,
-workers/chain_contexts.py)."""
+out. A copy is taken out while a turn extends it and kept again after (workers/caches/conversation_items.py,
+workers/caches/chain_contexts.py)."""
 
 from __future__ import annotations
 

@@ -20,21 +20,20 @@ from app.protocol.create_request import ENCRYPTED_REASONING
 from app.protocol.ids import new_id
 from app.protocol.response_object import usage_object
 from app.protocol.sealing import Seal
-from workers.runtimes.errors import RuntimeFailure
-from workers.runtimes.output_items import (
+from app.protocol.shapes import Event, Item
+from workers.runtime_failure import RuntimeFailure
+from workers.translation.output_items import (
     CallOutput,
     CustomToolCallOutput,
-    Event,
     FunctionCallOutput,
     GrammarToolCallOutput,
-    Item,
     McpApprovalRequestOutput,
     McpCallOutput,
     MessageOutput,
     OutputItem,
     ReasoningOutput,
 )
-from workers.runtimes.tools import RuntimeTools, forced_grammar_tool
+from workers.translation.tools import RuntimeTools, forced_grammar_tool
 
 FINISH_TO_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 

@@ -1,7 +1,7 @@
 """The event log's day partitions: made ahead, dropped whole.
 
 `event_log` has one partition a day, `event_log_YYYY_MM_DD`, for the responses created that day
-(their `log_key >> 32`, migration 0015). Retention (workers/retention.py) purges a response's
+(their `log_key >> 32`, migration 0015). Retention (app/housekeeping/retention.py) purges a response's
 log by marking it; its rows stay until its day's partition is dropped, which happens once every
 response of that day has been purged or deleted: one DROP instead of a DELETE per row and the
 VACUUM after it. Partitions are made DAYS_AHEAD days ahead; a response whose day has none (the

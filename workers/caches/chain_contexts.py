@@ -18,9 +18,10 @@ from collections.abc import Mapping, Sequence
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.process.metrics import CHAIN_ITEMS_READ
+from app.protocol.shapes import Item
 from app.storage import items as items_db
-from app.storage.items import BranchTail, Item, Span
-from workers.kept_copies import KeptCopies
+from app.storage.items import BranchTail, Span
+from workers.caches.kept_copies import KeptCopies
 
 
 class ChainContexts:

@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 from app.catalog import ModelEntry
-from app.protocol.input_items import TOOL_OUTPUT_TYPES, Item, item_text
+from app.protocol.input_items import TOOL_OUTPUT_TYPES, item_text
 from app.protocol.response_object import ResponseRecord
-from app.protocol.tools import Tool
-from workers.runtimes.tools import RuntimeTools, custom_arguments, forced_grammar_tool
+from app.protocol.shapes import Item, Tool
+from workers.translation.tools import RuntimeTools, custom_arguments, forced_grammar_tool
 
 # Chat servers treat top_p 0 as invalid or as "off"; OpenAI means "most likely token only".
 TOP_P_ZERO = 1e-9

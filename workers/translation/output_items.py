@@ -12,10 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.protocol.ids import new_id
-from workers.runtimes.tools import custom_input
-
-Event = dict[str, Any]
-Item = dict[str, Any]
+from app.protocol.shapes import Event, Item
+from workers.translation.tools import custom_input
 
 
 @dataclass

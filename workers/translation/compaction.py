@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.protocol.input_items import Item, user_message
+from app.protocol.input_items import user_message
 from app.protocol.sealing import Seal, SealError
-from workers.runtimes.errors import RuntimeFailure
+from app.protocol.shapes import Item
+from workers.runtime_failure import RuntimeFailure
 
 COMPACTION_PROMPT = """\
 Write a summary of the conversation so far, for yourself to continue it from later without it.

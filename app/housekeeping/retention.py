@@ -1,6 +1,6 @@
 """Retention: expired data is deleted from Postgres, not hidden (docs/configuration.md). An
 expired event log is unreadable the moment its response is marked purged, and its rows go with
-its day's partition (workers/log_partitions.py), dropped once every log of that day has expired.
+its day's partition (app/housekeeping/log_partitions.py), dropped once every log of that day has expired.
 
 Every worker runs it periodically. Each step is one statement over a small batch, found through
 an index of its own in the order it came due and locked with SKIP LOCKED: it commits in
@@ -19,11 +19,11 @@ from datetime import timedelta
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.housekeeping import log_partitions
 from app.process.metrics import RETENTION_BEHIND, RETENTION_REMOVED
 from app.settings import Settings
 from app.storage.idempotency import KEY_HOURS
 from app.storage.tables import PENDING
-from workers import log_partitions
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class Step:
             WITH due AS ({due}),
             marked AS (UPDATE responses r SET events_purged_at = now() FROM due WHERE r.id = due.id
                        RETURNING r.id, r.log_key),
-            -- The log's rows go with their day's partition (workers/log_partitions.py); only
+            -- The log's rows go with their day's partition (app/housekeeping/log_partitions.py); only
             -- a day that had none holds them in the default one.
             gone AS (DELETE FROM event_log_default e USING marked WHERE e.log_key = marked.log_key),
             templates AS (DELETE FROM event_templates t USING marked WHERE t.log_key = marked.log_key),

@@ -23,7 +23,7 @@ generation stopped too (`on_dropped`): nothing it still produces can be written.
 
 `store=false` foreground responses never touch Postgres: their events are numbered here and only
 published, to the one API process that follows them. While Redis is away their events are held
-(workers/event_log/transient_backlog.py) and published once it is back.
+(app/events/transient_backlog.py) and published once it is back.
 """
 
 from __future__ import annotations
@@ -40,18 +40,18 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.events import channel
+from app.events.transient_backlog import TransientBacklog
 from app.process.repeated_failure import RepeatedFailure
 from app.process.side_tasks import SideTasks
 from app.protocol import encoding
 from app.protocol.encoding import WireEvent
+from app.protocol.shapes import Event
 from app.protocol.vocabulary import MERGEABLE_DELTAS
 from app.queue.redis_link import Backoff
 from app.storage import events as events_db
 from app.storage import responses as responses_db
 from app.storage.driver import numbered_twice, refused_data
-from app.storage.events import Event
 from app.storage.held import HeldConnection
-from workers.event_log.transient_backlog import TransientBacklog
 
 log = logging.getLogger(__name__)
 

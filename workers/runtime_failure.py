@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 
-from workers.runtimes.http_client import Answer
-
 
 class RuntimeFailure(Exception):
     """The runtime refused, broke off or could not be reached; the message says which."""
@@ -34,8 +32,3 @@ def refusal(status: int, detail: str) -> RuntimeFailure:
     return RuntimeFailure(
         f"model runtime answered {status}: {detail}", retryable=status >= 500 or status == 429, code=code
     )
-
-
-async def refusal_of(answer: Answer) -> RuntimeFailure:
-    """The failure for a model server's error answer, with the start of its body."""
-    return refusal(answer.status, (await answer.read()).decode(errors="replace")[:500])
