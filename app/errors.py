@@ -32,9 +32,18 @@ class APIError(Exception):
     def __init__(self, message: str | None = None, *, param: str | None = None, code: str | None = None) -> None:
         self.message = message or (self.__doc__ or "").strip()
         self.param = param
+        self.extra_headers: dict[str, str] = {}
         if code is not None:
             self.code = code
         super().__init__(self.message)
+
+    def add_headers(self, headers: dict[str, str]) -> None:
+        """Headers its answer carries too (the rate limits of the create it ended)."""
+        self.extra_headers.update(headers)
+
+    def answer_headers(self) -> dict[str, str]:
+        """Every header its answer carries: its own kind's (`headers`), then those added."""
+        return {**self.headers(), **self.extra_headers}
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}

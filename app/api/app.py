@@ -54,7 +54,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, errors.APIError)
-    return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers())
+    return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.answer_headers())
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -99,7 +99,6 @@ class RequestIdMiddleware:
                 route = getattr(endpoint, "__name__", "unknown")
                 HTTP_REQUESTS.labels(route, scope["method"], str(message["status"])).inc()
                 headers = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
-                headers += [(name.encode(), value.encode()) for name, value in entry.headers.items()]
                 if (b"content-type", b"application/json") in headers:  # not a stream: its phases are over
                     headers.append((b"server-timing", entry.server_timing().encode()))
                 message = {**message, "headers": headers}
@@ -119,6 +118,6 @@ class RequestIdMiddleware:
 
 async def _answer_error(send: Send, error: errors.APIError) -> None:
     headers = [(b"content-type", b"application/json")]
-    headers += [(name.encode(), value.encode()) for name, value in error.headers().items()]
+    headers += [(name.encode(), value.encode()) for name, value in error.answer_headers().items()]
     await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
     await send({"type": "http.response.body", "body": json.dumps(error.body()).encode()})

@@ -4,7 +4,7 @@ and stop the generation if the client leaves first (design, "Lifecycle")."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -27,11 +27,14 @@ class FinalResponse:
         events: AsyncIterator[list[WireEvent] | None],
         on_disconnect: Callable[[], Awaitable[None]] | None,
         render: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
-        """`render`: the answer made of a Response that did not fail (default: the Response)."""
+        """`render`: the answer made of a Response that did not fail (default: the Response).
+        `headers`: what the answer carries besides its content type, whatever its status."""
         self.events = events
         self.on_disconnect = on_disconnect
         self.render = render
+        self.headers = [(name.encode(), value.encode()) for name, value in (headers or {}).items()]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         terminal: Event | None = None
@@ -57,7 +60,11 @@ class FinalResponse:
         if status == 200 and self.render is not None:
             body = await self.render(body)
         await send(
-            {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json"), *self.headers],
+            }
         )
         await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import anyio
 from starlette.types import Receive, Scope, Send
@@ -54,11 +54,13 @@ class EventStreamResponse:
         obfuscate: bool,
         on_disconnect: Callable[[], Awaitable[None]] | None = None,
         on_error: Callable[[errors.APIError], WireEvent] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.events = events
         self.obfuscate = obfuscate
         self.on_disconnect = on_disconnect
         self.on_error = on_error
+        self.headers = [(name.encode(), value.encode()) for name, value in (headers or {}).items()]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send(
@@ -69,6 +71,7 @@ class EventStreamResponse:
                     (b"content-type", b"text/event-stream; charset=utf-8"),
                     (b"cache-control", b"no-cache"),
                     (b"x-accel-buffering", b"no"),
+                    *self.headers,
                 ],
             }
         )

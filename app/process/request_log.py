@@ -30,7 +30,6 @@ class RequestLog:
     phases: dict[str, float] = field(default_factory=dict)  # name → milliseconds
     facts: dict[str, str] = field(default_factory=dict)  # account, model, response id
     status: int | None = None
-    headers: dict[str, str] = field(default_factory=dict)  # for the answer, noted on the way (rate limits)
 
     def __post_init__(self) -> None:
         self.phase_started = self.started
@@ -72,13 +71,6 @@ def note(**facts: str) -> None:
     current = CURRENT.get()
     if current is not None:
         current.facts.update(facts)
-
-
-def add_headers(headers: dict[str, str]) -> None:
-    """Headers the answer carries, whatever it turns out to be (the account's rate limits)."""
-    current = CURRENT.get()
-    if current is not None:
-        current.headers.update(headers)
 
 
 def phase(name: str) -> None:

@@ -1,4 +1,4 @@
-"""Creating a response: validate → admit → persist → enqueue, and what its client follows.
+"""Creating a response: validate → admit → build → store → enqueue, and what its client follows.
 
 Nothing reaches Postgres or the queue before the whole request is checked (design invariant 6);
 a create whose hand-over to the workers fails is withdrawn, so the client's error leaves nothing
@@ -64,6 +64,7 @@ class Accepted:
     opening: list[WireEvent] = field(default_factory=list)  # the events stored with it: its whole log
     # Its MCP tools' credentials, by server label: handed to its worker sealed, never stored.
     mcp_credentials: dict[str, Credentials] = field(default_factory=dict, repr=False)
+    headers: dict[str, str] = field(default_factory=dict)  # its account's rate limits, as admitted
 
     @property
     def durable(self) -> bool:
@@ -83,6 +84,7 @@ class Created:
     events: AsyncIterator[list[WireEvent] | None] | None
     # Stops the generation when its client leaves; None for a background one, which outlives it.
     on_disconnect: Callable[[], Awaitable[None]] | None
+    headers: dict[str, str] = field(default_factory=dict)  # what its answer carries: the rate limits
 
 
 async def create(
@@ -110,19 +112,21 @@ async def create(
         if record.stream or not record.background:  # before enqueueing: a transient response's events exist only live
             subscription = await state.hub.subscribe(record.id, accepted.durable)
         await enqueue(state, accepted)
-    except BaseException:
+    except BaseException as failure:
         if subscription is not None:
             await subscription.close()
         await withdraw(state, accepted, caller.account_id, key)
+        if isinstance(failure, errors.APIError):
+            failure.add_headers(accepted.headers)
         raise
     request_log.phase("queue")
     if subscription is None:
-        return Created(record, None, None)
+        return Created(record, None, None, accepted.headers)
     # Before its job runs, a response's log holds what its create stored: nothing, or a background
     # one's first two events.
     events = follow(state.log_source(accepted.durable), subscription, record.id, -1, known_log=accepted.opening)
     on_disconnect = None if record.background else partial(stop, state, record.id, accepted.durable)
-    return Created(record, events, on_disconnect)
+    return Created(record, events, on_disconnect, accepted.headers)
 
 
 async def _replayed(state: AppState, account_id: str, response_id: str) -> Created:
@@ -189,46 +193,98 @@ async def accept(
     compaction: bool = False,
     key: IdempotencyKey | None = None,
 ) -> Accepted:
+    """validate → admit → build → store: the response in Postgres (unless transient), not yet
+    enqueued. An error after admission carries the rate-limit headers of the request it counted."""
     create, model = await validated(state, body, input_optional=compaction)  # a chain alone is compacted
     request_log.phase("validate")
-    record = new_record(create, model)
-    if compaction:
-        record.settings["compaction"] = True
-    if key is not None:  # a request sent again is answered before it is counted against any limit
+    record = new_record(create, model, compaction=compaction)
+    headers = await admit(state, account_id, record, model, limits, body_bytes, key)
+    try:
+        new = await build(state, account_id, create, record)
+        await store(state, new, create.conversation_id, key)
+    except errors.APIError as error:
+        error.add_headers(headers)
+        raise
+    request_log.phase("store")
+    return Accepted(record, new.input_items, list(new.opening), create.mcp_credentials, headers)
+
+
+async def admit(
+    state: AppState,
+    account_id: str,
+    record: ResponseRecord,
+    model: ModelEntry,
+    limits: Limits | None,
+    body_bytes: int,
+    key: IdempotencyKey | None,
+) -> dict[str, str]:
+    """A request sent again with its Idempotency-Key is answered (`idempotency.Replay`) before it
+    counts against any limit; any other is refused (429) over its account's limits or its model's
+    queue (app/service/admission.py). Returns the rate-limit headers its answer carries."""
+    if key is not None:
         async with state.engine.connect() as conn:
             await idempotency.check(conn, account_id, key)
-    if limits is not None:
-        await _admit(state, account_id, record, model, limits, body_bytes)
+    if limits is None:
+        return {}
+    counted = record.background or record.store  # (a transient response is counted nowhere)
+    if counted and (model.max_queued is not None or limits.max_concurrent is not None):
+        async with state.engine.connect() as conn:
+            if limits.max_concurrent is not None:
+                admission.check_concurrency(await responses_db.count_active(conn, account_id), limits)
+            if model.max_queued is not None:
+                admission.check_queue(await responses_db.count_queued(conn, model.id), model.max_queued)
+    if not limits.any:
+        return {}
+    requested = record.settings["requested"]["max_output_tokens"]
+    output = min(requested or model.max_output_tokens, model.max_output_tokens)
+    estimate = admission.estimate_tokens(body_bytes, output)
+    admitted = await admission.admit(state.redis, account_id, limits, estimate, state.settings.limit_window_seconds)
+    if admitted.tokens_key is not None:  # its worker puts the real count in place of the estimate
+        record.settings["admission"] = {"tokens_key": admitted.tokens_key, "estimate": admitted.estimate}
+    return admitted.headers
+
+
+async def build(
+    state: AppState, account_id: str, create: ValidatedCreate, record: ResponseRecord
+) -> responses_db.NewResponse:
+    """What a create stores: its input items with ids of ours, a background response's first
+    events, and its place in its chain (a 400 when the previous response cannot be continued)."""
     _log_hosted_tools(create)
     input_items = items_db.with_new_ids(create.input_items)
     opening: list[WireEvent] = []
     if record.background:  # visible (and followable) at once: its first events come with it
         events = [lifecycle_event("response.created", record), lifecycle_event("response.queued", record)]
         opening = encoding.numbered(events, [encoding.encode(event) for event in events], 0)
-    accepted = Accepted(record, input_items, opening, create.mcp_credentials)
-    previous_id = create.request.previous_response_id
-    # The previous response may be deleted between its read and this insert: the insert's
-    # reference to it is then refused, and the request gets what it would have got a moment later.
+    previous_id = record.previous_response_id
     if previous_id is None and create.conversation_id is None:  # (else checked with what it continues)
         check_approvals(create.input_items, set())
-    with _previous_deleted_meanwhile(previous_id):
-        link = responses_db.ChainLink(None, 0)
-        if previous_id is not None:
-            async with autocommit(state.engine) as conn:  # one read
-                link = await chain_link(conn, account_id, previous_id, create.input_items)
-        new = responses_db.NewResponse(record, account_id, link, input_items, opening)
-        if key is not None or create.conversation_id is not None:
+    link = responses_db.ChainLink(None, 0)
+    if previous_id is not None:
+        async with autocommit(state.engine) as conn:  # one read
+            link = await chain_link(conn, account_id, previous_id, create.input_items)
+    return responses_db.NewResponse(record, account_id, link, input_items, opening)
+
+
+async def store(
+    state: AppState, new: responses_db.NewResponse, conversation_id: str | None, key: IdempotencyKey | None
+) -> None:
+    """Writes a durable response; with an Idempotency-Key or in a conversation, in one transaction
+    with the key and the conversation's lock, else with the others stored at the same moment (one
+    statement). The previous response may be deleted between its read and this insert: the
+    insert's reference to it is then refused, and the request gets what it would have got a
+    moment later."""
+    durable = new.record.store or new.record.background
+    with _previous_deleted_meanwhile(new.record.previous_response_id):
+        if key is not None or conversation_id is not None:
             async with state.engine.begin() as conn:  # the key, the conversation and the response at once
-                await idempotency.claim(conn, account_id, key)
-                if create.conversation_id is not None:
-                    await _store_in_conversation(conn, create.conversation_id, new)
-                elif accepted.durable:
+                await idempotency.claim(conn, new.account_id, key)
+                if conversation_id is not None:
+                    await _store_in_conversation(conn, conversation_id, new)
+                elif durable:
                     await responses_db.insert_responses(conn, [new])
-                await idempotency.record(conn, account_id, key, record.id)
-        elif accepted.durable:  # with the others being stored at the same moment: one statement
+                await idempotency.record(conn, new.account_id, key, new.record.id)
+        elif durable:
             await state.store(new)
-    request_log.phase("store")
-    return accepted
 
 
 async def _store_in_conversation(conn: AsyncConnection, conversation_id: str, new: responses_db.NewResponse) -> None:
@@ -247,28 +303,6 @@ async def _store_in_conversation(conn: AsyncConnection, conversation_id: str, ne
     check_approvals(new.input_items, asked)
     await responses_db.insert_responses(conn, [new])
     await conversations_db.set_active(conn, conversation_id, new.record.id)
-
-
-async def _admit(
-    state: AppState, account_id: str, record: ResponseRecord, model: ModelEntry, limits: Limits, body_bytes: int
-) -> None:
-    """Refuses the create (429) over its account's limits or its model's queue (app/service/admission.py)."""
-    counted = record.background or record.store  # (a transient response is counted nowhere)
-    if counted and (model.max_queued is not None or limits.max_concurrent is not None):
-        async with state.engine.connect() as conn:
-            if limits.max_concurrent is not None:
-                admission.check_concurrency(await responses_db.count_active(conn, account_id), limits)
-            if model.max_queued is not None:
-                admission.check_queue(await responses_db.count_queued(conn, model.id), model.max_queued)
-    if not limits.any:
-        return
-    requested = record.settings["requested"]["max_output_tokens"]
-    output = min(requested or model.max_output_tokens, model.max_output_tokens)
-    estimate = admission.estimate_tokens(body_bytes, output)
-    admitted = await admission.admit(state.redis, account_id, limits, estimate, state.settings.limit_window_seconds)
-    request_log.add_headers(admitted.headers)
-    if admitted.tokens_key is not None:  # its worker puts the real count in place of the estimate
-        record.settings["admission"] = {"tokens_key": admitted.tokens_key, "estimate": admitted.estimate}
 
 
 @contextmanager
@@ -329,9 +363,11 @@ def _log_hosted_tools(create: ValidatedCreate) -> None:
         HOSTED_TOOLS_NOT_OFFERED.labels(kind).inc()
 
 
-def new_record(create: ValidatedCreate, model: ModelEntry) -> ResponseRecord:
+def new_record(create: ValidatedCreate, model: ModelEntry, *, compaction: bool = False) -> ResponseRecord:
     request = create.request
     settings = echoed_settings(create, request.max_output_tokens, model.sampling)
+    if compaction:
+        settings["compaction"] = True
     # What the client actually set, for the runtime request (defaults stay the runtime's).
     settings["requested"] = {
         "temperature": request.temperature,

@@ -80,6 +80,26 @@ def test_requests_over_the_limit_are_refused_until_the_window_passes(
     assert create(api, key, input="later").status_code == 200
 
 
+def test_every_answer_to_a_counted_create_carries_its_rate_limits(
+    environment: Environment, api: str, server: Server, fake: FakeRuntime
+) -> None:
+    """A stream, a background create and a create refused after it was counted (its previous
+    response unknown) say what is left of the window, as a JSON answer does."""
+    _, key = limited_key(environment, requests_per_minute=5)
+    start_of_a_window()
+    headers = {"Authorization": f"Bearer {key}"}
+    payload = {"model": "fake", "input": "hello", "stream": True}
+    with httpx.stream("POST", f"{api}/responses", json=payload, headers=headers, timeout=30) as streamed:
+        assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
+        assert streamed.headers["x-ratelimit-remaining-requests"] == "4"
+        assert "response.completed" in streamed.read().decode()
+    background = create(api, key, background=True)
+    assert background.status_code == 200 and background.headers["x-ratelimit-remaining-requests"] == "3"
+    unknown = create(api, key, previous_response_id="resp_unknown")
+    assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "previous_response_id"
+    assert unknown.headers["x-ratelimit-remaining-requests"] == "2"
+
+
 def test_tokens_are_estimated_at_admission_and_settled_with_the_real_usage(
     environment: Environment, api: str, server: Server, fake: FakeRuntime
 ) -> None:

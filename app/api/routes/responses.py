@@ -36,7 +36,7 @@ async def create(request: Request) -> Response | ASGIApp:
     key = IdempotencyKey.of(request.headers.get(HEADER), "responses.create", body.data)
     created = await creation.create(state, caller, body.data, body.size, key=key)
     if created.events is None:
-        return JSONResponse(render(created.record))
+        return JSONResponse(render(created.record), headers=created.headers)
     if created.record.stream:
         options = body.data.get("stream_options") or {}
         return EventStreamResponse(
@@ -44,8 +44,9 @@ async def create(request: Request) -> Response | ASGIApp:
             obfuscate=options.get("include_obfuscation") is not False,
             on_disconnect=created.on_disconnect,
             on_error=_error_event,
+            headers=created.headers,
         )
-    return FinalResponse(created.events, created.on_disconnect)
+    return FinalResponse(created.events, created.on_disconnect, headers=created.headers)
 
 
 async def compact(request: Request) -> Response | ASGIApp:
@@ -55,8 +56,10 @@ async def compact(request: Request) -> Response | ASGIApp:
     key = IdempotencyKey.of(request.headers.get(HEADER), "responses.compact", body.data)
     created = await compaction.compact(state, caller, body.data, body.size, key)
     if created.events is None:  # sent again with its Idempotency-Key, ended, its log no longer kept
-        return JSONResponse(await compaction.answer(state, render(created.record)))
-    return FinalResponse(created.events, created.on_disconnect, render=partial(compaction.answer, state))
+        return JSONResponse(await compaction.answer(state, render(created.record)), headers=created.headers)
+    return FinalResponse(
+        created.events, created.on_disconnect, render=partial(compaction.answer, state), headers=created.headers
+    )
 
 
 async def retrieve(request: Request) -> Response | ASGIApp:

@@ -51,7 +51,7 @@ async def _responses_socket(scope: Scope, receive: Receive, send: Send) -> None:
         caller = await authenticate(state, websocket)
     except Exception as exc:
         error = client_error(exc, socket_id)
-        denial = JSONResponse(error.body(), status_code=error.status_code, headers=error.headers())
+        denial = JSONResponse(error.body(), status_code=error.status_code, headers=error.answer_headers())
         await websocket.send_denial_response(denial)
         return
     await websocket.accept()
