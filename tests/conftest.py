@@ -14,12 +14,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import httpx
@@ -29,6 +29,8 @@ import pytest
 from app.settings import Settings
 from app.storage.migrate import migrate
 from tests import hang_report
+
+T = TypeVar("T")
 
 PG_ADMIN_URL = os.environ.get("TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_BASE_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379")
@@ -59,6 +61,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+async def within(awaitable: Awaitable[T], seconds: float) -> T:
+    """What `awaitable` gives, or TimeoutError after `seconds`: asyncio.timeout, not wait_for, whose
+    cancellation can be lost on Python 3.11 (tests/unit/test_architecture.py)."""
+    async with asyncio.timeout(seconds):
+        return await awaitable
 
 
 async def eventually(condition: Callable[[], object], timeout: float = 5.0) -> None:

@@ -106,8 +106,7 @@ def killed_mid_answer(stack: Stack, environment: Environment, fake: FakeRuntime,
 
 
 def test_a_killed_workers_generation_is_continued_by_another(environment: Environment, fake: FakeRuntime) -> None:
-    stack = Stack(environment)
-    try:
+    with Stack(environment) as stack:
         follower = killed_mid_answer(stack, environment, fake, "continuing-model")
         continuation = fake.requests()[1]
         assert continuation["continue_final_message"] is True and continuation["add_generation_prompt"] is False
@@ -115,24 +114,18 @@ def test_a_killed_workers_generation_is_continued_by_another(environment: Enviro
         assert row["continuations"] == 1
         # Neither the dead worker's job nor the continuation's is left in Redis.
         wait_until(lambda: stack.jobs_left(follower.response_id) == [])
-    finally:
-        stack.close()
 
 
 def test_a_model_that_continues_a_trailing_assistant_message_itself_is_sent_it_alone(
     environment: Environment, fake: FakeRuntime
 ) -> None:
-    stack = Stack(environment)
-    try:
+    with Stack(environment) as stack:
         killed_mid_answer(stack, environment, fake, "prefill-model")
         assert "continue_final_message" not in fake.requests()[1]
-    finally:
-        stack.close()
 
 
 def test_a_worker_shut_down_hands_its_generation_over_at_once(environment: Environment, fake: FakeRuntime) -> None:
-    stack = Stack(environment, RESPONSES_SHUTDOWN_GRACE_SECONDS="30")
-    try:
+    with Stack(environment, RESPONSES_SHUTDOWN_GRACE_SECONDS="30") as stack:
         workers = two_workers(stack, environment)
         follower = Follower(stack.client, "continuing-model")
         wait_until(lambda: follower.deltas() >= 10)
@@ -143,16 +136,13 @@ def test_a_worker_shut_down_hands_its_generation_over_at_once(environment: Envir
         assert time.monotonic() - started < 10  # not the 30 s grace: another worker took it over
         follower.join()
         assert_one_unbroken_answer(follower, fake)
-    finally:
-        stack.close()
 
 
 def test_a_worker_shut_down_with_no_other_alive_finishes_within_its_grace_and_says_draining(
     environment: Environment, fake: FakeRuntime
 ) -> None:
-    stack = Stack(environment, RESPONSES_SHUTDOWN_GRACE_SECONDS="10")
     port = free_port()
-    try:
+    with Stack(environment, RESPONSES_SHUTDOWN_GRACE_SECONDS="10") as stack:
         worker = stack.start_worker(RESPONSES_WORKER_PORT=str(port))
         ready = f"http://127.0.0.1:{port}/ready"
         wait_until(lambda: answers_200(ready))
@@ -164,15 +154,12 @@ def test_a_worker_shut_down_with_no_other_alive_finishes_within_its_grace_and_sa
         assert follower.events[-1].type == "response.completed" and follower.text == FULL_TEXT
         assert len(fake.requests()) == 1  # finished where it began
         worker.wait(15)
-    finally:
-        stack.close()
 
 
 def test_past_its_grace_with_no_other_alive_a_generation_waits_for_the_next_worker(
     environment: Environment, fake: FakeRuntime
 ) -> None:
-    stack = Stack(environment, RESPONSES_SHUTDOWN_GRACE_SECONDS="1")
-    try:
+    with Stack(environment, RESPONSES_SHUTDOWN_GRACE_SECONDS="1") as stack:
         worker = stack.start_worker()
         follower = Follower(stack.client, "continuing-model")
         wait_until(lambda: follower.deltas() >= 10)
@@ -184,8 +171,6 @@ def test_past_its_grace_with_no_other_alive_a_generation_waits_for_the_next_work
         stack.start_worker()
         follower.join()
         assert_one_unbroken_answer(follower, fake)
-    finally:
-        stack.close()
 
 
 def test_a_generation_is_continued_at_most_the_configured_number_of_times(
@@ -198,9 +183,8 @@ def test_a_generation_is_continued_at_most_the_configured_number_of_times(
 
 
 def _continued_at_most_once(environment: Environment, fake: FakeRuntime) -> None:
-    stack = Stack(environment, RESPONSES_MAX_CONTINUATIONS="1")
     script = "#fake " + json.dumps({"text": " ".join(WORDS), "delay": 0.1})  # 8 s
-    try:
+    with Stack(environment, RESPONSES_MAX_CONTINUATIONS="1") as stack:
         workers = two_workers(stack, environment)
         follower = Follower(stack.client, "continuing-model", script)
         wait_until(lambda: follower.deltas() >= 5)
@@ -214,5 +198,3 @@ def _continued_at_most_once(environment: Environment, fake: FakeRuntime) -> None
         failed = stack.client.responses.retrieve(follower.response_id)
         assert failed.status == "failed" and failed.output_text == follower.text != ""
         assert len(fake.requests()) == 2
-    finally:
-        stack.close()

@@ -151,22 +151,18 @@ def test_graceful_shutdown_fails_running_generations_and_leaves_queued_ones(stac
 def test_redis_flushed_while_responses_are_queued(
     environment: Environment, fake: FakeRuntime, private_redis: PrivateRedis
 ) -> None:
-    stack = Stack(environment, REDIS_URL=private_redis.url)
-    try:
+    with Stack(environment, REDIS_URL=private_redis.url) as stack:
         created = [stack.client.responses.create(model="fake", input=f"flushed {i}", background=True) for i in range(3)]
         redis.Redis(port=private_redis.port).flushall()  # everything Redis knew is gone
         stack.start_worker()
         for response in created:
             wait_until(lambda r=response: stack.client.responses.retrieve(r.id).status == "completed")  # type: ignore[misc]
-    finally:
-        stack.close()
 
 
 def test_redis_down_means_fast_503s_and_nothing_accepted_is_lost(
     environment: Environment, fake: FakeRuntime, private_redis: PrivateRedis
 ) -> None:
-    stack = Stack(environment, REDIS_URL=private_redis.url)
-    try:
+    with Stack(environment, REDIS_URL=private_redis.url) as stack:
         accepted = stack.client.responses.create(model="fake", input="before the outage", background=True)
         root = f"http://127.0.0.1:{stack.port}"
         assert httpx.get(f"{root}/ready").json() == {"status": "ok", "postgres": "ok", "redis": "ok"}
@@ -189,22 +185,19 @@ def test_redis_down_means_fast_503s_and_nothing_accepted_is_lost(
         wait_until(lambda: stack.client.responses.retrieve(accepted.id).status == "completed")
         after = stack.client.responses.create(model="fake", input="after the outage")
         assert after.status == "completed"
-    finally:
-        stack.close()
 
 
 def test_with_every_database_connection_taken_new_requests_get_503_and_a_running_stream_goes_on(
     environment: Environment, fake: FakeRuntime
 ) -> None:
-    stack = Stack(
+    events: list[Any] = []
+    with Stack(
         environment,
         RESPONSES_LEASE_SECONDS="30",
         RESPONSES_DB_POOL_SIZE="3",
         RESPONSES_DB_MAX_OVERFLOW="0",
         RESPONSES_DB_POOL_TIMEOUT="0.5",
-    )
-    events: list[Any] = []
-    try:
+    ) as stack:
         stack.start_worker()
         text = " ".join(f"w{i}" for i in range(40))
         stream = stack.client.responses.create(
@@ -253,8 +246,6 @@ def test_with_every_database_connection_taken_new_requests_get_503_and_a_running
         # (with three connections, the backlog the lock left may still hold them all for a moment:
         # a 503 with Retry-After, which the SDK retries by default)
         assert stack.client.with_options(max_retries=2).responses.retrieve(events[0].response.id).status == "completed"
-    finally:
-        stack.close()
 
 
 def test_postgres_restart_mid_generation(fake: FakeRuntime, restartable_stack: tuple[Stack, Restart]) -> None:

@@ -48,9 +48,8 @@ async def burst(stack: Stack, ids: list[str]) -> list[Followed]:
 def test_thousands_of_followers_connecting_at_once_each_get_every_event_in_order(
     environment: Environment, fake: FakeRuntime
 ) -> None:
-    stack = Stack(environment, RESPONSES_LEASE_SECONDS="30")
     script = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(40)), "delay": 0.1})
-    try:
+    with Stack(environment, RESPONSES_LEASE_SECONDS="30") as stack:
         stack.start_worker()
         ids = []
         for _ in range(RESPONSES):
@@ -62,5 +61,3 @@ def test_thousands_of_followers_connecting_at_once_each_get_every_event_in_order
         assert [f for f in followed if "error" in f.types] == []
         for f in followed:
             assert f.numbers == list(range(len(f.numbers))) and f.types[-1] == "response.completed"
-    finally:
-        stack.close()

@@ -34,8 +34,7 @@ def test_foreground_streams_ride_out_a_postgres_outage_whole(
     api_log = tmp_path / "api.log"
     # Leases outlast the outage, as a deployment's would (its default is 30 s): a worker that is
     # alive keeps its generations.
-    stack = Stack(own, api_log=api_log, RESPONSES_LEASE_SECONDS=str(outage_seconds + 30))
-    try:
+    with Stack(own, api_log=api_log, RESPONSES_LEASE_SECONDS=str(outage_seconds + 30)) as stack:
         stack.start_worker()
         texts, scripts = zip(*(_script(n, words=40, delay=0.2) for n in range(STREAMS)), strict=True)
         streams = Streams(stack.client, [{"model": "fake", "input": script} for script in scripts])
@@ -53,8 +52,6 @@ def test_foreground_streams_ride_out_a_postgres_outage_whole(
         streams.wait(timeout=90)
         streams.assert_whole(list(texts))
         assert own.query("SELECT count(*) FROM responses")[0][0] == STREAMS
-    finally:
-        stack.close()
     # Each loop that met the outage told it once, with its traceback, not every second of it.
     told = _traceback_headlines(api_log.read_text())
     assert told and len(set(told)) == len(told), told

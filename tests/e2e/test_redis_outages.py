@@ -20,9 +20,8 @@ from tests.e2e.processes import PrivateRedis, Stack
 def test_an_idle_worker_rides_out_redis_outages_and_takes_the_next_job(
     environment: Environment, fake: FakeRuntime, private_redis: PrivateRedis
 ) -> None:
-    stack = Stack(environment, REDIS_URL=private_redis.url)
     port = free_port()
-    try:
+    with Stack(environment, REDIS_URL=private_redis.url) as stack:
         worker = stack.start_worker(RESPONSES_WORKER_PORT=str(port))
         ready = f"http://127.0.0.1:{port}/ready"
         wait_until(lambda: answers_200(ready))
@@ -41,8 +40,6 @@ def test_an_idle_worker_rides_out_redis_outages_and_takes_the_next_job(
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
         assert _sample(metrics, "responses_redis_outages_total") == 3
         assert _sample(metrics, "responses_redis_up") == 1
-    finally:
-        stack.close()
 
 
 def _sample(metrics: str, name: str) -> float:
@@ -53,10 +50,9 @@ def _sample(metrics: str, name: str) -> float:
 def test_store_false_streams_get_their_whole_answer_across_a_redis_outage(
     environment: Environment, fake: FakeRuntime, private_redis: PrivateRedis
 ) -> None:
-    stack = Stack(environment, REDIS_URL=private_redis.url, RESPONSES_LEASE_SECONDS="3")
     words = [f"w{i}" for i in range(50)]
     script = "#fake " + json.dumps({"text": " ".join(words), "delay": 0.15})  # 7.5 s each
-    try:
+    with Stack(environment, REDIS_URL=private_redis.url, RESPONSES_LEASE_SECONDS="3") as stack:
         stack.start_worker()
         stack.client.responses.create(model="fake", input="warm up")
         streams: list[list[Any]] = [[] for _ in range(10)]
@@ -82,16 +78,13 @@ def test_store_false_streams_get_their_whole_answer_across_a_redis_outage(
             assert [e.sequence_number for e in events] == list(range(len(events)))
             assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == " ".join(words)
         assert len(fake.requests()) == 11  # each generated once
-    finally:
-        stack.close()
 
 
 def test_a_store_false_stream_names_redis_when_it_stays_away(
     environment: Environment, fake: FakeRuntime, private_redis: PrivateRedis
 ) -> None:
-    stack = Stack(environment, REDIS_URL=private_redis.url, RESPONSES_REDIS_OUTAGE_SECONDS="3")
     script = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(50)), "delay": 0.2})
-    try:
+    with Stack(environment, REDIS_URL=private_redis.url, RESPONSES_REDIS_OUTAGE_SECONDS="3") as stack:
         stack.start_worker()
         stream = stack.client.responses.create(model="fake", input=script, store=False, stream=True)
         with pytest.raises(openai.APIError) as ended:
@@ -101,17 +94,14 @@ def test_a_store_false_stream_names_redis_when_it_stays_away(
                     started = time.monotonic()
         assert "Redis" in ended.value.message and "worker" not in ended.value.message
         assert 3 <= time.monotonic() - started < 10
-    finally:
-        stack.close()
 
 
 def test_a_running_durable_generation_completes_across_a_redis_outage(
     environment: Environment, fake: FakeRuntime, private_redis: PrivateRedis
 ) -> None:
-    stack = Stack(environment, REDIS_URL=private_redis.url)
     words = [f"w{i}" for i in range(50)]
     script = "#fake " + json.dumps({"text": " ".join(words), "delay": 0.15})
-    try:
+    with Stack(environment, REDIS_URL=private_redis.url) as stack:
         worker = stack.start_worker()
         stream = stack.client.responses.create(model="fake", input=script, background=True, stream=True)
         seen = []
@@ -130,15 +120,12 @@ def test_a_running_durable_generation_completes_across_a_redis_outage(
         assert worker.poll() is None
         replay = list(stack.client.responses.retrieve(response_id, stream=True, starting_after=-1))
         assert [e.sequence_number for e in replay] == list(range(len(replay)))
-    finally:
-        stack.close()
 
 
 def test_an_api_rides_out_a_redis_outage_and_streams_again(
     environment: Environment, fake: FakeRuntime, private_redis: PrivateRedis
 ) -> None:
-    stack = Stack(environment, REDIS_URL=private_redis.url)
-    try:
+    with Stack(environment, REDIS_URL=private_redis.url) as stack:
         stack.start_worker()
         private_redis.kill()
         time.sleep(3)
@@ -152,5 +139,3 @@ def test_an_api_rides_out_a_redis_outage_and_streams_again(
         metrics = httpx.get(f"{root}/metrics").text
         assert _sample(metrics, "responses_redis_outages_total") >= 1
         assert _sample(metrics, "responses_redis_up") == 1
-    finally:
-        stack.close()

@@ -14,6 +14,8 @@ from arq.connections import ArqRedis, RedisSettings, create_pool
 from sqlalchemy import update
 
 from app.catalog import Catalog
+from app.events.hub import EventHub
+from app.protocol.encoding import WireEvent
 from app.queue.jobs import job_deserializer, job_serializer
 from app.service import creation
 from app.service.state import AppState
@@ -28,6 +30,29 @@ from workers.state import WorkerState
 def environment(tmp_path_factory: pytest.TempPathFactory, fake_runtime_url: str) -> Iterator[Environment]:
     with new_environment(tmp_path_factory, fake_runtime_url) as environment:
         yield environment
+
+
+HUB_IDLE = 0.4  # the hub fixture's idle period: a quiet follower is told after this long
+
+
+@pytest.fixture
+def hub_channel() -> str:
+    """An events channel of the test's own: nothing another test publishes reaches it."""
+    return f"responses:events:test-{secrets.token_hex(4)}"
+
+
+@pytest.fixture
+async def hub(state: AppState, hub_channel: str) -> AsyncIterator[EventHub]:
+    """An event hub on `hub_channel` with no Postgres check of its own (followers read for themselves)."""
+    hub = EventHub(state.redis, hub_channel, HUB_IDLE)
+    await hub.start()
+    yield hub
+    await hub.close()
+
+
+def wire_delta(number: int) -> WireEvent:
+    """A numbered text delta as it travels (its text says its number)."""
+    return WireEvent(number, "response.output_text.delta", f'{{"sequence_number":{number},"delta":"d{number}"}}')
 
 
 @pytest.fixture(scope="session")

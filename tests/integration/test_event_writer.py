@@ -22,7 +22,7 @@ from app.service.state import AppState
 from app.storage import events as events_db
 from app.storage import responses as responses_db
 from app.storage.tables import response_events
-from tests.conftest import FakeRuntime
+from tests.conftest import FakeRuntime, within
 from tests.integration.conftest import OpenWorker, accept, in_progress, run_job
 
 PACE_SECONDS = 30.0  # far longer than the test: what is not urgent must not go out at all
@@ -66,13 +66,13 @@ async def test_first_output_and_endings_skip_the_pacing_others_wait(state: AppSt
         for response_id in ids[:1] + ids[3:]:  # 18 responses stream: one big batch, then the pause
             writer.append(response_id, [delta("a")])
         for response_id in ids[:1] + ids[3:]:
-            await asyncio.wait_for(until_committed(state, response_id, 1), 10)
+            await within(until_committed(state, response_id, 1), 10)
 
         writer.append(streaming, [delta("b")])  # already streaming: waits for the paced commit
         writer.append(starting, [delta("first")])  # its first output: goes out now
-        await asyncio.wait_for(until_committed(state, starting, 1), 10)
+        await within(until_committed(state, starting, 1), 10)
         outcome = responses_db.Outcome("completed", [], 0.0)
-        ended = await asyncio.wait_for(writer.finish(ending, [{"type": "response.completed"}], outcome), 10)
+        ended = await within(writer.finish(ending, [{"type": "response.completed"}], outcome), 10)
         assert ended and await committed(state, ending) == 1
 
         assert await committed(state, streaming) == 1  # "b" still gathers
@@ -127,13 +127,13 @@ async def test_a_due_commit_goes_with_the_next_events_to_arrive(state: AppState,
     writer.start()
     try:
         writer.append(response_id, [delta("a")])  # its first output: at once
-        await asyncio.wait_for(until_committed(state, response_id, 1), 10)
+        await within(until_committed(state, response_id, 1), 10)
         first_commit = asyncio.get_running_loop().time()
         writer.append(response_id, [delta("b")])  # waits for the interval
         await asyncio.sleep(interval + 0.3 - (asyncio.get_running_loop().time() - first_commit))
         assert await committed(state, response_id) == 1  # due, but nothing arrived to take it along
         writer.append(response_id, [delta("c")])
-        await asyncio.wait_for(until_committed(state, response_id, 2), 0.6)  # before the grace ends
+        await within(until_committed(state, response_id, 2), 0.6)  # before the grace ends
     finally:
         await writer.close()
     async with state.engine.connect() as conn:
@@ -161,7 +161,7 @@ async def test_output_after_a_first_output_still_being_committed_waits_for_the_p
             while not await watcher.scalar(waiting):
                 await asyncio.sleep(0.01)
             writer.append(response_id, [delta("b")])
-        await asyncio.wait_for(until_committed(state, response_id, 1), 10)
+        await within(until_committed(state, response_id, 1), 10)
         await asyncio.sleep(0.5)
         assert await committed(state, response_id) == 1  # "b" gathers for the paced commit
     finally:
@@ -175,9 +175,9 @@ async def test_a_due_commit_goes_a_grace_later_when_nothing_more_arrives(state: 
     writer.start()
     try:
         writer.append(response_id, [delta("a")])
-        await asyncio.wait_for(until_committed(state, response_id, 1), 10)
+        await within(until_committed(state, response_id, 1), 10)
         writer.append(response_id, [delta("b")])  # its answer's last delta, say, before a slow end
-        await asyncio.wait_for(until_committed(state, response_id, 2), 10)
+        await within(until_committed(state, response_id, 2), 10)
     finally:
         await writer.close()
 
@@ -194,7 +194,7 @@ async def test_the_writer_commits_through_a_fresh_connection_after_postgres_drop
     writer.start()
     try:
         writer.append(response_id, [delta("a")])
-        await asyncio.wait_for(until_committed(state, response_id, 1), 10)
+        await within(until_committed(state, response_id, 1), 10)
         async with state.engine.connect() as conn:
             dropped = await conn.scalar(
                 text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = :name"),
@@ -202,7 +202,7 @@ async def test_the_writer_commits_through_a_fresh_connection_after_postgres_drop
             )
         assert dropped == 1
         writer.append(response_id, [delta("b"), {"type": "response.content_part.done"}])
-        await asyncio.wait_for(until_committed(state, response_id, 3), 10)
+        await within(until_committed(state, response_id, 3), 10)
     finally:
         await writer.close()
         await engine.dispose()
@@ -230,16 +230,16 @@ async def test_events_postgres_refuses_stop_their_own_response_at_once_and_no_ot
     await asyncio.sleep(0)  # both wait for the first flush: one batch
     writer.start()
     try:
-        assert await asyncio.wait_for(finishing, 10) is False
+        assert await within(finishing, 10) is False
         assert writer.refused(bad) and stopped == [bad]
         assert await committed(state, good) == 1 and await committed(state, bad) == 0
         writer.append(bad, [delta("late")])  # dropped: its generation is being stopped
         writer.append(good, [delta("b")])
-        await asyncio.wait_for(until_committed(state, good, 2), 10)
+        await within(until_committed(state, good, 2), 10)
         assert await committed(state, bad) == 0
         # Its generation then ends it without what was refused.
         failed = responses_db.Outcome("failed", [], 0.0, error={"code": "server_error", "message": "unstorable"})
-        assert await asyncio.wait_for(writer.finish(bad, [{"type": "response.failed"}], failed), 10)
+        assert await within(writer.finish(bad, [{"type": "response.failed"}], failed), 10)
         assert not writer.refused(bad)
     finally:
         await writer.close()
@@ -260,7 +260,7 @@ async def test_a_generation_whose_output_postgres_refuses_ends_failed_beside_one
             text("ALTER TABLE items ADD CONSTRAINT poison CHECK (payload::text NOT LIKE '%poison%') NOT VALID")
         )
     try:
-        await asyncio.wait_for(asyncio.gather(run_job(worker, bad), run_job(worker, good)), 20)
+        await within(asyncio.gather(run_job(worker, bad), run_job(worker, good)), 20)
     finally:
         async with state.engine.begin() as conn:
             await conn.execute(text("ALTER TABLE items DROP CONSTRAINT poison"))
@@ -305,11 +305,11 @@ async def test_a_commit_whose_answer_was_lost_is_not_written_twice(
     writer.start()
     try:
         writer.append(response_id, [delta("a")])
-        await asyncio.wait_for(until_committed(state, response_id, 1), 10)
+        await within(until_committed(state, response_id, 1), 10)
         writer.append(response_id, [delta("b")])
-        await asyncio.wait_for(until_committed(state, response_id, 2), 10)
+        await within(until_committed(state, response_id, 2), 10)
         writer.append(response_id, [delta("c")])
-        await asyncio.wait_for(until_committed(state, response_id, 3), 10)
+        await within(until_committed(state, response_id, 3), 10)
     finally:
         await writer.close()
     assert answers_lost == 1

@@ -20,7 +20,7 @@ import trustme
 import uvloop
 
 from app.catalog import OpenAIModel, VllmModel
-from tests.conftest import eventually
+from tests.conftest import eventually, within
 from workers.runtime_failure import RuntimeFailure
 from workers.runtimes import prompt_length
 from workers.runtimes.client import ChatRuntimeClient
@@ -256,7 +256,7 @@ async def test_leaving_a_stream_early_closes_its_connection() -> None:
         async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
             assert reply.status == 200  # and leave, the stream still going
         # The server notices at once: that is how a model server is told to stop generating.
-        await asyncio.wait_for(server.disconnected.wait(), 2)
+        await within(server.disconnected.wait(), 2)
         async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
             assert reply.status == 200
         assert server.connections == 2
@@ -402,7 +402,7 @@ async def test_a_failing_consumer_or_a_broken_stream_fails_the_delivery() -> Non
         with pytest.raises(ValueError, match="not what I expected"):
             async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
                 await reply.deliver(refuse)
-        await asyncio.wait_for(server.disconnected.wait(), 2)  # the server was told at once
+        await within(server.disconnected.wait(), 2)  # the server was told at once
     async with serving(broken_off) as (_, url):
         with pytest.raises(HttpError, match="closed the connection before the answer ended"):
             async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
@@ -464,7 +464,7 @@ async def test_a_request_cancelled_before_its_answer_on_a_kept_connection_closes
         waiting = asyncio.create_task(second())
         await eventually(lambda: len(server.requests) == 2, timeout=2)
         waiting.cancel()  # as a stop does, while the model server has not answered yet
-        await asyncio.wait_for(server.disconnected.wait(), 1)  # it is told at once
+        await within(server.disconnected.wait(), 1)  # it is told at once
         assert server.connections == 1
     await http.aclose()
 

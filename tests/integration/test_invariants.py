@@ -19,7 +19,7 @@ from app.storage import accounts as accounts_db
 from app.storage import events as events_db
 from app.storage import responses as responses_db
 from app.storage.tables import responses
-from tests.conftest import Environment, FakeRuntime
+from tests.conftest import Environment, FakeRuntime, within
 from tests.integration.conftest import OpenWorker, accept, run_job
 from workers.translation.translate import StreamTranslator
 
@@ -154,7 +154,7 @@ async def test_stopping_a_running_generation_cancels_it_with_its_partial_output(
     from app.service import stopping
 
     await stopping.stop(state, response_id, durable=True)
-    await asyncio.wait_for(job, 10)
+    await within(job, 10)
     events = await events_of(state, response_id)
     assert events[-1]["type"] == "response.cancelled"
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
@@ -175,7 +175,7 @@ async def test_a_generation_whose_outcome_cannot_be_made_still_ends_failed(
 
     monkeypatch.setattr(StreamTranslator, "usage_object", broken)
     response_id = await accept(state, account_id, input="hello")
-    await asyncio.wait_for(run_job(await open_worker(), response_id), 10)
+    await within(run_job(await open_worker(), response_id), 10)
     assert (await events_of(state, response_id))[-1]["type"] == "response.failed"
     assert await status_of(state, response_id) == "failed"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from datetime import timedelta
 
@@ -14,7 +13,7 @@ from app.service import conversations
 from app.service.state import AppState
 from app.storage import responses as responses_db
 from app.storage.tables import event_log, event_templates, output_snapshots, response_events, responses
-from tests.conftest import FakeRuntime
+from tests.conftest import FakeRuntime, within
 from tests.integration.conftest import OpenWorker, accept, run_job
 
 POLICY = retention.RetentionPolicy(
@@ -176,7 +175,7 @@ async def test_retention_never_waits_for_a_row_a_request_holds(state: AppState, 
     held, free = await stored_responses(state, account_id, 2, days_old=31)
     async with state.engine.connect() as request:  # say, a continuation of it being inserted
         await request.execute(select(responses.c.id).where(responses.c.id == held).with_for_update())
-        while await asyncio.wait_for(expire(state), 5):
+        while await within(expire(state), 5):
             pass
         assert await exists(state, held) and not await exists(state, free)
         await request.rollback()

@@ -33,7 +33,7 @@ from app.storage import accounts as accounts_db
 from app.storage import responses as responses_db
 from app.storage import webhooks as webhooks_db
 from app.storage.tables import responses, webhook_deliveries
-from tests.conftest import Environment, FakeRuntime
+from tests.conftest import Environment, FakeRuntime, within
 from tests.integration.conftest import OpenWorker, accept, run_job
 from tests.webhook_receiver import Receiver
 
@@ -443,9 +443,9 @@ async def test_the_deliverer_takes_and_records_while_every_connection_of_its_pro
                 async with small.engine.connect():
                     pass
             # The deliverer has a connection of its own: it neither waits for one nor takes one.
-            taken = await asyncio.wait_for(small.webhooks._record_and_take([], 0), 5)
+            taken = await within(small.webhooks._record_and_take([], 0), 5)
             assert taken.due == []
-            await asyncio.wait_for(small.webhooks._report_oldest(), 5)
+            await within(small.webhooks._report_oldest(), 5)
     finally:
         await small.close()
 

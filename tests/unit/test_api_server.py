@@ -11,6 +11,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from app.process import api_server
+from tests.conftest import within
 
 
 def server() -> api_server.ApiServer:
@@ -26,7 +27,7 @@ async def test_a_signal_to_exit_wakes_the_server_at_once(monkeypatch: pytest.Mon
     await asyncio.sleep(0.05)
     assert not main_loop.done()
     running.handle_exit(signal.SIGTERM, None)
-    await asyncio.wait_for(main_loop, 5)
+    await within(main_loop, 5)
 
 
 async def test_each_tick_refreshes_the_date_header(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,5 +46,5 @@ async def test_each_tick_refreshes_the_date_header(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(running, "on_tick", on_tick)
     main_loop = asyncio.create_task(running.main_loop())
-    await asyncio.wait_for(main_loop, 5)
+    await within(main_loop, 5)
     assert len(dates) == 4 and all(date.endswith(b" GMT") for date in dates)
