@@ -17,9 +17,9 @@ whose statement was interrupted, is invalidated so that its pool (or its holder)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
@@ -27,6 +27,8 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import TextClause
+
+T = TypeVar("T")
 
 Rows = Sequence[Sequence[Any]]
 
@@ -66,6 +68,13 @@ class DriverStatement:
             if isinstance(exc, Exception):
                 raise OperationalError(self._sql, args, exc, connection_invalidated=True) from exc
             raise
+
+
+def as_columns(rows: Iterable[T], **columns: Callable[[T], Any]) -> dict[str, list[Any]]:
+    """Rows as the parallel arrays a statement `unnest`s, one list per column, each made in one
+    pass over the rows: the arrays cannot fall out of step."""
+    listed = list(rows)
+    return {name: [value(row) for row in listed] for name, value in columns.items()}
 
 
 @asynccontextmanager

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import select, text
@@ -32,8 +33,7 @@ from app.protocol.shapes import Event
 from app.protocol.vocabulary import TERMINAL_STATUSES
 from app.storage import event_templates, output_refs
 from app.storage import items as items_db
-from app.storage import webhooks as webhooks_db
-from app.storage.driver import DriverStatement
+from app.storage.driver import DriverStatement, as_columns
 from app.storage.responses import Outcome
 from app.storage.tables import output_snapshots
 
@@ -41,17 +41,22 @@ from app.storage.tables import output_snapshots
 # a few hundred short deltas, and a resume in its middle reads and parses no more than this.
 RUN_BYTES = 16 * 1024
 
-# The deliveries of the background responses ended in the statement below.
-ANNOUNCING = webhooks_db.announced(
-    "(SELECT a.id, a.account_id, a.background, f.status FROM allocated a JOIN endings f ON f.response_id = a.id"
-    " WHERE a.ended) ended"
-)
+# The two statements that store events, each written whole (a reader reads it top to bottom, as
+# Postgres plans it) beside the function that binds its parameters, so that the arrays `unnest`
+# reads and the lists `append_many` builds are seen together. They begin alike: the batch's
+# events, and the responses that take them (`live`): active, and (from a worker) still its own,
+# not handed over or reaped while it stalled; their events numbered after the last of their log.
+# A delta `fits` the template its log holds (`t`) or the one the statement inserts (`m`, which
+# its own reads do not see in the table) when its type, prefix and suffix are the template's.
 
-# What both statements below begin with: the batch's events, and the responses that take them:
-# active, and (from a worker) still its own, not handed over or reaped while it stalled; their
-# events numbered after the last event of their log.
-_BATCH_AND_LIVE = """
-    batch AS (
+# One statement numbers and inserts the events of many responses and ends those that end in
+# the batch (terminal status, usage, output items, their deltas folded): atomic without a
+# transaction around it (no BEGIN/COMMIT round trips), and a terminal status never commits
+# without its terminal event. Only active responses take events or end: the UPDATE of those that
+# end is the compare-and-set of design invariant 3, and late events are dropped.
+_APPEND = DriverStatement(
+    text(
+        """    WITH batch AS (
         SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
                              CAST(:heads AS text[]), CAST(:bodies AS text[]), CAST(:tails AS text[]),
                              CAST(:templates AS int[]), CAST(:output_ats AS int[]), CAST(:output_paths AS text[]))
@@ -63,28 +68,7 @@ _BATCH_AND_LIVE = """
         FROM responses r
         WHERE r.id IN (SELECT DISTINCT response_id FROM batch) AND r.status IN ('queued', 'in_progress')
           AND (CAST(:worker_id AS text) IS NULL OR r.worker_id = :worker_id)
-    )"""
-
-# Whether a numbered delta `n` fits its part's template: the one its log holds (`t`) or the one
-# this statement inserted (`m`, which the statement's own reads do not see in the table).
-_FITS = """
-        LEFT JOIN event_templates t ON n.template IS NOT NULL AND t.log_key = n.log_key AND t.id = n.template
-        LEFT JOIN new_templates m ON m.log_key = {key} AND m.id = n.template
-        CROSS JOIN LATERAL (
-            SELECT coalesce((t.type, t.prefix, t.suffix) = (n.type, n.head, n.tail),
-                            (m.type, m.prefix, m.suffix) = (n.type, n.head, n.tail), false) AS fits
-        ) k"""
-
-# One statement numbers and inserts the events of many responses and ends those that end in
-# the batch (terminal status, usage, output items, their deltas folded): atomic without a
-# transaction around it (no BEGIN/COMMIT round trips), and a terminal status never commits
-# without its terminal event. Only active responses take events or end: the UPDATE of those that
-# end is the compare-and-set of design invariant 3, and late events are dropped.
-_APPEND = DriverStatement(
-    text(
-        ANNOUNCING.join(
-            """
-    WITH {batch_and_live}, endings AS (
+    ), endings AS (
         SELECT * FROM unnest(CAST(:end_ids AS text[]), CAST(:end_statuses AS text[]), CAST(:end_usages AS jsonb[]),
                              CAST(:end_errors AS jsonb[]), CAST(:end_incomplete AS jsonb[]),
                              CAST(:end_times AS float8[]))
@@ -107,8 +91,24 @@ _APPEND = DriverStatement(
         WHERE d.id IS NOT NULL OR l.id NOT IN (SELECT response_id FROM endings)
     ), announced AS (
         -- A background response that ends tells its account's webhook endpoints (invariant 8):
-        -- here, so that an ended response always has its deliveries and no other has any.
-        {announce}
+        -- here, so that an ended response always has its deliveries and no other has any. One
+        -- delivery per endpoint subscribed to its end, its body OpenAI's event; the id is made
+        -- as app/protocol/ids.py makes one, per row (in this select list the volatile function
+        -- is evaluated for each).
+        INSERT INTO webhook_deliveries (id, endpoint_id, response_id, type, payload)
+        SELECT e.id, e.endpoint_id, e.response_id, e.type,
+               json_build_object('id', e.id, 'object', 'event', 'type', e.type,
+                                 'created_at', floor(extract(epoch FROM now()))::bigint,
+                                 'data', json_build_object('id', e.response_id))::text
+        FROM (
+            SELECT 'evt_' || replace(gen_random_uuid()::text, '-', '')
+                       || left(replace(gen_random_uuid()::text, '-', ''), 16) AS id,
+                   w.id AS endpoint_id, a.id AS response_id, 'response.' || f.status AS type
+            FROM allocated a
+            JOIN endings f ON f.response_id = a.id
+            JOIN webhook_endpoints w ON w.account_id = a.account_id
+            WHERE a.ended AND a.background AND 'response.' || f.status = ANY(w.events)
+        ) e
     ), numbered AS (
         SELECT a.log_key, a.key_after, a.ended, a.first + b.position AS sequence_number, b.*
         FROM batch b JOIN allocated a ON a.id = b.response_id
@@ -136,7 +136,13 @@ _APPEND = DriverStatement(
                CASE WHEN NOT k.fits THEN n.type END AS type,
                CASE WHEN k.fits THEN n.body
                     ELSE n.head || n.body || n.tail || ',"sequence_number":' || n.sequence_number || '}' END AS payload
-        FROM numbered n{fits_after_move}
+        FROM numbered n
+        LEFT JOIN event_templates t ON n.template IS NOT NULL AND t.log_key = n.log_key AND t.id = n.template
+        LEFT JOIN new_templates m ON m.log_key = n.key_after AND m.id = n.template
+        CROSS JOIN LATERAL (
+            SELECT coalesce((t.type, t.prefix, t.suffix) = (n.type, n.head, n.tail),
+                            (m.type, m.prefix, m.suffix) = (n.type, n.head, n.tail), false) AS fits
+        ) k
     ), moved AS (
         -- The log a response that ends stored earlier: its deltas become runs with its last ones.
         DELETE FROM event_log e USING allocated a WHERE a.ended AND e.log_key = a.log_key
@@ -197,10 +203,7 @@ _APPEND = DriverStatement(
         ) m ON m.response_id = j.response_id
     )
     SELECT id, first FROM allocated
-""".replace("{batch_and_live}", _BATCH_AND_LIVE)
-            .replace("{fits_after_move}", _FITS.format(key="n.key_after"))
-            .split("{announce}")
-        )
+"""
     )
 )
 
@@ -211,8 +214,19 @@ _APPEND = DriverStatement(
 # conversations and webhooks.
 _APPEND_STREAMING = DriverStatement(
     text(
-        f"""
-    WITH {_BATCH_AND_LIVE}, numbered AS (
+        """    WITH batch AS (
+        SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:positions AS int[]), CAST(:types AS text[]),
+                             CAST(:heads AS text[]), CAST(:bodies AS text[]), CAST(:tails AS text[]),
+                             CAST(:templates AS int[]), CAST(:output_ats AS int[]), CAST(:output_paths AS text[]))
+            AS e(response_id, position, type, head, body, tail, template, output_at, output_path)
+    ), live AS (
+        SELECT r.id, r.log_key, r.account_id, r.background, r.chain_depth,
+               r.context_branches[cardinality(r.context_branches)] AS branch_id,
+               coalesce((SELECT max(l.sequence_number) FROM event_log l WHERE l.log_key = r.log_key), -1) + 1 AS first
+        FROM responses r
+        WHERE r.id IN (SELECT DISTINCT response_id FROM batch) AND r.status IN ('queued', 'in_progress')
+          AND (CAST(:worker_id AS text) IS NULL OR r.worker_id = :worker_id)
+    ), numbered AS (
         SELECT l.log_key, l.first + b.position AS sequence_number, b.*
         FROM batch b JOIN live l ON l.id = b.response_id
     ), new_templates AS (
@@ -228,8 +242,14 @@ _APPEND_STREAMING = DriverStatement(
                CASE WHEN k.fits THEN n.template END,
                CASE WHEN NOT k.fits THEN n.type END,
                CASE WHEN k.fits THEN n.body
-                    ELSE n.head || n.body || n.tail || ',"sequence_number":' || n.sequence_number || '}}' END
-        FROM numbered n{_FITS.format(key="n.log_key")}
+                    ELSE n.head || n.body || n.tail || ',"sequence_number":' || n.sequence_number || '}' END
+        FROM numbered n
+        LEFT JOIN event_templates t ON n.template IS NOT NULL AND t.log_key = n.log_key AND t.id = n.template
+        LEFT JOIN new_templates m ON m.log_key = n.log_key AND m.id = n.template
+        CROSS JOIN LATERAL (
+            SELECT coalesce((t.type, t.prefix, t.suffix) = (n.type, n.head, n.tail),
+                            (m.type, m.prefix, m.suffix) = (n.type, n.head, n.tail), false) AS fits
+        ) k
     )
     SELECT id, first FROM live
 """
@@ -289,25 +309,25 @@ async def append_many(
         rows = await _APPEND_STREAMING.rows(conn, batch)
         return {rid: encoding.numbered(events_by_response[rid], encoded[rid], first) for rid, first in rows}
     outputs = [(rid, position, item) for rid, o in endings.items() for position, item in enumerate(o.output)]
-    rows = await _APPEND.rows(
-        conn,
-        {
-            **batch,
-            "run_bytes": RUN_BYTES,
-            "end_ids": list(endings),
-            "end_statuses": [o.status for o in endings.values()],
-            "end_usages": [_json_or_null(o.usage) for o in endings.values()],
-            "end_errors": [_json_or_null(o.error) for o in endings.values()],
-            "end_incomplete": [_json_or_null(o.incomplete_details) for o in endings.values()],
-            "end_times": [o.completed_at for o in endings.values()],
-            "out_ids": [item["id"] for _, _, item in outputs],
-            "out_responses": [rid for rid, _, _ in outputs],
-            "out_positions": [position for _, position, _ in outputs],
-            "out_types": [item["type"] for _, _, item in outputs],
-            # As the events encode them: an event that refers to the output reads back the same text.
-            "out_payloads": [encoding.encode(items_db.stored_payload(item)) for _, _, item in outputs],
-        },
+    ended = as_columns(
+        endings.items(),
+        end_ids=itemgetter(0),
+        end_statuses=lambda ending: ending[1].status,
+        end_usages=lambda ending: _json_or_null(ending[1].usage),
+        end_errors=lambda ending: _json_or_null(ending[1].error),
+        end_incomplete=lambda ending: _json_or_null(ending[1].incomplete_details),
+        end_times=lambda ending: ending[1].completed_at,
     )
+    output_items = as_columns(
+        outputs,
+        out_ids=lambda output: output[2]["id"],
+        out_responses=itemgetter(0),
+        out_positions=itemgetter(1),
+        out_types=lambda output: output[2]["type"],
+        # As the events encode them: an event that refers to the output reads back the same text.
+        out_payloads=lambda output: encoding.encode(items_db.stored_payload(output[2])),
+    )
+    rows = await _APPEND.rows(conn, {**batch, "run_bytes": RUN_BYTES, **ended, **output_items})
     return {rid: encoding.numbered(events_by_response[rid], encoded[rid], first) for rid, first in rows}
 
 

@@ -10,6 +10,7 @@ import json
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import orjson
@@ -23,7 +24,7 @@ from app.protocol.vocabulary import ACTIVE_STATUSES, Status
 from app.storage import DbRow
 from app.storage import conversations as conversations_db
 from app.storage import items as items_db
-from app.storage.driver import DriverStatement
+from app.storage.driver import DriverStatement, as_columns
 from app.storage.tables import responses
 
 
@@ -200,38 +201,42 @@ class NewResponse:
 
 async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) -> None:
     """Stores new responses with their input items and opening events, all with one statement."""
-    records = [n.record for n in new]
     inputs = [(n.record.id, position, item) for n in new for position, item in enumerate(n.input_items)]
     opening = [(n.record.id, event) for n in new for event in n.opening]
-    await _INSERT_WITH_INPUT.rows(
-        conn,
-        {
-            "ids": [r.id for r in records],
-            "account_ids": [n.account_id for n in new],
-            "models": [r.model for r in records],
-            "statuses": [r.status for r in records],
-            "backgrounds": [r.background for r in records],
-            "streams": [r.stream for r in records],
-            "stores": [r.store for r in records],
-            "instructions": [r.instructions for r in records],
-            "metadata": [json.dumps(r.metadata) for r in records],
-            "settings": [json.dumps(r.settings) for r in records],
-            "previous_response_ids": [r.previous_response_id for r in records],
-            "context_parent_ids": [n.link.parent_id for n in new],
-            "chain_depths": [n.link.depth for n in new],
-            "created_epochs": [r.created_at for r in records],
-            "conversation_ids": [(r.settings.get("conversation") or {}).get("id") for r in records],
-            "event_responses": [response_id for response_id, _ in opening],
-            "event_numbers": [event.sequence_number for _, event in opening],
-            "event_types": [event.type for _, event in opening],
-            "event_payloads": [event.json for _, event in opening],
-            "item_ids": [item["id"] for _, _, item in inputs],
-            "item_responses": [response_id for response_id, _, _ in inputs],
-            "positions": [position for _, position, _ in inputs],
-            "types": [item["type"] for _, _, item in inputs],
-            "payloads": [json.dumps(items_db.stored_payload(item)) for _, _, item in inputs],
-        },
+    stored = as_columns(
+        new,
+        ids=attrgetter("record.id"),
+        account_ids=attrgetter("account_id"),
+        models=attrgetter("record.model"),
+        statuses=attrgetter("record.status"),
+        backgrounds=attrgetter("record.background"),
+        streams=attrgetter("record.stream"),
+        stores=attrgetter("record.store"),
+        instructions=attrgetter("record.instructions"),
+        metadata=lambda n: json.dumps(n.record.metadata),
+        settings=lambda n: json.dumps(n.record.settings),
+        previous_response_ids=attrgetter("record.previous_response_id"),
+        context_parent_ids=attrgetter("link.parent_id"),
+        chain_depths=attrgetter("link.depth"),
+        created_epochs=attrgetter("record.created_at"),
+        conversation_ids=lambda n: (n.record.settings.get("conversation") or {}).get("id"),
     )
+    events = as_columns(
+        opening,
+        event_responses=itemgetter(0),
+        event_numbers=lambda one: one[1].sequence_number,
+        event_types=lambda one: one[1].type,
+        event_payloads=lambda one: one[1].json,
+    )
+    items = as_columns(
+        inputs,
+        item_ids=lambda one: one[2]["id"],
+        item_responses=itemgetter(0),
+        positions=itemgetter(1),
+        types=lambda one: one[2]["type"],
+        payloads=lambda one: json.dumps(items_db.stored_payload(one[2])),
+    )
+    await _INSERT_WITH_INPUT.rows(conn, {**stored, **events, **items})
 
 
 async def count_active(conn: AsyncConnection, account_id: str) -> int:

@@ -1,7 +1,7 @@
 """Webhooks: an account's endpoints, and the outbox of deliveries (design invariant 8).
 
 A background response that ends gets one delivery per endpoint of its account subscribed to
-its event, written in the statement that ends it (app/storage/events.py, ANNOUNCING), whoever
+its event, written in the statement that ends it (app/storage/events.py, `announced`), whoever
 ends it (a worker, a cancel, the reaper). Deliveries are taken when due by any process (SKIP
 LOCKED), leased by pushing their due time past the attempt, and marked delivered, due again
 later, or given up.
@@ -23,30 +23,6 @@ from app.storage.driver import DriverStatement
 from app.storage.tables import webhook_endpoints
 
 EVENT_TYPES = ("response.completed", "response.failed", "response.cancelled", "response.incomplete")
-
-# The pieces of a delivery written from SQL (a response `r`-like source with `id`, `account_id`,
-# `background`, its status in `status`): an id like app/protocol/ids.py makes, and OpenAI's body.
-_EVENT_ID = "'evt_' || replace(gen_random_uuid()::text, '-', '') || left(replace(gen_random_uuid()::text, '-', ''), 16)"
-_ANNOUNCE = """
-    INSERT INTO webhook_deliveries (id, endpoint_id, response_id, type, payload)
-    SELECT e.id, e.endpoint_id, e.response_id, e.type,
-           json_build_object('id', e.id, 'object', 'event', 'type', e.type,
-                             'created_at', floor(extract(epoch FROM now()))::bigint,
-                             'data', json_build_object('id', e.response_id))::text
-    FROM (
-        -- (an id per row: in this list the id's volatile function is evaluated for each one)
-        SELECT {event_id} AS id, w.id AS endpoint_id, ended.id AS response_id, 'response.' || ended.status AS type
-        FROM {ended}
-        JOIN webhook_endpoints w ON w.account_id = ended.account_id
-        WHERE ended.background AND 'response.' || ended.status = ANY(w.events)
-    ) e
-"""
-
-
-def announced(ended: str) -> str:
-    """The INSERT that writes the deliveries of the ended responses `ended` (a FROM item
-    aliased `ended`, with `id`, `account_id`, `background` and `status`)."""
-    return _ANNOUNCE.format(ended=ended, event_id=_EVENT_ID)
 
 
 def new_secret() -> str:
