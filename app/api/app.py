@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -10,15 +9,11 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import errors
+from app.api import middleware
 from app.api.routes import conversations, input_items, meta, metrics, responses, responses_socket
-from app.error_reporting import REQUEST_ID, client_error
-from app.process import gc_tuning, request_log
-from app.process.metrics import HTTP_REQUESTS
-from app.process.request_log import RequestLog
-from app.protocol.ids import new_id
+from app.process import gc_tuning
 from app.service.state import AppState
 from app.settings import Settings
 
@@ -48,7 +43,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         lifespan=lifespan,
         exception_handlers={errors.APIError: _api_error, HTTPException: _http_error},
     )
-    app.add_middleware(RequestIdMiddleware)
+    middleware.install(app)
     return app
 
 
@@ -66,58 +61,3 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     )
     error.status_code = exc.status_code
     return JSONResponse(error.body(), status_code=exc.status_code)
-
-
-# Probes and scrapes, every few seconds from every load balancer and Prometheus: not logged.
-UNLOGGED_PATHS = frozenset({"/health", "/ready", "/metrics"})
-
-
-class RequestIdMiddleware:
-    """Adds `x-request-id` to every response (and puts it in the request's state for streams,
-    which tell their errors in-band), turns anything unhandled into OpenAI's error envelope, and
-    writes the request's log line and a JSON answer's Server-Timing (app/process/request_log.py)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request_id = new_id("req")
-        scope.setdefault("state", {})[REQUEST_ID] = request_id
-        started = False
-        entry = RequestLog(request_id, scope["method"], scope["path"])
-        token = request_log.CURRENT.set(entry)
-
-        async def send_with_id(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-                entry.status = message["status"]
-                endpoint = scope.get("endpoint")  # set by the router on the scope it was given
-                route = getattr(endpoint, "__name__", "unknown")
-                HTTP_REQUESTS.labels(route, scope["method"], str(message["status"])).inc()
-                headers = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
-                if (b"content-type", b"application/json") in headers:  # not a stream: its phases are over
-                    headers.append((b"server-timing", entry.server_timing().encode()))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_with_id)
-        except Exception as exc:
-            if started:
-                raise
-            await _answer_error(send_with_id, client_error(exc, request_id))
-        finally:
-            request_log.CURRENT.reset(token)
-            if scope["path"] not in UNLOGGED_PATHS:
-                entry.write()
-
-
-async def _answer_error(send: Send, error: errors.APIError) -> None:
-    headers = [(b"content-type", b"application/json")]
-    headers += [(name.encode(), value.encode()) for name, value in error.answer_headers().items()]
-    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": json.dumps(error.body()).encode()})

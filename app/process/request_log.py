@@ -1,7 +1,7 @@
 """What a request leaves behind: one log line when it ends (request id, account, model, status,
 durations), and a `Server-Timing` header on a JSON answer with the phases it went through.
 
-The middleware (app/api/app.py) opens a `RequestLog` per request and keeps it in a context variable,
+The middleware (app/api/middleware.py) opens a `RequestLog` per request and keeps it in a context variable,
 so the code a request runs through can note what it learns (`note`) and when a phase ends
 (`phase`) without passing it along. With `RESPONSES_LOG_FORMAT=json` every log line, these
 included, is one JSON object.

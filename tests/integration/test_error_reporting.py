@@ -17,7 +17,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from app import errors
-from app.api.app import RequestIdMiddleware, _api_error
+from app.api import middleware
+from app.api.app import _api_error
 from app.api.routes.responses import _error_event
 from app.events.final_response import FinalResponse
 from app.events.sse import EventStreamResponse
@@ -49,7 +50,7 @@ def app_failing_with(exc: Exception) -> httpx.AsyncClient:
         routes=[Route("/stream", stream), Route("/final", final)],
         exception_handlers={errors.APIError: _api_error},
     )
-    app.add_middleware(RequestIdMiddleware)
+    middleware.install(app)
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
 
 
