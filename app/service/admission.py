@@ -22,7 +22,11 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from app import errors
+from app.catalog import ModelEntry
+from app.protocol.response_object import ResponseRecord
 from app.queue import rate_counters
+from app.service.state import AppState
+from app.storage import responses as responses_db
 from app.storage.accounts import Limits
 
 
@@ -80,7 +84,7 @@ def check_queue(queued: int, max_queued: int | None) -> None:
         )
 
 
-async def admit(redis: Redis, account_id: str, limits: Limits, estimate: int, window_seconds: int) -> Admitted:
+async def _counted(redis: Redis, account_id: str, limits: Limits, estimate: int, window_seconds: int) -> Admitted:
     """Counts the create against its account's window, or refuses it (RateLimited)."""
     if not limits.any:
         return Admitted({})
@@ -123,3 +127,33 @@ def _headers(limits: Limits, requests: int, tokens: int, reset: int) -> dict[str
             "x-ratelimit-reset-tokens": f"{reset}s",
         }
     return headers
+
+
+async def admit(
+    state: AppState,
+    account_id: str,
+    record: ResponseRecord,
+    model: ModelEntry,
+    limits: Limits | None,
+    body_bytes: int,
+) -> dict[str, str]:
+    """Refuses the create (429) over its account's limits or its model's queue; returns the
+    rate-limit headers its answer carries."""
+    if limits is None:
+        return {}
+    counted = record.background or record.store  # (a transient response is counted nowhere)
+    if counted and (model.max_queued is not None or limits.max_concurrent is not None):
+        async with state.engine.connect() as conn:
+            if limits.max_concurrent is not None:
+                check_concurrency(await responses_db.count_active(conn, account_id), limits)
+            if model.max_queued is not None:
+                check_queue(await responses_db.count_queued(conn, model.id), model.max_queued)
+    if not limits.any:
+        return {}
+    requested = record.settings["requested"]["max_output_tokens"]
+    output = min(requested or model.max_output_tokens, model.max_output_tokens)
+    estimate = estimate_tokens(body_bytes, output)
+    admitted = await _counted(state.redis, account_id, limits, estimate, state.settings.limit_window_seconds)
+    if admitted.tokens_key is not None:  # its worker puts the real count in place of the estimate
+        record.settings["admission"] = {"tokens_key": admitted.tokens_key, "estimate": admitted.estimate}
+    return admitted.headers

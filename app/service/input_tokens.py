@@ -18,8 +18,9 @@ from app import errors
 from app.protocol.ids import new_id
 from app.queue import token_counts
 from app.queue.redis_link import REDIS_DOWN
-from app.service.creation import chain_link, new_record, validated
 from app.service.state import AppState
+from app.service.storing import chain_link
+from app.service.validating import new_record, validated
 from app.storage import conversations as conversations_db
 from app.storage import items as items_db
 

@@ -31,7 +31,7 @@ from app.protocol.lifecycle import lifecycle_event
 from app.protocol.response_object import usage_object
 from app.protocol.socket_frames import ClientEvent, error_frame, read_frame, stream_frame
 from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
-from app.service import creation
+from app.service import creation, validating
 from app.service.state import AppState
 from app.storage.accounts import Caller
 
@@ -172,8 +172,8 @@ class SocketSession:
     async def _prepare(self, body: dict[str, Any], stream_id: str | None) -> None:
         """A response that generates nothing: its request checked in full and its context kept
         on this socket (and only here, stored or not) for a continuation."""
-        create, model = await creation.validated(self._state, body)
-        record = creation.new_record(create, model).evolve(status="in_progress")
+        create, model = await validating.validated(self._state, body)
+        record = validating.new_record(create, model).evolve(status="in_progress")
         done = record.evolve(status="completed", completed_at=time.time(), usage=usage_object(0, 0))
         events = [
             lifecycle_event("response.created", record),

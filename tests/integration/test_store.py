@@ -12,7 +12,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app import errors
-from app.service import creation
+from app.service import storing
 from app.service.state import AppState
 from app.storage import responses as responses_db
 from app.storage.tables import items, responses
@@ -62,7 +62,7 @@ async def test_a_previous_response_deleted_between_its_read_and_the_insert_is_no
     previous = await accept(state, account_id, input="first turn", store=True)
     async with state.engine.begin() as conn:
         await conn.execute(update(responses).where(responses.c.id == previous).values(status="completed"))
-    read_link = creation.chain_link
+    read_link = storing.chain_link
 
     async def deleted_after_the_read(*args: Any) -> responses_db.ChainLink:
         link = await read_link(*args)
@@ -70,7 +70,7 @@ async def test_a_previous_response_deleted_between_its_read_and_the_insert_is_no
             assert await responses_db.delete_response(conn, previous, account_id) == "completed"
         return link
 
-    monkeypatch.setattr(creation, "chain_link", deleted_after_the_read)
+    monkeypatch.setattr(storing, "chain_link", deleted_after_the_read)
     before = await responses_of(state, account_id)
     with pytest.raises(errors.InvalidRequest) as refused:
         await accept(state, account_id, input="second turn", previous_response_id=previous, background=background)

@@ -10,7 +10,7 @@ from app.catalog import LlamaCppModel, ModelEntry, OpenAIModel, ReasoningSupport
 from app.protocol.create_request import parse_create_request
 from app.protocol.input_items import parse_input
 from app.protocol.response_object import ResponseRecord
-from app.service.creation import new_record
+from app.service.validating import new_record
 from workers.translation.chat_request import chat_request
 from workers.translation.tools import RuntimeTools
 

@@ -10,7 +10,7 @@ import pytest
 from app.catalog import ModelEntry, OpenAIModel, VllmModel
 from app.protocol.accumulate import continuable
 from app.protocol.create_request import parse_create_request
-from app.service.creation import new_record
+from app.service.validating import new_record
 from tests.fake_runtime import _after, _words
 from workers.jobs.generate import _with_earlier_runs
 from workers.translation.chat_request import chat_request, continuing

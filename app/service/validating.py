@@ -1,0 +1,95 @@
+"""A create request checked in full (`validated`: a 400 naming what is wrong, with its model;
+sealed reasoning opened, image URLs fetched), and the response it makes (`new_record`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from app import errors
+from app.catalog import ModelEntry
+from app.process.metrics import HOSTED_TOOLS_NOT_OFFERED
+from app.protocol.create_request import ValidatedCreate, echoed_settings, parse_create_request
+from app.protocol.ids import new_id
+from app.protocol.model_fit import check_fit
+from app.protocol.response_object import ResponseRecord
+from app.protocol.sealing import open_sealed_items
+from app.protocol.tools import HOSTED_TOOL_TYPES
+from app.service.image_fetch import check_images
+from app.service.state import AppState
+
+log = logging.getLogger(__name__)
+
+
+async def validated(
+    state: AppState, body: dict[str, Any], *, input_optional: bool = False
+) -> tuple[ValidatedCreate, ModelEntry]:
+    """A create request's body checked in full (a 400 naming what is wrong), with its model;
+    sealed reasoning opened and image URLs fetched."""
+    create = parse_create_request(
+        body, state.settings.hosted_tools, input_optional=input_optional, mcp=state.mcp_policy
+    )
+    if create.mcp_credentials and state.seal is None:
+        raise errors.InvalidRequest(
+            "Invalid 'tools': an MCP tool's authorization and headers travel sealed to the worker "
+            "that calls its server, and this server has no encryption key (RESPONSES_ENCRYPTION_KEYS).",
+            param="tools",
+            code="mcp_credentials_unavailable",
+        )
+    if create.request.context_management and state.seal is None:
+        raise errors.InvalidRequest(
+            "Invalid 'context_management': compaction needs an encryption key on this server "
+            "(RESPONSES_ENCRYPTION_KEYS): the summary is sealed with it.",
+            param="context_management",
+            code="compaction_unavailable",
+        )
+    open_sealed_items(create.input_items, state.seal)
+    model = state.catalog.resolve(create.request.model)
+    check_fit(create, model)
+    await check_images(create.input_items, state.images)
+    return create, model
+
+
+def log_hosted_tools(create: ValidatedCreate) -> None:
+    """Hosted tools kept from the model (RESPONSES_HOSTED_TOOLS=ignore): logged and counted, so it
+    is no secret."""
+    hosted = [
+        tool["type"]
+        for tool in create.tools
+        if tool["type"] in HOSTED_TOOL_TYPES and not (tool["type"] == "mcp" and create.runs_mcp)
+    ]
+    if hosted:
+        log.info("hosted tools not offered to the model: %s", ", ".join(hosted))
+    for kind in hosted:
+        HOSTED_TOOLS_NOT_OFFERED.labels(kind).inc()
+
+
+def new_record(create: ValidatedCreate, model: ModelEntry, *, compaction: bool = False) -> ResponseRecord:
+    request = create.request
+    settings = echoed_settings(create, request.max_output_tokens, model.sampling)
+    if compaction:
+        settings["compaction"] = True
+    # What the client actually set, for the runtime request (defaults stay the runtime's).
+    settings["requested"] = {
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "max_output_tokens": request.max_output_tokens,
+        "sampling": request.sampling(),
+        "include": request.include or [],
+        "logprobs": create.logprobs,
+        "runs_mcp": create.runs_mcp,
+    }
+    return ResponseRecord(
+        id=new_id("resp"),
+        model=model.id,
+        status="queued",
+        created_at=time.time(),
+        instructions=request.instructions,
+        previous_response_id=request.previous_response_id,
+        settings=settings,
+        metadata=request.metadata or {},
+        store=create.store,
+        background=create.background,
+        stream=create.stream,
+    )
