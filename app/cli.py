@@ -149,9 +149,9 @@ def _run_worker(settings: Settings, hosted_model: str | None) -> None:
     import uvloop
 
     from app.catalog import CatalogError
-    from workers.process import build_worker
     from workers.runtime_failure import RuntimeFailure
     from workers.runtimes.launch import LaunchError
+    from workers.worker import build_worker
 
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     try:

@@ -19,7 +19,7 @@ from app.api.app import create_app
 from app.queue.arq_seam import QueueWorker
 from app.settings import Settings
 from tests.conftest import TEST_ENCRYPTION_KEY, Environment
-from workers.process import build_worker
+from workers.worker import build_worker
 
 
 @dataclass(frozen=True)

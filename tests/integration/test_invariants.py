@@ -261,7 +261,7 @@ async def test_queued_responses_redis_lost_are_requeued_from_postgres(
     queue = environment.queue_name + ":requeue-test"  # a queue no other worker of the session reads
     requeued = await reaper.requeue_lost_jobs(state.engine, state.redis, state.catalog, queue, 10)
     assert response_id in requeued
-    from workers.process import build_worker
+    from workers.worker import build_worker
 
     worker = build_worker(environment.settings(), queue_name=queue, burst=True, poll_delay=0, handle_signals=False)
     await worker.main()

@@ -95,7 +95,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "workers.jobs": _APP_BELOW_SERVICE
     | {"workers.state", "workers.translation", "workers.runtime_failure", "workers.runtimes", "workers.mcp"},
     "workers.health_port": {"app.process", "workers.state"},
-    "workers.process": {"app.process", "app.queue", "workers.state", "workers.jobs", "workers.health_port"}
+    "workers.worker": {"app.process", "app.queue", "workers.state", "workers.jobs", "workers.health_port"}
     | {"workers.runtimes"},
 }
 
