@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import subprocess
+import sys
 from typing import Any
 
 import httpx
@@ -24,9 +26,10 @@ from agents import (
 from openai import AsyncOpenAI
 from openai.types.responses.response_output_item import McpApprovalRequest
 
-from tests.conftest import Environment, FakeRuntime, Server, api_client, wait_until
+from tests.conftest import ROOT, Environment, FakeRuntime, Server, api_client, create_key, wait_until
 from tests.mcp_server import McpTestServer
 from tests.mcp_server import tool_call as call
+from tests.webhook_receiver import Receiver
 
 TOKEN = "mcp-secret-token-7d1f"
 set_tracing_disabled(True)  # the Agents SDK would export traces to OpenAI
@@ -490,3 +493,80 @@ def test_tool_choice_names_an_mcp_tool_for_the_first_answer_only(
     anyone: Any = {"type": "mcp", "server_label": "tools"}
     client.responses.create(model="fake", input=text, tools=[mcp_tool(mcp_server)], tool_choice=anyone)  # type: ignore[list-item]
     assert fake.requests()[2]["tool_choice"] == "required"
+
+
+def test_a_background_loop_resumes_mid_call_and_its_webhook_fires_at_its_end(
+    environment: Environment, server: Server, fake: FakeRuntime, mcp_server: McpTestServer
+) -> None:
+    """A stream cut while a call runs is resumed from its last event, by number, and gets the rest
+    of the loop as the first stream got it; the account's endpoint hears the end once."""
+    account = f"mcp-hooks-{secrets.token_hex(3)}"
+    key = create_key(environment, account)
+    receiver = Receiver().start()
+    try:
+        added = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "webhooks",
+                "add",
+                account,
+                receiver.url,
+                "--events",
+                "response.completed",
+            ],
+            cwd=ROOT,
+            env=environment.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert added.returncode == 0, added.stderr
+        body = {
+            "model": "fake",
+            "input": script(tool_calls=[call("slow", seconds=1.5)], then={"text": "after the wait"}),
+            "tools": [mcp_tool(mcp_server)],
+            "background": True,
+        }
+        seen = []  # the first stream, cut once the call is running (a background loop goes on)
+        headers = {"Authorization": f"Bearer {key}"}
+        with httpx.stream(
+            "POST", f"{server.base_url}/responses", json={**body, "stream": True}, headers=headers
+        ) as first:
+            for line in first.iter_lines():
+                if line.startswith("data: "):
+                    seen.append(json.loads(line[len("data: ") :]))
+                    if seen[-1]["type"] == "response.mcp_call.in_progress":
+                        break
+        response_id, cut = seen[0]["response"]["id"], seen[-1]["sequence_number"]
+        assert mcp_server.calls["slow"] == 0  # (it takes 1.5 s)
+        resumed = resume(server, key, response_id, cut)  # while the call runs
+        assert mcp_server.calls["slow"] == 1 and resumed[-1]["type"] == "response.completed"
+        whole = resume(server, key, response_id, -1)  # the log, once it has ended
+        assert [e["sequence_number"] for e in whole] == list(range(len(whole)))
+        assert unpadded(seen) == unpadded(whole[: cut + 1]) and unpadded(resumed) == unpadded(whole[cut + 1 :])
+        assert "mcp_call" in [e["item"]["type"] for e in resumed if e["type"] == "response.output_item.done"]
+        [received] = receiver.wait_for(1)
+        hook = json.loads(received.body)
+        assert (hook["type"], hook["data"]["id"]) == ("response.completed", response_id)
+        assert mcp_server.calls["slow"] == 1
+    finally:
+        receiver.stop()
+
+
+def unpadded(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Events without their obfuscation padding, which each stream draws afresh."""
+    return [{k: v for k, v in event.items() if k != "obfuscation"} for event in events]
+
+
+def resume(server: Server, key: str, response_id: str, after: int) -> list[dict[str, Any]]:
+    events = []
+    url = f"{server.base_url}/responses/{response_id}"
+    params: dict[str, str | int] = {"stream": "true", "starting_after": after}
+    with httpx.stream("GET", url, params=params, headers={"Authorization": f"Bearer {key}"}, timeout=30) as answer:
+        assert answer.status_code == 200, answer.read().decode()
+        for line in answer.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[len("data: ") :]))
+    return events
