@@ -174,6 +174,17 @@ def offered(tool: Tool, name: str, read_only: bool) -> bool:
     return _matches(allowed, name, read_only)
 
 
+def named_tools(tool: Tool) -> set[str]:
+    """The tools `allowed_tools` names: a list of this server's tools that comes from an earlier
+    turn (its `mcp_list_tools`) and lacks one of them was made with a narrower filter."""
+    allowed = tool.get("allowed_tools")
+    if isinstance(allowed, list):
+        return set(allowed)
+    if isinstance(allowed, dict):
+        return set(allowed.get("tool_names") or ())
+    return set()
+
+
 def needs_approval(tool: Tool, name: str, read_only: bool) -> bool:
     """Whether a call of `name` waits for the client's approval (`require_approval`; omitted
     means always, as OpenAI asks before any data goes to a remote server)."""

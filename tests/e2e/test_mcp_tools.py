@@ -172,6 +172,24 @@ def test_a_chain_keeps_the_tool_list_and_does_not_list_again(
     assert {tool["function"]["name"] for tool in fake.requests()[-1]["tools"]} >= {"add"}
 
 
+def test_a_turn_that_allows_a_tool_its_chains_list_lacks_lists_again(
+    client: openai.OpenAI, fake: FakeRuntime, mcp_server: McpTestServer
+) -> None:
+    """The list a chain holds was made under its turn's allowed_tools: a later turn that names a
+    tool missing from it lists again; one that allows fewer reuses it, filtered."""
+    first = client.responses.create(model="fake", input="hello", tools=[mcp_tool(mcp_server, allowed_tools=["add"])])  # type: ignore[list-item]
+    assert [tool.name for tool in first.output[0].tools] == ["add"]
+    wider = [mcp_tool(mcp_server, allowed_tools={"tool_names": ["add", "note"]})]
+    second = client.responses.create(model="fake", input="hi", tools=wider, previous_response_id=first.id)  # type: ignore[arg-type]
+    assert [item.type for item in second.output] == ["mcp_list_tools", "message"]
+    assert sorted(tool.name for tool in second.output[0].tools) == ["add", "note"]
+    assert mcp_server.methods["tools/list"] == 2
+    narrower = [mcp_tool(mcp_server, allowed_tools=["note"])]
+    third = client.responses.create(model="fake", input="again", tools=narrower, previous_response_id=second.id)  # type: ignore[arg-type]
+    assert [item.type for item in third.output] == ["message"] and mcp_server.methods["tools/list"] == 2
+    assert {tool["function"]["name"] for tool in fake.requests()[-1]["tools"]} == {"note"}
+
+
 def test_a_call_waits_for_approval_and_the_approved_call_runs_its_stored_arguments(
     client: openai.OpenAI, fake: FakeRuntime, mcp_server: McpTestServer
 ) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.protocol.ids import new_id
-from app.protocol.mcp_tools import Credentials, offered, open_credentials
+from app.protocol.mcp_tools import Credentials, named_tools, offered, open_credentials
 from app.protocol.response_object import ResponseRecord
 from app.protocol.shapes import Event, Item
 from app.queue import mcp_credentials
@@ -68,12 +68,15 @@ class ToolLoop:
             await link.close()
 
     async def prepare(self, context: list[Item]) -> None:
-        """The servers' tools offered to the model: from the context's lists, else listed now."""
+        """The servers' tools offered to the model: from the context's lists (OpenAI lists once per
+        chain or conversation), else listed now, and listed again when this request names a tool
+        that the context's list lacks (its earlier turn allowed fewer)."""
         for item in context:
             if item["type"] == "mcp_list_tools" and not item.get("error") and item["server_label"] in self.servers:
                 self.listed[item["server_label"]] = item["tools"]
-        for label in self.servers:
-            if label not in self.listed:
+        for label, server in self.servers.items():
+            known = {tool["name"] for tool in self.listed.get(label, ())}
+            if label not in self.listed or named_tools(server) - known:
                 await self._list(label)
         self.translator.tools = RuntimeTools.of(self.record.settings.get("tools") or [], self.listed)
 
