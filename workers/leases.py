@@ -26,7 +26,7 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.process.repeated_failure import RepeatedFailure
-from app.queue import transient_runs
+from app.queue import redis_servers, transient_runs
 from app.queue.redis_link import REDIS_LINK
 from app.settings import Settings
 from app.storage import responses as responses_db
@@ -70,7 +70,7 @@ class LeaseKeeper:
     async def _run(self) -> None:
         settings = self._settings.model_copy(update={"db_pool_size": 1, "db_max_overflow": 0})
         engine = create_engine(settings)
-        redis = Redis.from_url(settings.redis_url)
+        redis = redis_servers.client(settings.redis_url)
         interval = settings.lease_seconds / 3
         renewal = RepeatedFailure("renewing the worker's leases", log)
         try:

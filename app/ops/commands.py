@@ -7,11 +7,11 @@ import argparse
 import sys
 
 import httpx
-from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.ops import status
 from app.process.egress import EgressGuard, EgressRefused
+from app.queue import redis_servers
 from app.settings import Settings
 from app.storage import accounts as accounts_db
 from app.storage import webhooks as webhooks_db
@@ -30,7 +30,7 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             return await _limits(engine, args)
         if args.command == "webhooks":
             return await _webhooks(engine, settings, args)
-        redis = Redis.from_url(settings.redis_url)
+        redis = redis_servers.client(settings.redis_url)
         try:
             print(await status.report(engine, redis))
         finally:

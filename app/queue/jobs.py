@@ -11,12 +11,12 @@ from typing import Any, TypeAlias
 from arq.connections import ArqRedis
 from arq.typing import WorkerCoroutine
 from arq.worker import func
-from redis.asyncio import ConnectionPool
 
 from app.queue import arq_seam, transient_runs
 from app.queue.arq_seam import QueueWorker
 from app.queue.redis_keys import GENERATE_JOB, STOP_CHANNEL
 from app.queue.redis_link import REDIS_DOWN, REDIS_LINK
+from app.queue.redis_servers import connection_pool
 from app.queue.transient_runs import TransientJob
 
 # The queue's Redis client (arq's pool): the queue, pub/sub and keys share it.
@@ -51,7 +51,7 @@ def queue_pool(redis_url: str, queue_name: str) -> QueueRedis:
     """arq's Redis client (the queue, pub/sub and keys share it), made without connecting: each
     connection opens when first used, so a process starts, and waits, while Redis is away."""
     return ArqRedis(
-        ConnectionPool.from_url(redis_url, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS),
+        connection_pool(redis_url, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS),
         job_serializer=job_serializer,
         job_deserializer=job_deserializer,
         default_queue_name=queue_name,
