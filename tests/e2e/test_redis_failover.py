@@ -1,7 +1,8 @@
 """Redis Sentinel: a primary, a replica and three Sentinels on loopback, the server pointed at the
 Sentinels (`REDIS_URL=redis+sentinel://…/service`). The primary is killed in the middle of
-streams; the Sentinels promote the replica; the streams end whole and the queue goes on, on the
-new primary (Redis holds nothing that cannot be rebuilt from Postgres: design invariant 1)."""
+streams (background, stored foreground and store=false ones); the Sentinels promote the
+replica; the streams end whole and the queue goes on, on the new primary (Redis holds nothing
+that cannot be rebuilt from Postgres: design invariant 1)."""
 
 from __future__ import annotations
 
@@ -101,12 +102,9 @@ def test_streams_and_the_queue_go_on_when_the_redis_primary_fails_over(
     environment: Environment, fake: FakeRuntime, sentinel_redis: SentinelRedis
 ) -> None:
     texts = [" ".join(f"s{n}w{i}" for i in range(55)) for n in range(6)]  # 6.6 s each (the fake model's cap: 64)
+    modes = [{"background": True}, {"background": False}, {"store": False}]  # two streams of each
     requests = [
-        {
-            "model": "fake",
-            "input": "#fake " + json.dumps({"text": text, "delay": 0.12}),
-            "background": n % 2 == 1,
-        }
+        {"model": "fake", "input": "#fake " + json.dumps({"text": text, "delay": 0.12}), **modes[n % 3]}
         for n, text in enumerate(texts)
     ]
     with Stack(environment, REDIS_URL=sentinel_redis.url) as stack:
