@@ -6,6 +6,7 @@ Redis client the queue shares, the seal, its side tasks, and the loops each runs
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -16,8 +17,10 @@ from app.housekeeping import reaper
 from app.housekeeping.webhook_delivery import WebhookDeliverer
 from app.process.side_tasks import SideTasks
 from app.protocol.sealing import Seal
+from app.queue import heartbeats
 from app.queue.jobs import QueueRedis
 from app.queue.redis_keys import events_channel
+from app.queue.redis_link import REDIS_LINK
 from app.settings import Settings
 from app.storage.engine import create_engine
 
@@ -40,6 +43,8 @@ class ProcessState:
         self.side_tasks = SideTasks()
         self.webhooks = WebhookDeliverer(self.settings)
         self.events_channel = events_channel(self.settings.queue_name)
+        self.workers_seen: set[str] = set()  # the workers whose heartbeats the reaps saw
+        self._missing_since: dict[str, float] = {}  # those whose heartbeats went, since when
         self.continuations = reaper.Continuations(
             self.catalog, self.settings.queue_name, self.settings.max_continuations
         )
@@ -49,8 +54,27 @@ class ProcessState:
 
     async def reap(self, spare: Collection[str] = ()) -> None:
         """Takes up the running responses whose worker died (app/housekeeping/reaper.py), but those
-        in `spare`."""
+        in `spare`; and removes the store=false jobs of the workers whose heartbeats went since
+        the last time."""
         await reaper.reap_expired_leases(self.engine, self.redis, self.events_channel, self.continuations, spare)
+        with REDIS_LINK.tolerated("removing dead workers' store=false jobs"):
+            gone = self._workers_gone({beat["worker_id"] for beat in await heartbeats.workers_alive(self.redis)})
+            if gone:
+                base = self.settings.queue_name
+                await reaper.remove_dead_workers_transient_jobs(self.redis, self.catalog, base, gone)
+
+    def _workers_gone(self, alive: set[str]) -> set[str]:
+        """The workers seen before whose heartbeats have been missing for a few housekeeping
+        periods and a lease: not a heartbeat that a Redis failover lost and the next beat restores
+        (nor a store=false response's alive key, which its lease keeper sets again)."""
+        now = time.monotonic()
+        for worker in self.workers_seen - alive:
+            self._missing_since.setdefault(worker, now)
+        patience = 3 * self.settings.housekeeping_seconds + self.settings.lease_seconds
+        gone = {worker for worker, since in self._missing_since.items() if now - since >= patience}
+        self.workers_seen = alive | (set(self._missing_since) - gone)
+        self._missing_since = {w: since for w, since in self._missing_since.items() if w not in gone and w not in alive}
+        return gone
 
     async def stop_loops(self) -> None:
         """First at a close: nothing runs on behind what the process closes next."""

@@ -8,6 +8,8 @@
   response does. Otherwise it is ended `failed` (with a terminal event every follower receives),
   never re-run from scratch, keeping the output its followers could already read: rebuilt from its
   committed events, the unfinished item marked incomplete.
+- Remove: the `store: false` jobs of a worker that died, which no one can continue (their request
+  lives only in the job), so that the queue lists only work that waits.
 - Requeue: a queued response that Redis lost (flushed, restarted) is enqueued again from Postgres,
   and so is a continuation; the job id is the response id (and continuation), so a job that is
   still queued is not duplicated.
@@ -35,7 +37,7 @@ from app.process.metrics import CONTINUED, REAPED, REQUEUED
 from app.protocol.accumulate import continuable, stopped
 from app.protocol.lifecycle import terminal_event
 from app.protocol.shapes import Item
-from app.queue import arq_seam
+from app.queue import arq_seam, transient_runs
 from app.queue.jobs import GenerateJob, QueueRedis, enqueue_generate
 from app.queue.redis_link import REDIS_LINK
 from app.storage import events as events_db
@@ -115,6 +117,22 @@ async def reap_expired_leases(
             ids = [job.job_id for job in dead_jobs if job.queue_name == queue_name]
             await arq_seam.remove_jobs(redis, queue_name, ids)
     return list(endings.published)
+
+
+async def remove_dead_workers_transient_jobs(
+    redis: QueueRedis, catalog: Catalog, base_queue: str, workers: Collection[str]
+) -> list[str]:
+    """Removes from every queue the store=false jobs of workers that died (their heartbeats
+    expired): no other worker may continue them (their request lives only in the job), and left,
+    each would stay listed, and be taken again to no end, until its job timeout. Returns their
+    response ids."""
+    response_ids = await transient_runs.abandoned_by(redis, workers)
+    queues = {catalog.queue_for(entry.id, base_queue) for entry in catalog.entries} | {base_queue}
+    for queue_name in queues:
+        await arq_seam.remove_jobs(redis, queue_name, response_ids)  # (a store=false job's id is its response's)
+    for response_id in response_ids:
+        log.warning("response %s (store=false): its worker died; its job is removed", response_id)
+    return response_ids
 
 
 async def requeue_lost_jobs(

@@ -54,6 +54,27 @@ def test_worker_killed_mid_generation_fails_the_response_for_every_follower(stac
     assert stack.jobs_left(response_id) == []  # the dead worker's job went with its response
 
 
+def test_a_killed_workers_store_false_job_leaves_nothing_in_the_queue(stack: Stack, fake: FakeRuntime) -> None:
+    """No one can continue it (its request lived only in the job): once the worker's heartbeat
+    is gone, its job goes from the queue, which then lists only work that waits. Its follower
+    was told the generation is lost."""
+    worker = stack.start_worker()
+    stream = stack.client.responses.create(model="fake", input=SLOW, store=False, stream=True)
+    seen = []
+    with pytest.raises(openai.APIError) as lost:
+        for event in stream:
+            seen.append(event)
+            if event.type == "response.output_text.delta" and len(seen) == 5:
+                worker.send_signal(signal.SIGKILL)
+                worker.wait(10)
+    assert "worker" in lost.value.message
+    response_id = seen[0].response.id
+    assert stack.jobs_left(response_id) != []  # (the job timeout, hours, would have kept them)
+    stack.start_worker()  # its housekeeping sees the dead worker's heartbeat expire (15 s here)
+    wait_until(lambda: stack.jobs_left(response_id) == [], timeout=40)
+    assert len(fake.requests()) == 1  # and it was not run again
+
+
 def test_with_no_worker_left_a_lost_generation_still_ends_and_keeps_its_output(stack: Stack, fake: FakeRuntime) -> None:
     worker = stack.start_worker()
     created = stack.client.responses.create(model="fake", input=SLOW, background=True, stream=True)
