@@ -343,3 +343,25 @@ def test_a_prewarm_on_the_socket_is_a_warm_up(raw_socket: Connection, fake: Fake
     assert [f["type"] for f in frames] == ["response.created", "response.in_progress", "response.completed"]
     assert frames[-1]["response"]["prompt_cache_options"] == {"mode": "explicit"}
     assert not fake.requests()
+
+
+def test_another_accounts_socket_cannot_continue_or_read_a_response(
+    client: openai.OpenAI, other_client: openai.OpenAI
+) -> None:
+    """A socket is its key's account's, as HTTP is: another account's response is not found,
+    whether it was stored or lives in a socket's memory (store=false), and the socket goes on."""
+    with client.responses.connect() as connection:
+        connection.response.create(model="fake", input="ours, stored")
+        stored = _until_terminal(connection)[-1].response
+        connection.response.create(model="fake", input="ours, unstored", store=False)
+        unstored = _until_terminal(connection)[-1].response
+    with other_client.responses.connect() as connection:
+        for parent in (stored.id, unstored.id):
+            connection.response.create(model="fake", input="theirs", previous_response_id=parent)
+            [refused] = _until_terminal(connection)
+            assert refused.type == "error" and refused.error.code == "previous_response_not_found"
+            assert refused.error.param == "previous_response_id"
+        connection.response.create(model="fake", input="still usable")
+        assert _until_terminal(connection)[-1].response.output_text == "Echo: still usable"
+    with pytest.raises(openai.NotFoundError):
+        other_client.responses.retrieve(stored.id)
