@@ -1,7 +1,11 @@
 """The fast layer: the API application served in this process by Starlette's TestClient (no
 socket, no subprocess) with a worker on the same event loop, against the real Postgres and Redis
 and the fake runtime. Protocol and route tests live here; what needs real processes (crashes,
-restarts, the command line, deployment) stays in tests/e2e."""
+restarts, the command line, deployment) stays in tests/e2e.
+
+The in-process server gets a database of its own: it lives for the whole session, and its reaper
+and worker would otherwise take up (and continue on its own queue) the responses that the
+end-to-end tests' workers leave behind on purpose when they kill them."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from starlette.testclient import TestClient
 from app.api.app import create_app
 from app.queue.arq_seam import QueueWorker
 from app.settings import Settings
-from tests.conftest import TEST_ENCRYPTION_KEY, Environment
+from tests.conftest import TEST_ENCRYPTION_KEY, Environment, new_environment
 from workers.worker import build_worker
 
 
@@ -28,6 +32,12 @@ class InProcess:
 
     http: TestClient
     base_url: str = "http://testserver/v1"
+
+
+@pytest.fixture(scope="session")
+def environment(tmp_path_factory: pytest.TempPathFactory, fake_runtime_url: str) -> Iterator[Environment]:
+    with new_environment(tmp_path_factory, fake_runtime_url) as environment:
+        yield environment
 
 
 @pytest.fixture(scope="session")
