@@ -468,13 +468,33 @@ def account_name() -> str:
 
 
 @pytest.fixture(scope="session")
-def api_key(environment: Environment, account_name: str) -> str:
-    return create_key(environment, account_name)
+def keys_made() -> dict[tuple[str, str], str]:
+    """The keys made so far, by database and account name: one per account of each database."""
+    return {}
+
+
+def _key_of(made: dict[tuple[str, str], str], environment: Environment, account: str) -> str:
+    if (environment.database_url, account) not in made:
+        made[environment.database_url, account] = create_key(environment, account)
+    return made[environment.database_url, account]
+
+
+# Per module over a session-wide store: a directory whose conftest gives it a database of its own
+# (tests/api) gets keys of that database, where a session fixture, made once, would hand the first
+# directory's keys on to every other.
+@pytest.fixture(scope="module")
+def api_key(environment: Environment, account_name: str, keys_made: dict[tuple[str, str], str]) -> str:
+    return _key_of(keys_made, environment, account_name)
 
 
 @pytest.fixture(scope="session")
-def other_api_key(environment: Environment) -> str:
-    return create_key(environment, f"other-{secrets.token_hex(3)}")
+def other_account_name() -> str:
+    return f"other-{secrets.token_hex(3)}"
+
+
+@pytest.fixture(scope="module")
+def other_api_key(environment: Environment, other_account_name: str, keys_made: dict[tuple[str, str], str]) -> str:
+    return _key_of(keys_made, environment, other_account_name)
 
 
 @pytest.fixture

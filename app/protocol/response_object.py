@@ -37,6 +37,13 @@ class ResponseRecord:
     def evolve(self, **changes: Any) -> ResponseRecord:
         return replace(self, **changes)
 
+    @property
+    def durable(self) -> bool:
+        """In Postgres: stored responses, and background ones for their polling window even with
+        store=false. Only a foreground store=false response is transient: it lives in its job and
+        on Redis alone (and is counted against no limit)."""
+        return self.store or self.background
+
 
 def render(record: ResponseRecord) -> dict[str, Any]:
     s = record.settings

@@ -42,6 +42,9 @@ if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], ARGV[1]
 """
 
 
+_REFUSALS: dict[int, Literal["requests", "tokens"]] = {1: "requests", 2: "tokens"}  # the script's codes
+
+
 @dataclass(frozen=True, slots=True)
 class WindowCount:
     """The window's counts after a create was counted (or refused: then before it)."""
@@ -63,8 +66,7 @@ async def count(
     tokens_key = f"{LIMIT_PREFIX}tokens:{account_id}:{window}"
     args = [str(n) for n in (requests_limit, tokens_limit, estimate, window_seconds)]
     refused, requests, tokens, reset = await redis.eval(_ADMIT, 2, requests_key, tokens_key, *args)  # type: ignore[misc]
-    kind: Literal["requests", "tokens"] | None = {1: "requests", 2: "tokens"}.get(int(refused))  # type: ignore[assignment]
-    return WindowCount(kind, int(requests), int(tokens), int(reset), tokens_key)
+    return WindowCount(_REFUSALS.get(int(refused)), int(requests), int(tokens), int(reset), tokens_key)
 
 
 async def settle(redis: Redis, tokens_key: str, real_minus_estimate: int) -> None:

@@ -141,8 +141,7 @@ async def admit(
     rate-limit headers its answer carries."""
     if limits is None:
         return {}
-    counted = record.background or record.store  # (a transient response is counted nowhere)
-    if counted and (model.max_queued is not None or limits.max_concurrent is not None):
+    if record.durable and (model.max_queued is not None or limits.max_concurrent is not None):
         async with state.engine.connect() as conn:
             if limits.max_concurrent is not None:
                 check_concurrency(await responses_db.count_active(conn, account_id), limits)

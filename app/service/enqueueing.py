@@ -33,10 +33,7 @@ class Accepted:
 
     @property
     def durable(self) -> bool:
-        """In Postgres: stored responses, and background ones for their polling window even
-        with store=false. Only a foreground store=false response is transient: it lives in its
-        job and on Redis alone."""
-        return self.record.store or self.record.background
+        return self.record.durable
 
 
 async def enqueue(state: AppState, accepted: Accepted) -> None:

@@ -56,17 +56,16 @@ async def store(
     statement). The previous response may be deleted between its read and this insert: the
     insert's reference to it is then refused, and the request gets what it would have got a
     moment later."""
-    durable = new.record.store or new.record.background
     with _previous_deleted_meanwhile(new.record.previous_response_id):
         if key is not None or conversation_id is not None:
             async with state.engine.begin() as conn:  # the key, the conversation and the response at once
                 await idempotency.claim(conn, new.account_id, key)
                 if conversation_id is not None:
                     await _store_in_conversation(conn, conversation_id, new)
-                elif durable:
+                elif new.record.durable:
                     await responses_db.insert_responses(conn, [new])
                 await idempotency.record(conn, new.account_id, key, new.record.id)
-        elif durable:
+        elif new.record.durable:
             await state.store(new)
 
 

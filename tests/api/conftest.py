@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 from app.api.app import create_app
 from app.queue.arq_seam import QueueWorker
 from app.settings import Settings
-from tests.conftest import TEST_ENCRYPTION_KEY, Environment, create_key, new_environment
+from tests.conftest import TEST_ENCRYPTION_KEY, Environment, new_environment
 from workers.worker import build_worker
 
 
@@ -38,18 +38,6 @@ class InProcess:
 def environment(tmp_path_factory: pytest.TempPathFactory, fake_runtime_url: str) -> Iterator[Environment]:
     with new_environment(tmp_path_factory, fake_runtime_url) as environment:
         yield environment
-
-
-# Keys of this database's accounts. (The root conftest's session fixtures, made once with this
-# directory's `environment`, would be handed on with it to the end-to-end tests.)
-@pytest.fixture(scope="session")
-def api_key(environment: Environment, account_name: str) -> str:
-    return create_key(environment, account_name)
-
-
-@pytest.fixture(scope="session")
-def other_api_key(environment: Environment) -> str:
-    return create_key(environment, f"other-{secrets.token_hex(3)}")
 
 
 @pytest.fixture(scope="session")
