@@ -8,9 +8,10 @@ first line is `#fake {json}` scripts it instead:
                        name holds "prefill"), the chunks after the answer so far
     filler             {"bytes": N, "chunk_bytes": M}: an answer of N bytes of letters in chunks of
                        M (a very large answer without a very large request)
-    delay, first_delay seconds between chunks / before the first one; chunk n is due `n · delay`
-                       after the first, on a clock of its own, as a GPU's steps come: a loop busy
-                       elsewhere sends a chunk late, not every later one
+    delay, first_delay seconds between chunks of output (reasoning, text, a call's parts) / before the
+                       first one; chunk n is due `n · delay` after the first, on a clock of its own,
+                       as a GPU's steps come: a loop busy elsewhere sends a chunk late, not every
+                       later one
     drift              sleep `delay` after each chunk instead, so that lateness adds up
     finish_reason      what the last chunk says (default "stop"; "length" when max_tokens cuts)
     status             answer this HTTP status with an error body instead of streaming
@@ -240,9 +241,20 @@ async def _stream(
     try:
         yield _chunk(model, {"role": "assistant", "content": ""})
         await asyncio.sleep(script.get("first_delay", 0))
+        delay, clock, step = script.get("delay", 0), time.perf_counter(), 0
+
+        async def paced() -> None:
+            """Waits for the next chunk of output (reasoning, text or a call's part): the n-th is
+            due `n · delay` after the first."""
+            nonlocal step
+            if step:
+                due = delay if script.get("drift") else clock + step * delay - time.perf_counter()
+                await asyncio.sleep(max(0.0, due))
+            step += 1
+
         for word in _words(script.get("reasoning", "")):
+            await paced()
             yield _chunk(model, {"reasoning_content": word})
-        delay, clock = script.get("delay", 0), time.perf_counter()
         for index, text in enumerate(chunks):
             if index == script.get("error_after"):
                 message = script.get("error_message", "scripted mid-stream failure")
@@ -250,13 +262,12 @@ async def _stream(
                 return
             if index == script.get("break_after"):
                 raise ConnectionResetError("scripted break")
-            if index:
-                due = delay if script.get("drift") else clock + index * delay - time.perf_counter()
-                await asyncio.sleep(max(0.0, due))
+            await paced()
             logprobs = _logprobs(text, index, body.get("top_logprobs") or 0) if body.get("logprobs") else None
             yield _chunk(model, {"content": text}, logprobs=logprobs)
         for index, call in enumerate(script.get("tool_calls", [])):
             for delta in _call_deltas(index, call):
+                await paced()
                 yield _chunk(model, {"tool_calls": [delta]})
         yield _chunk(model, {}, finish)
         if not script.get("no_usage"):

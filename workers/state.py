@@ -18,7 +18,7 @@ from app.process.batching import Batched
 from app.process.egress import EgressGuard
 from app.queue import heartbeats
 from app.queue.jobs import QueueRedis
-from app.queue.redis_keys import STOP_CHANNEL, events_channel
+from app.queue.redis_keys import STEER_CHANNEL, STOP_CHANNEL, events_channel
 from app.queue.redis_link import REDIS_LINK
 from app.queue.redis_listener import listen_for_ever
 from app.settings import Settings
@@ -29,6 +29,7 @@ from workers.caches.conversation_items import ConversationItems
 from workers.leases import LeaseKeeper
 from workers.runtimes.client import ChatRuntimeClient
 from workers.runtimes.supervisor import RuntimeSupervisor
+from workers.translation.translate import StreamTranslator
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,10 @@ class WorkerState(ProcessState):
     taken: set[str] = field(default_factory=set)
     # The store=false ones among them: kept alive by a Redis key instead of a Postgres lease.
     transient: set[str] = field(default_factory=set)
+    # Those among them a client steered (WebSocket mode): each ends at its next output boundary.
+    steered: set[str] = field(default_factory=set)
+    # The translators of the generations running, which a steer reaches in the middle of an answer.
+    translators: dict[str, StreamTranslator] = field(default_factory=dict)
     # Claims of the jobs starting together, made by one statement.
     claim: Batched[str, responses_db.Claim] = field(init=False)
     conversations: ConversationItems = field(init=False)
@@ -126,6 +131,7 @@ class WorkerState(ProcessState):
         self.writer.start()
         self.lease_keeper.start()
         self.side_tasks.start("stop-listener", self._listen_for_stops)
+        self.side_tasks.start("steer-listener", self._listen_for_steers)
         self.side_tasks.start_every("housekeeping", self.settings.housekeeping_seconds, self._housekeeping)
         self.side_tasks.start_every("retention", self.settings.retention_interval_seconds, self._retention)
 
@@ -152,6 +158,20 @@ class WorkerState(ProcessState):
             self.stop_generation(response_id.decode())
 
         await listen_for_ever(self.redis, STOP_CHANNEL, stop)
+
+    def steer_generation(self, response_id: str) -> None:
+        if response_id not in self.taken:  # (every worker hears every steer)
+            return
+        self.steered.add(response_id)
+        translator = self.translators.get(response_id)
+        if translator is not None:
+            translator.steered = True
+
+    async def _listen_for_steers(self) -> None:
+        async def steer(response_id: bytes) -> None:
+            self.steer_generation(response_id.decode())
+
+        await listen_for_ever(self.redis, STEER_CHANNEL, steer)
 
     def _running_now(self) -> tuple[frozenset[str], frozenset[str]]:
         """The durable and the transient generations running now; called from the lease keeper's

@@ -25,6 +25,7 @@ Prefix = Literal[
     "mcpl",
     "mcpr",
     "mcpa",
+    "steer",
 ]
 
 

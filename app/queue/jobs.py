@@ -14,7 +14,7 @@ from arq.worker import func
 
 from app.queue import arq_seam, transient_runs
 from app.queue.arq_seam import QueueWorker
-from app.queue.redis_keys import GENERATE_JOB, STOP_CHANNEL
+from app.queue.redis_keys import GENERATE_JOB, STEER_CHANNEL, STOP_CHANNEL
 from app.queue.redis_link import REDIS_DOWN, REDIS_LINK
 from app.queue.redis_servers import connection_pool
 from app.queue.transient_runs import TransientJob
@@ -120,6 +120,16 @@ async def enqueue_many(queue: ArqRedis, jobs: Sequence[GenerateJob]) -> dict[Gen
         raise
     REDIS_LINK.answered()
     return added
+
+
+async def signal_steer(queue: ArqRedis, response_id: str) -> None:
+    """Tells whichever worker runs the response that it was steered. A lost message costs only the
+    early end: the steer is applied when the response ends anyway (and a stored one's continuation
+    reads it from Postgres)."""
+    try:
+        await queue.publish(STEER_CHANNEL, response_id)
+    except REDIS_DOWN as error:
+        REDIS_LINK.failed("steer signal", error)
 
 
 async def signal_stop(queue: ArqRedis, response_id: str, durable: bool) -> None:

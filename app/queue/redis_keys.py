@@ -7,6 +7,9 @@ from __future__ import annotations
 EVENTS_CHANNEL_PREFIX = "responses:events:"
 # Ask the worker running a response to stop it (cancel, client disconnect, delete); payload: the id.
 STOP_CHANNEL = "responses:stop"
+# Ask the worker running a response to end it at its next output boundary (WebSocket steering);
+# payload: the id.
+STEER_CHANNEL = "responses:steer"
 # The generate job's name in the arq queue; its job id is the response id.
 GENERATE_JOB = "generate"
 # The job counting a request's input tokens (POST /v1/responses/input_tokens); its id is its own.

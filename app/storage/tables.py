@@ -451,6 +451,25 @@ idempotency_keys = Table(
     comment="Idempotency-Key: a create sent again within 24 hours answers with what the first created.",
 )
 
+response_steers = Table(
+    "response_steers",
+    metadata,
+    Column("id", Text, primary_key=True, comment="steer_… id"),
+    Column(
+        "response_id",
+        Text,
+        ForeignKey("responses.id", ondelete="CASCADE"),
+        nullable=False,
+        comment="the running response it steers",
+    ),
+    Column("input", JSONB, nullable=False, comment="its input: user messages, as items"),
+    Column("successor_id", Text, comment="the response created with this input (null while it waits for one)"),
+    _now(),
+    Index("ix_response_steers_response", "response_id"),
+    comment="WebSocket steering: input queued for a running response's successor, stored before it is acknowledged.",
+)
+
+
 # The views are created by migrations 0001 and 0010 (views are not metadata objects).
 
 

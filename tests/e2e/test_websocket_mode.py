@@ -184,14 +184,6 @@ def test_bad_frames_get_error_events_and_the_socket_stays_usable(raw_socket: Con
     assert message["content"][0]["text"] == "Echo: still here"
 
 
-def test_steering_is_refused_as_unsupported(raw_socket: Connection) -> None:
-    raw_socket.send(json.dumps({"type": "response.steer", "previous_response_id": "resp_1", "input": "shorter"}))
-    frame = json.loads(raw_socket.recv(timeout=10))
-    assert frame["type"] == "response.steer.failed"
-    assert frame["error"]["code"] == "steering_not_supported"
-    assert frame["steer"] == {"previous_response_id": "resp_1", "input": "shorter"}
-
-
 def test_a_refused_key_is_a_401_in_openai_s_form_before_the_upgrade(server: Server) -> None:
     for headers in ({}, {"Authorization": "Bearer sk-not-a-key-of-ours"}):
         with pytest.raises(InvalidStatus) as refused:

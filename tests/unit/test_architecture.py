@@ -90,7 +90,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "workers.runtimes": {"app.process", "app.protocol", "workers.translation", "workers.runtime_failure"},
     "workers.caches": {"app.process", "app.protocol", "app.storage"},
     "workers.leases": {"app.process", "app.queue", "app.storage"},
-    "workers.state": _APP_BELOW_SERVICE | {"workers.leases", "workers.caches", "workers.runtimes"},
+    "workers.state": _APP_BELOW_SERVICE
+    | {"workers.leases", "workers.caches", "workers.runtimes", "workers.translation"},
     "workers.mcp": _APP_BELOW_SERVICE | {"workers.state", "workers.translation", "workers.runtime_failure"},
     "workers.jobs": _APP_BELOW_SERVICE
     | {"workers.state", "workers.translation", "workers.runtime_failure", "workers.runtimes", "workers.mcp"},

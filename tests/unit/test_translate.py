@@ -8,7 +8,8 @@ import pytest
 
 from app.protocol.accumulate import output_so_far
 from workers.runtime_failure import RuntimeFailure
-from workers.translation.translate import StreamTranslator
+from workers.translation.tools import RuntimeTools
+from workers.translation.translate import STEERED, AnswerSteered, StreamTranslator
 
 
 def chunk(
@@ -296,3 +297,61 @@ def test_the_answer_held_to_a_grammar_is_the_named_custom_tools_input() -> None:
         "completed",
     )
     assert output_so_far(events + closing) == [item]
+
+
+def reasoning(text: str) -> dict[str, Any]:
+    return {"choices": [{"delta": {"reasoning_content": text}, "finish_reason": None}]}
+
+
+def call_chunk(index: int, name: str | None = None, arguments: str = "") -> dict[str, Any]:
+    function: dict[str, Any] = {"arguments": arguments}
+    if name is not None:
+        function["name"] = name
+    delta = {"index": index, "function": function, **({"id": f"call_{index}"} if name else {})}
+    return {"choices": [{"delta": {"tool_calls": [delta]}, "finish_reason": None}]}
+
+
+def test_a_steer_lets_the_open_item_finish_and_stops_before_the_next() -> None:
+    translator = StreamTranslator()
+    events = translator.on_chunk(reasoning("think"))
+    translator.steered = True
+    events += translator.on_chunk(reasoning(" more"))  # (the same item goes on)
+    # The chunk that ends the reasoning and begins the message: the reasoning's end, nothing after.
+    with pytest.raises(AnswerSteered) as steered:
+        translator.on_chunk({"choices": [{"delta": {"reasoning_content": " last", "content": "Hi"}}]})
+    events += steered.value.events
+    types = [e["type"] for e in events]
+    assert types[-1] == "response.output_item.done" and events[-1]["item"]["type"] == "reasoning"
+    assert "response.output_text.delta" not in types and types.count("response.output_item.added") == 1
+    assert translator.incomplete_reason == STEERED
+    closing, output = translator.close()  # (nothing left open: nothing closed twice)
+    assert closing == [] and [i["type"] for i in output] == ["reasoning"]
+
+
+def test_a_steer_before_any_output_stops_at_once_and_a_steer_after_the_last_item_changes_nothing() -> None:
+    translator = StreamTranslator(steered=True)
+    with pytest.raises(AnswerSteered) as steered:
+        translator.on_chunk(chunk("Hi"))
+    assert steered.value.events == [] and translator.close() == ([], [])
+
+    translator, _ = run(chunk("Hi"))
+    translator.steered = True
+    translator.on_chunk(chunk(" there"))
+    translator.on_chunk(chunk(finish="stop"))
+    _, output = translator.close()
+    assert translator.incomplete_reason is None and output[0]["content"][0]["text"] == "Hi there"
+
+
+def test_a_steer_cuts_between_two_calls_keeping_the_first_whole() -> None:
+    translator = StreamTranslator(tools=RuntimeTools.of([{"type": "function", "name": "f", "parameters": {}}]))
+    translator.on_chunk(call_chunk(0, "f"))
+    translator.steered = True
+    translator.on_chunk(call_chunk(0, arguments='{"a": 1}'))
+    with pytest.raises(AnswerSteered) as steered:
+        translator.on_chunk(call_chunk(1, "f"))
+    assert [e["type"] for e in steered.value.events] == [
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+    ]
+    _, output = translator.close()
+    assert [(i["call_id"], i["arguments"], i["status"]) for i in output] == [("call_0", '{"a": 1}', "completed")]

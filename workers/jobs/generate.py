@@ -33,6 +33,7 @@ from app.queue.transient_runs import TransientJob
 from app.storage import events as events_db
 from app.storage import items as items_db
 from app.storage import responses as responses_db
+from app.storage import steers as steers_db
 from workers.jobs import compacting, start_times
 from workers.jobs.start_times import StartTimes
 from workers.mcp.loop import MAX_TOOL_ROUNDS, ToolLoop
@@ -40,7 +41,7 @@ from workers.runtime_failure import RuntimeFailure
 from workers.state import WorkerState
 from workers.translation import compaction
 from workers.translation.chat_request import chat_request, continuing
-from workers.translation.translate import StreamTranslator
+from workers.translation.translate import STEERED, AnswerSteered, StreamTranslator
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ async def generate(ctx: dict[str, Any], response_id: str, transient: dict[str, A
             await _run(state, generation)
     finally:
         state.taken.discard(response_id)
+        state.steered.discard(response_id)
 
 
 async def _claim_durable(state: WorkerState, response_id: str, times: StartTimes) -> Generation | None:
@@ -83,9 +85,12 @@ async def _claim_durable(state: WorkerState, response_id: str, times: StartTimes
         return None
     record = claim.record
     output = None
-    if claim.continuations:  # nobody writes its log while it has no worker: this is all of it
+    if claim.continuations or record.background:  # (steerable before this worker could hear of it)
         async with state.engine.begin() as conn:
-            output = await events_db.output_so_far(conn, response_id)
+            if claim.continuations:  # nobody writes its log while it has no worker: this is all of it
+                output = await events_db.output_so_far(conn, response_id)
+            if await steers_db.waiting(conn, response_id):
+                state.steered.add(response_id)
     model = state.catalog.by_name.get(record.model)
     times.claimed_now(record.model)
     return Generation(record, model, claim.context, times, claim.continuations, output)
@@ -114,6 +119,7 @@ async def _run(state: WorkerState, generation: Generation) -> None:
         await _run_compaction(state, generation)
         return
     translator = StreamTranslator.for_settings(record.settings, state.seal)
+    translator.steered = record.id in state.steered
     prefix = None
     if generation.continuations:
         if not continuable(generation.output or [], record.settings):  # (its releaser checked: a safeguard)
@@ -128,6 +134,7 @@ async def _run(state: WorkerState, generation: Generation) -> None:
         state.writer.expect(record.id, 2 if record.background else 0)
         state.writer.append(record.id, [*opening, lifecycle_event("response.in_progress", record)])
     state.running[record.id] = task
+    state.translators[record.id] = translator
     try:
         await asyncio.wait({task})
     except asyncio.CancelledError:
@@ -139,6 +146,7 @@ async def _run(state: WorkerState, generation: Generation) -> None:
         raise
     finally:
         state.running.pop(record.id, None)
+        state.translators.pop(record.id, None)
     try:
         closing, outcome = _ending(task, translator, generation.continuations, prefix or "")
     except Exception:  # whatever the runtime sent, the response must end: never leave it running
@@ -298,6 +306,9 @@ async def _stream(state: WorkerState, generation: Generation, translator: Stream
             await loop.make_calls()
             if translator.asks_client():  # (an approval it waits for: the calls beside it are made)
                 return
+            if translator.steered:  # (the calls it asked for are made: the next answer is its successor's)
+                translator.stopped_for = STEERED
+                return
             if loop.answers >= state.settings.mcp_max_rounds:
                 translator.stopped_for = MAX_TOOL_ROUNDS
                 return
@@ -323,12 +334,20 @@ async def _answer(
     times = generation.times
 
     def translate(chunk: dict[str, Any]) -> None:
-        if events := translator.on_chunk(chunk):
+        try:
+            events = translator.on_chunk(chunk)
+        except AnswerSteered as steered:
+            state.writer.append(record.id, steered.events)
+            raise
+        if events:
             state.writer.append(record.id, events)
             if times.first_token is None and any(event["type"] in OUTPUT_DELTAS for event in events):
                 first_token.observe(times.first_token_now(record.model) - record.created_at)
 
-    await state.runtime.stream(model, body, translate, truncate=record.settings.get("truncation") == "auto")
+    try:
+        await state.runtime.stream(model, body, translate, truncate=record.settings.get("truncation") == "auto")
+    except AnswerSteered:  # (its stream closed: the runtime stops generating)
+        pass
 
 
 def _ending(

@@ -36,6 +36,16 @@ from workers.translation.output_items import (
 from workers.translation.tools import RuntimeTools, forced_grammar_tool
 
 FINISH_TO_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+STEERED = "steered"  # the incomplete reason of a response a steer ended at an output boundary
+
+
+class AnswerSteered(Exception):
+    """The answer reached an output boundary after a steer: it stops here, its open item closed
+    by `events` (every event the chunk made before the boundary)."""
+
+    def __init__(self, events: list[Event]) -> None:
+        super().__init__("steered")
+        self.events = events
 
 
 def delta_carries_output(delta: dict[str, Any]) -> bool:
@@ -71,6 +81,8 @@ class StreamTranslator:
     before_usage: dict[str, Any] | None = None
     finish_reason: str | None = None
     stopped_for: str | None = None  # an incomplete reason of the server's own (a tool loop's limit)
+    # A steer waits: the answer stops where its open item ends, before the next one opens.
+    steered: bool = False
     # An MCP call the worker that began this generation made, or was making, when it stopped.
     interrupted: McpCallOutput | None = None
     usage: dict[str, Any] | None = None
@@ -78,6 +90,7 @@ class StreamTranslator:
     reasoning_chunks: int = 0
     # By the runtime's tool-call index; None for a call dropped past max_calls.
     _calls: dict[int, CallOutput | None] = field(default_factory=dict)
+    _closed: bool = False  # the last item was closed at a steer's boundary: nothing more opens
 
     @classmethod
     def for_settings(cls, settings: dict[str, Any], seal: Seal | None = None) -> StreamTranslator:
@@ -131,9 +144,19 @@ class StreamTranslator:
         ]
 
     def on_chunk(self, chunk: dict[str, Any]) -> list[Event]:
+        """Raises AnswerSteered at a steer's boundary."""
         events: list[Event] = []
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
+        try:
+            events += self._on_choices(chunk)
+        except AnswerSteered as steered:
+            steered.events[:0] = events
+            raise
+        return events
+
+    def _on_choices(self, chunk: dict[str, Any]) -> list[Event]:
+        events: list[Event] = []
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
             reasoning = _text(delta.get("reasoning_content") or delta.get("reasoning"), "reasoning")
@@ -166,7 +189,7 @@ class StreamTranslator:
         events: list[Event] = []
         current = self._open
         if not isinstance(current, kind):
-            events += self._close_open("completed")
+            events += self._next_item()
             if kind is ReasoningOutput:
                 current = ReasoningOutput(self._next_index, self.summarise_reasoning, self.seal_reasoning)
             else:
@@ -180,7 +203,7 @@ class StreamTranslator:
         events: list[Event] = []
         current = self._open
         if not isinstance(current, GrammarToolCallOutput):
-            events += self._close_open("completed")
+            events += self._next_item()
             current = GrammarToolCallOutput(self._next_index, new_id("call"), name)
             self.items.append(current)
             events += current.started()
@@ -207,7 +230,7 @@ class StreamTranslator:
         return events
 
     def _open_call(self, index: int, call: dict[str, Any], runtime_name: str) -> list[Event]:
-        events = self._close_open("completed")
+        events = self._next_item()
         call_id = _text(call.get("id"), "tool call id") or new_id("call")
         ref = self.tools.ref(runtime_name)
         current: CallOutput
@@ -224,8 +247,20 @@ class StreamTranslator:
         self.items.append(current)
         return events + current.started()
 
+    def _next_item(self) -> list[Event]:
+        """The events that close the open item before another opens: the one output boundary,
+        where a steer stops the answer (AnswerSteered) instead of opening the next item."""
+        events = self._close_open("completed")
+        if self.steered:
+            self.stopped_for = STEERED
+            self._closed = True
+            raise AnswerSteered(events)
+        return events
+
     def _close_open(self, status: str) -> list[Event]:
-        return self._open.done(status) if self._open is not None else []
+        if self._open is None or self._closed:
+            return []
+        return self._open.done(status)
 
     def calls_to_make(self) -> list[McpCallOutput]:
         """The MCP calls the model made in this answer, to be made by the server."""
@@ -264,6 +299,8 @@ class StreamTranslator:
 
     def close(self) -> tuple[list[Event], list[Item]]:
         """The closing events of a generation that ran to its end, and the final output items."""
+        if self._closed:  # (stopped at a steer's boundary: every item is finished)
+            return [], [*self.before, *[item.item("completed") for item in self.items]]
         events: list[Event] = []
         if not self.items:  # an empty answer is still one (empty) message
             self.items.append(MessageOutput(output_index=self._next_index))
