@@ -19,6 +19,8 @@ from websockets.sync.connection import Connection
 from tests.conftest import Environment, FakeRuntime, Server
 from tests.e2e.processes import Stack
 from tests.e2e.test_continuation import running_worker, two_workers
+from tests.mcp_server import McpTestServer
+from tests.mcp_server import tool_call as mcp_call
 
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 SLOW_REASONING = "#fake " + json.dumps(
@@ -182,6 +184,24 @@ def test_a_response_waiting_for_tool_output_keeps_its_steer_for_the_next_create(
     ]
 
 
+def test_steers_whose_create_is_refused_fail_with_their_ids(raw_socket: Connection) -> None:
+    """The client's create that was to take the pending steers is refused: the steers are handed
+    back (`successor_creation_failed`), besides the create's own error."""
+    script = "#fake " + json.dumps({"tool_calls": [{"name": "lookup", "arguments": "{}"}], "delay": 0.3})
+    raw_socket.send(json.dumps({"type": "response.create", "model": "fake", "input": script, "tools": [LOOKUP]}))
+    first = _frames_until(raw_socket, lambda f: f["type"] == "response.output_item.added")
+    called_id = first[0]["response"]["id"]
+    raw_socket.send(json.dumps({"type": "response.steer", "previous_response_id": called_id, "input": "later"}))
+    frames = _frames_until(raw_socket, lambda f: f["type"] == "response.steer.pending")
+    [accepted] = [f for f in frames if f["type"] == "response.steer.accepted"]
+    create = {"type": "response.create", "model": "fake", "tools": [LOOKUP], "previous_response_id": called_id}
+    raw_socket.send(json.dumps({**create, "input": "no tool output"}))  # (its call is left unanswered: a 400)
+    failed, error = _frames_until(raw_socket, lambda f: f["type"] == "error")
+    assert failed["type"] == "response.steer.failed" and failed["error"]["code"] == "successor_creation_failed"
+    assert failed["steer"] == {"id": accepted["steer"]["id"], "previous_response_id": called_id, "input": "later"}
+    assert error["status"] == 400
+
+
 def test_a_steered_tool_call_stream_is_cut_before_its_next_call(raw_socket: Connection) -> None:
     """Two calls: the steer ends the answer once the first is whole; the response waits for that one."""
     calls = [{"name": "lookup", "arguments": '{"q": "a"}'}, {"name": "lookup", "arguments": '{"q": "b"}'}]
@@ -302,3 +322,24 @@ def test_a_steer_survives_the_worker_that_heard_it(environment: Environment, fak
     successor_at = next(n for n, f in enumerate(frames) if f["type"] == "response.created" and n > 0)
     numbers = [f["sequence_number"] for f in frames[:successor_at] if not f["type"].startswith("response.steer")]
     assert numbers == list(range(len(numbers)))  # one unbroken stream across the handover
+
+
+def test_a_steer_during_an_mcp_call_lets_the_call_end_and_asks_the_model_no_more(
+    raw_socket: Connection, fake: FakeRuntime, mcp_server: McpTestServer
+) -> None:
+    tool = {"type": "mcp", "server_label": "tools", "server_url": mcp_server.url, "require_approval": "never"}
+    script = "#fake " + json.dumps({"tool_calls": [mcp_call("slow", seconds=1.5)], "then": {"text": "more"}})
+    fake.reset()
+    raw_socket.send(json.dumps({"type": "response.create", "model": "fake", "input": script, "tools": [tool]}))
+    first = _frames_until(raw_socket, lambda f: f["type"] == "response.mcp_call.in_progress")
+    target = first[0]["response"]["id"]
+    raw_socket.send(json.dumps({"type": "response.steer", "previous_response_id": target, "input": "Enough."}))
+    steered, successor = _ends(_until_ends(raw_socket, 2, first))
+    assert steered["incomplete_details"] == {"reason": "steered"}
+    assert [(i["type"], i.get("status")) for i in steered["output"]] == [
+        ("mcp_list_tools", None),
+        ("mcp_call", "completed"),
+    ]
+    assert mcp_server.calls["slow"] == 1  # the call it was making ended; the model was not asked again
+    assert successor["output"][-1]["content"][0]["text"] == "Echo: Enough."
+    assert len(fake.requests()) == 2  # the steered response's one answer, then its successor's
