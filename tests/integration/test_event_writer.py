@@ -318,3 +318,41 @@ async def test_a_commit_whose_answer_was_lost_is_not_written_twice(
     deltas = [json.loads(event.json)["delta"] for event in logged]
     assert deltas == ["a", "b", "c"]  # "b" once
     assert [event.sequence_number for event in logged] == [0, 1, 2]
+
+
+async def test_a_continuations_first_commit_whose_answer_was_lost_is_not_written_twice(
+    state: AppState, account_id: str, open_worker: OpenWorker, monkeypatch: pytest.MonkeyPatch, fake: FakeRuntime
+) -> None:
+    """A generation handed over mid-answer: the worker continuing it knows where its log ends
+    before its first commit, so that commit too is recognized should its answer be lost."""
+    words = [f"w{i}" for i in range(30)]
+    script = "#fake " + json.dumps({"text": " ".join(words), "delay": 0.05})
+    response_id = await accept(state, account_id, model="continuing-model", input=script)
+    first, second = await open_worker(), await open_worker()
+    running = asyncio.create_task(run_job(first, response_id))
+    await within(until_committed(state, response_id, 8), 10)
+    running.cancel()  # (its worker shutting down: the generation is handed over)
+    await asyncio.gather(running, return_exceptions=True)
+    commit = events_db.append_many
+    answers_lost = 0
+
+    async def first_answer_lost(*args: Any, **kwargs: Any) -> dict[str, list[WireEvent]]:
+        nonlocal answers_lost
+        numbered = await commit(*args, **kwargs)
+        if response_id in args[1] and not answers_lost:
+            answers_lost += 1
+            raise OperationalError(
+                "INSERT …", {}, ConnectionResetError("the answer was lost"), connection_invalidated=True
+            )
+        return numbered
+
+    monkeypatch.setattr(events_db, "append_many", first_answer_lost)
+    await within(run_job(second, response_id), 20)
+    assert answers_lost == 1
+    async with state.engine.connect() as conn:
+        row = await responses_db.get_row(conn, response_id)
+        logged = await events_db.events_after(conn, response_id, -1, None)
+    assert row is not None and row.status == "completed" and row.continuations == 1
+    assert [event.sequence_number for event in logged] == list(range(len(logged)))
+    text = "".join(json.loads(e.json)["delta"] for e in logged if e.type == "response.output_text.delta")
+    assert text == " ".join(words)  # no piece twice

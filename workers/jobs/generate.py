@@ -56,6 +56,7 @@ class Generation:
     # its log holds.
     continuations: int = 0
     output: list[Item] | None = None
+    log_end: int = -1  # a continuation's: the number of the last event its log holds
 
 
 async def generate(ctx: dict[str, Any], response_id: str, transient: dict[str, Any] | None = None) -> None:
@@ -84,16 +85,17 @@ async def _claim_durable(state: WorkerState, response_id: str, times: StartTimes
         log.info("response %s: already claimed or ended; nothing to do", response_id)
         return None
     record = claim.record
-    output = None
+    output, log_end = None, -1
     if claim.continuations or record.background:  # (steerable before this worker could hear of it)
         async with state.engine.begin() as conn:
             if claim.continuations:  # nobody writes its log while it has no worker: this is all of it
                 output = await events_db.output_so_far(conn, response_id)
+                [(_, log_end)] = (await events_db.log_ends(conn, [response_id])).values()
             if await steers_db.waiting(conn, response_id):
                 state.steered.add(response_id)
     model = state.catalog.by_name.get(record.model)
     times.claimed_now(record.model)
-    return Generation(record, model, claim.context, times, claim.continuations, output)
+    return Generation(record, model, claim.context, times, claim.continuations, output, log_end)
 
 
 async def _claim_transient(
@@ -126,6 +128,7 @@ async def _run(state: WorkerState, generation: Generation) -> None:
             await _finish(state, generation, [], _failed(NOT_CONTINUABLE, stopped(generation.output or [])))
             return
         prefix = translator.continue_from(generation.output or [])
+        state.writer.expect(record.id, generation.log_end + 1)  # (its first commit, too, is recognized)
     # The runtime request goes out first: it, not these events' commit, is what the first token waits on.
     task = asyncio.create_task(_stream(state, generation, translator, prefix))
     if prefix is None:  # (a continuation's log has them already)
