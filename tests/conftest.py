@@ -299,6 +299,16 @@ base_url = "{fake_runtime_url}/v1"
 max_images = 2
 reasoning = {{ efforts = ["none", "low", "high"] }}
 
+# One whose server counts prompts (vLLM's /tokenize) as its template renders them: the tools, images,
+# the thinking switch.
+[[models]]
+id = "counted-model"
+runtime = "openai"
+base_url = "{fake_runtime_url}/v1"
+tokenize = true
+max_images = 2
+reasoning = {{ efforts = ["none", "low", "high"] }}
+
 # A model whose server grades reasoning effort itself.
 [[models]]
 id = "graded-model"

@@ -209,11 +209,26 @@ async def chat_completions(request: Request) -> Response:
     return StreamingResponse(_stream(body, chunks, finish, script, prompt_tokens), media_type="text/event-stream")
 
 
+IMAGE_TOKENS = 85  # what an image weighs in a prompt, whatever its size
+THINKING_OFF_TOKENS = 4  # the empty think block a template writes with enable_thinking false (Qwen3's)
+
+
 def _prompt_tokens(body: dict[str, Any]) -> int:
-    """One token per word of every message and of the tools' JSON: a chat template renders the
-    tools' signatures into the prompt, and vLLM counts them (in usage and at /tokenize) alike."""
-    words = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-    return words + (len(json.dumps(body["tools"]).split()) if body.get("tools") else 0)
+    """As a chat template renders the prompt and vLLM counts it (in usage and at /tokenize) alike:
+    one token per word of every message's text and of the tools' JSON (the template lists their
+    signatures), IMAGE_TOKENS per image, and the template's switches (THINKING_OFF_TOKENS)."""
+    words = sum(_content_tokens(m.get("content")) for m in body.get("messages", []))
+    words += len(json.dumps(body["tools"]).split()) if body.get("tools") else 0
+    thinking = (body.get("chat_template_kwargs") or {}).get("enable_thinking")
+    return words + (THINKING_OFF_TOKENS if thinking is False else 0)
+
+
+def _content_tokens(content: Any) -> int:
+    if not isinstance(content, list):
+        return len(str(content or "").split())
+    return sum(
+        IMAGE_TOKENS if part.get("type") == "image_url" else len(str(part.get("text", "")).split()) for part in content
+    )
 
 
 def _overflow(wording: str, prompt: int, limit: int, window: int) -> str:

@@ -3,6 +3,7 @@ the model: reasoning effort, images (structured output and tools have their own 
 
 from __future__ import annotations
 
+import json
 from typing import Any, cast
 
 import openai
@@ -10,7 +11,7 @@ import pytest
 
 from app.protocol.images import data_url
 from tests.conftest import FakeRuntime
-from tests.fake_runtime import png
+from tests.fake_runtime import IMAGE_TOKENS, THINKING_OFF_TOKENS, png
 
 CAT = data_url(png(3, 2), "image/png")
 DOT = data_url(png(), "image/png")
@@ -137,3 +138,32 @@ def test_a_vllm_model_without_a_tool_parser_is_offered_no_tools(client: openai.O
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model="capped", input="x", tools=[lookup], tool_choice=choice)
     assert (caught.value.body["param"], caught.value.body["code"]) == ("tool_choice", "unsupported_value")
+
+
+WEATHER: Any = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+
+
+@pytest.mark.parametrize("effort", ["none", "high"])
+def test_a_prompt_is_counted_as_the_runtime_counts_it_with_tools_images_and_reasoning(
+    client: openai.OpenAI, fake: FakeRuntime, effort: Any
+) -> None:
+    """`input_tokens` asks the runtime's /tokenize with all its chat template renders (the tools,
+    the thinking switch): the same count the runtime reports for the answer's prompt."""
+    content = [{"type": "input_text", "text": "What is in this picture?"}, image()]
+    request: Any = {
+        "model": "counted-model",
+        "instructions": "Be brief.",
+        "input": [{"role": "user", "content": content}],
+        "tools": [WEATHER],
+        "reasoning": {"effort": effort},
+    }
+    counted = client.responses.input_tokens.count(**request).input_tokens
+    answered = client.responses.create(**request)
+    assert answered.usage is not None and counted == answered.usage.input_tokens
+    text_only = client.responses.input_tokens.count(
+        model="counted-model", instructions="Be brief.", input="What is in this picture?", reasoning={"effort": "high"}
+    ).input_tokens
+    # The image, the thinking switch and the tools each counted: what a count without them lacks.
+    thinking_off = THINKING_OFF_TOKENS if effort == "none" else 0
+    tool_words = len(json.dumps(fake.requests()[0]["tools"]).split())
+    assert counted == text_only + IMAGE_TOKENS + thinking_off + tool_words
