@@ -573,14 +573,47 @@ def test_a_background_loop_resumes_mid_call_and_its_webhook_fires_at_its_end(
         receiver.stop()
 
 
+def test_a_follower_on_another_replica_follows_a_loop_in_the_middle_of_a_call(
+    environment: Environment, server: Server, api_key: str, fake: FakeRuntime, mcp_server: McpTestServer
+) -> None:
+    """A loop created through one API replica is followed, from the event its first client last
+    saw, through another (no state in the API process): the rest of the loop, numbered on."""
+    body = {
+        "model": "fake",
+        "input": script(tool_calls=[call("slow", seconds=4)], then={"text": "after the wait"}),
+        "tools": [mcp_tool(mcp_server)],
+        "background": True,
+        "stream": True,
+    }
+    seen = []
+    with httpx.stream(
+        "POST", f"{server.base_url}/responses", json=body, headers={"Authorization": f"Bearer {api_key}"}
+    ) as first:
+        for line in first.iter_lines():
+            if line.startswith("data: "):
+                seen.append(json.loads(line[len("data: ") :]))
+                if seen[-1]["type"] == "response.mcp_call.in_progress":
+                    break
+    response_id, cut = seen[0]["response"]["id"], seen[-1]["sequence_number"]
+    with api_client(environment, api_key) as other:  # another replica, started now
+        assert mcp_server.calls["slow"] == 0  # (the call is still being made)
+        resumed = resume(str(other.base_url), api_key, response_id, cut)
+    assert [e["sequence_number"] for e in resumed] == list(range(cut + 1, cut + 1 + len(resumed)))
+    assert resumed[-1]["type"] == "response.completed" and mcp_server.calls["slow"] == 1
+    assert resumed[-1]["response"]["output"][-1]["content"][0]["text"] == "after the wait"
+    assert unpadded(seen + resumed) == unpadded(resume(server, api_key, response_id, -1))
+
+
 def unpadded(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Events without their obfuscation padding, which each stream draws afresh."""
     return [{k: v for k, v in event.items() if k != "obfuscation"} for event in events]
 
 
-def resume(server: Server, key: str, response_id: str, after: int) -> list[dict[str, Any]]:
+def resume(server: Server | str, key: str, response_id: str, after: int) -> list[dict[str, Any]]:
+    """The response's events after `after`, followed to its end, from `server` (or a base URL)."""
     events = []
-    url = f"{server.base_url}/responses/{response_id}"
+    base_url = server if isinstance(server, str) else server.base_url
+    url = f"{base_url.rstrip('/')}/responses/{response_id}"
     params: dict[str, str | int] = {"stream": "true", "starting_after": after}
     with httpx.stream("GET", url, params=params, headers={"Authorization": f"Bearer {key}"}, timeout=30) as answer:
         assert answer.status_code == 200, answer.read().decode()
