@@ -196,24 +196,24 @@ async def chat_completions(request: Request) -> Response:
     chunks = _after(_chunks(script), _continued_from(body))
     limit = body.get("max_tokens")
     finish = script.get("finish_reason", "tool_calls" if script.get("tool_calls") else "stop")
-    prompt_tokens = _prompt_tokens(body)
+    prompt = prompt_tokens(body)
     window = script.get("context_window", 1_000_000)
     wording = script.get("context_wording", "vllm")
-    if limit is not None and wording == "vllm-0.32" and prompt_tokens < window:
-        limit = min(limit, window - prompt_tokens)  # it shortens max_tokens itself
-    if limit is not None and prompt_tokens + limit > window:
-        message = _overflow(wording, prompt_tokens, limit, window)
+    if limit is not None and wording == "vllm-0.32" and prompt < window:
+        limit = min(limit, window - prompt)  # it shortens max_tokens itself
+    if limit is not None and prompt + limit > window:
+        message = _overflow(wording, prompt, limit, window)
         return JSONResponse({"error": {"message": message, "type": "BadRequestError"}}, status_code=400)
     if limit is not None and len(chunks) > limit:
         chunks, finish = chunks[:limit], "length"
-    return StreamingResponse(_stream(body, chunks, finish, script, prompt_tokens), media_type="text/event-stream")
+    return StreamingResponse(_stream(body, chunks, finish, script, prompt), media_type="text/event-stream")
 
 
 IMAGE_TOKENS = 85  # what an image weighs in a prompt, whatever its size
 THINKING_OFF_TOKENS = 4  # the empty think block a template writes with enable_thinking false (Qwen3's)
 
 
-def _prompt_tokens(body: dict[str, Any]) -> int:
+def prompt_tokens(body: dict[str, Any]) -> int:
     """As a chat template renders the prompt and vLLM counts it (in usage and at /tokenize) alike:
     one token per word of every message's text and of the tools' JSON (the template lists their
     signatures), IMAGE_TOKENS per image, and the template's switches (THINKING_OFF_TOKENS)."""
@@ -326,7 +326,7 @@ async def tokenize(request: Request) -> Response:
     """vLLM's /tokenize for chat messages: here one token per word of every message."""
     body = await request.json()
     received_tokenize.append(body)
-    count = _prompt_tokens(body)
+    count = prompt_tokens(body)
     return JSONResponse({"count": count, "max_model_len": 4096, "tokens": list(range(count))})
 
 

@@ -367,6 +367,22 @@ async def awaiting_continuation(conn: AsyncConnection, limit: int = 1000) -> lis
     return [(r.id, r.model, r.continuations) for r in rows]
 
 
+async def save_rounds_usage(conn: AsyncConnection, response_id: str, usage: dict[str, Any]) -> None:
+    """A running tool loop's usage so far (migration 0017), for a worker that may continue it."""
+    await conn.execute(
+        update(responses)
+        .where(responses.c.id == response_id, responses.c.status == "in_progress")
+        .values(rounds_usage=usage)
+    )
+
+
+async def rounds_usage(conn: AsyncConnection, response_id: str) -> dict[str, Any] | None:
+    usage: dict[str, Any] | None = await conn.scalar(
+        select(responses.c.rounds_usage).where(responses.c.id == response_id)
+    )
+    return usage
+
+
 async def request_stop(conn: AsyncConnection, response_id: str) -> None:
     """Flags a running response for its worker, which ends it as cancelled."""
     await conn.execute(

@@ -133,6 +133,11 @@ responses = Table(
         comment="a response continued this one on its branch; any other continuation starts a new branch",
     ),
     Column("usage", JSONB, comment="token usage, set when the response ends"),
+    Column(
+        "rounds_usage",
+        JSONB,
+        comment="a running tool loop's finished rounds' usage: what a worker continuing it counts on",
+    ),
     Column("error", JSONB, comment="{code, message} of a failed response"),
     Column("incomplete_details", JSONB, comment="{reason} of an incomplete response"),
     _now(),

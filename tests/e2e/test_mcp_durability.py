@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import Environment, FakeRuntime, wait_until
 from tests.e2e.processes import Stack
 from tests.e2e.test_continuation import Follower, running_worker, two_workers
+from tests.fake_runtime import prompt_tokens
 from tests.mcp_server import McpTestServer
 from tests.mcp_server import tool_call as call
 
@@ -72,6 +73,17 @@ def test_a_read_only_call_in_flight_is_made_again(
         assert (made.status, made.output, made.error) == ("completed", "waited 3.0", None)
         assert mcp_server.started["slow"] == 2  # in flight, and read-only: made again
         assert follower.events[-1].response.output_text == "waited"
+        assert_every_round_counted(follower, fake)
+
+
+def assert_every_round_counted(follower: LoopFollower, fake: FakeRuntime) -> None:
+    """The usage of a loop continued between two steps: every round's prompt as the runtime
+    counted it, the dead worker's round too (the fake counts what it reports alike)."""
+    usage = follower.events[-1].response.usage
+    rounds = fake.requests()
+    assert len(rounds) == 2  # the first worker's round, then the answer with the call's result
+    assert usage is not None and usage.input_tokens == sum(prompt_tokens(r) for r in rounds)
+    assert usage.total_tokens == usage.input_tokens + usage.output_tokens
 
 
 def test_a_writing_call_in_flight_is_not_made_again_and_the_model_is_told(
@@ -86,6 +98,7 @@ def test_a_writing_call_in_flight_is_not_made_again_and_the_model_is_told(
         assert mcp_server.started["slow_note"] == 1  # never made a second time
         told = fake.requests()[-1]["messages"][-1]
         assert told["role"] == "tool" and "may or may not have been made" in told["content"]
+        assert_every_round_counted(follower, fake)
 
 
 def test_killed_after_a_call_the_answer_goes_on_and_the_call_is_not_made_again(

@@ -57,6 +57,7 @@ class Generation:
     continuations: int = 0
     output: list[Item] | None = None
     log_end: int = -1  # a continuation's: the number of the last event its log holds
+    rounds_usage: dict[str, Any] | None = None  # a continued tool loop's: its finished rounds' usage
 
 
 async def generate(ctx: dict[str, Any], response_id: str, transient: dict[str, Any] | None = None) -> None:
@@ -85,17 +86,18 @@ async def _claim_durable(state: WorkerState, response_id: str, times: StartTimes
         log.info("response %s: already claimed or ended; nothing to do", response_id)
         return None
     record = claim.record
-    output, log_end = None, -1
+    output, log_end, rounds_usage = None, -1, None
     if claim.continuations or record.background:  # (steerable before this worker could hear of it)
         async with state.engine.begin() as conn:
             if claim.continuations:  # nobody writes its log while it has no worker: this is all of it
                 output = await events_db.output_so_far(conn, response_id)
                 [(_, log_end)] = (await events_db.log_ends(conn, [response_id])).values()
+                rounds_usage = await responses_db.rounds_usage(conn, response_id)
             if await steers_db.waiting(conn, response_id):
                 state.steered.add(response_id)
     model = state.catalog.by_name.get(record.model)
     times.claimed_now(record.model)
-    return Generation(record, model, claim.context, times, claim.continuations, output, log_end)
+    return Generation(record, model, claim.context, times, claim.continuations, output, log_end, rounds_usage)
 
 
 async def _claim_transient(
@@ -128,6 +130,7 @@ async def _run(state: WorkerState, generation: Generation) -> None:
             await _finish(state, generation, [], _failed(NOT_CONTINUABLE, stopped(generation.output or [])))
             return
         prefix = translator.continue_from(generation.output or [])
+        translator.before_usage = generation.rounds_usage
         state.writer.expect(record.id, generation.log_end + 1)  # (its first commit, too, is recognized)
     # The runtime request goes out first: it, not these events' commit, is what the first token waits on.
     task = asyncio.create_task(_stream(state, generation, translator, prefix))
@@ -151,7 +154,7 @@ async def _run(state: WorkerState, generation: Generation) -> None:
         state.running.pop(record.id, None)
         state.translators.pop(record.id, None)
     try:
-        closing, outcome = _ending(task, translator, generation.continuations, prefix or "")
+        closing, outcome = _ending(task, translator, generation, prefix or "")
     except Exception:  # whatever the runtime sent, the response must end: never leave it running
         log.exception("response %s: its outcome could not be made", record.id)
         closing, outcome = [], _failed(INTERNAL_ERROR)
@@ -354,7 +357,7 @@ async def _answer(
 
 
 def _ending(
-    task: asyncio.Task[None], translator: StreamTranslator, continuations: int, prefix: str
+    task: asyncio.Task[None], translator: StreamTranslator, generation: Generation, prefix: str
 ) -> tuple[list[Event], responses_db.Outcome]:
     now = time.time()
     if task.cancelled():
@@ -373,20 +376,23 @@ def _ending(
         "incomplete" if reason else "completed",
         output,
         now,
-        usage=_with_earlier_runs(translator.usage_object(), continuations, prefix),
+        usage=_with_earlier_runs(translator.usage_object(), generation, prefix),
         incomplete_details={"reason": reason} if reason else None,
     )
 
 
-def _with_earlier_runs(usage: dict[str, Any], earlier: int, prefix: str) -> dict[str, Any]:
+def _with_earlier_runs(usage: dict[str, Any], generation: Generation, prefix: str) -> dict[str, Any]:
     """A continued response's usage: its last run's, which read the answer so far as prompt, with
     the prompt of each earlier run counted again and the answer so far counted as output. No runtime
     reported the earlier runs: their prompts are taken as this run's less the answer so far, whose
-    tokens are estimated as a quarter of its bytes (as OpenAI estimates them)."""
-    if not earlier:
+    tokens are estimated as a quarter of its bytes (as OpenAI estimates them). A tool loop's
+    rounds that ended before the continuation are counted as they were reported (`rounds_usage`,
+    in `usage` already): a loop continued between two steps lost no generation to estimate."""
+    earlier, counted = generation.continuations, generation.rounds_usage
+    if not earlier or (counted is not None and not prefix):
         return usage
     already = len(prefix.encode()) // 4
-    earlier_prompt = max(0, usage["input_tokens"] - already)
+    earlier_prompt = max(0, usage["input_tokens"] - (counted or {}).get("input_tokens", 0) - already)
     input_tokens = usage["input_tokens"] + earlier * earlier_prompt
     output_tokens = usage["output_tokens"] + already
     return {

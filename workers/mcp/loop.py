@@ -24,6 +24,7 @@ from app.protocol.mcp_tools import Credentials, named_tools, offered, open_crede
 from app.protocol.response_object import ResponseRecord
 from app.protocol.shapes import Event, Item
 from app.queue import mcp_credentials
+from app.storage import responses as responses_db
 from workers.mcp.server_link import McpFailure, ServerLink, connect
 from workers.runtime_failure import RuntimeFailure
 from workers.state import WorkerState
@@ -118,11 +119,15 @@ class ToolLoop:
         return bool(self.translator.calls_to_make())
 
     async def make_calls(self) -> None:
-        """This answer's MCP calls, in turn, each committed as it opens and as it ends."""
+        """This answer's MCP calls, in turn, each committed as it opens and as it ends. Once the
+        first is, the answer is in the log: its usage is saved with the rounds' before it."""
         self.emit(self.translator.close_answer())
-        for call in self.translator.calls_to_make():
+        for n, call in enumerate(self.translator.calls_to_make()):
             self.emit(call.opening())
             await self.state.writer.committed(self.record.id)  # known to be in flight before it is
+            if n == 0 and self.record.id not in self.state.transient:  # (a store=false loop has no row)
+                async with self.state.engine.begin() as conn:
+                    await responses_db.save_rounds_usage(conn, self.record.id, self.translator.usage_object())
             output, error = await self._call(call)
             self.emit(call.closing(output, error))
 
