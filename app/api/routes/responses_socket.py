@@ -11,6 +11,7 @@ RESPONSES_WEBSOCKET_IDLE_SECONDS (then a close with 1000)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 
@@ -32,11 +33,15 @@ log = logging.getLogger(__name__)
 BUSY_POLL_SECONDS = 1.0  # how often a socket with responses running looks at its clock
 
 
-def _lifetime_reached(seconds: float) -> errors.APIError:
-    return errors.InvalidRequest(
-        f"Responses websocket connection limit reached ({seconds / 60:g} minutes). "
-        "Create a new websocket connection to continue.",
-        code="websocket_connection_limit_reached",
+@functools.cache
+def _lifetime_reached(seconds: float) -> str:
+    """The `error` frame of a socket past its lifetime (made once, when a socket first gets there)."""
+    return error_frame(
+        errors.InvalidRequest(
+            f"Responses websocket connection limit reached ({seconds / 60:g} minutes). "
+            "Create a new websocket connection to continue.",
+            code="websocket_connection_limit_reached",
+        )
     )
 
 
@@ -62,7 +67,6 @@ async def _responses_socket(scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "websocket.send", "text": text})
 
     session = SocketSession(state, caller, send_frame, socket_id)
-    lifetime_reached = error_frame(_lifetime_reached(settings.websocket_max_seconds))
     frames: asyncio.Queue[Message] = asyncio.Queue()
     receiver = asyncio.create_task(_receive_into(websocket, frames), name=f"socket {socket_id}")
     received = 0
@@ -73,7 +77,7 @@ async def _responses_socket(scope: Scope, receive: Receive, send: Send) -> None:
                 quiet_since = now
             expired = now - opened >= settings.websocket_max_seconds
             if expired and not session.busy:
-                await websocket.send_text(lifetime_reached)
+                await websocket.send_text(_lifetime_reached(settings.websocket_max_seconds))
                 await websocket.close(1000, "connection lifetime reached")
                 return
             if now - quiet_since >= settings.websocket_idle_seconds:
@@ -94,7 +98,7 @@ async def _responses_socket(scope: Scope, receive: Receive, send: Send) -> None:
                 return
             received += 1
             if expired:  # nothing new once the lifetime is reached: the client reconnects
-                await websocket.send_text(lifetime_reached)
+                await websocket.send_text(_lifetime_reached(settings.websocket_max_seconds))
                 continue
             await session.receive(message.get("text"))
     finally:
