@@ -541,22 +541,7 @@ def test_a_background_loop_resumes_mid_call_and_its_webhook_fires_at_its_end(
             timeout=60,
         )
         assert added.returncode == 0, added.stderr
-        body = {
-            "model": "fake",
-            "input": script(tool_calls=[call("slow", seconds=1.5)], then={"text": "after the wait"}),
-            "tools": [mcp_tool(mcp_server)],
-            "background": True,
-        }
-        seen = []  # the first stream, cut once the call is running (a background loop goes on)
-        headers = {"Authorization": f"Bearer {key}"}
-        with httpx.stream(
-            "POST", f"{server.base_url}/responses", json={**body, "stream": True}, headers=headers
-        ) as first:
-            for line in first.iter_lines():
-                if line.startswith("data: "):
-                    seen.append(json.loads(line[len("data: ") :]))
-                    if seen[-1]["type"] == "response.mcp_call.in_progress":
-                        break
+        seen = slow_loop_until_its_call(server, key, mcp_server, seconds=1.5)
         response_id, cut = seen[0]["response"]["id"], seen[-1]["sequence_number"]
         assert mcp_server.calls["slow"] == 0  # (it takes 1.5 s)
         resumed = resume(server, key, response_id, cut)  # while the call runs
@@ -578,22 +563,7 @@ def test_a_follower_on_another_replica_follows_a_loop_in_the_middle_of_a_call(
 ) -> None:
     """A loop created through one API replica is followed, from the event its first client last
     saw, through another (no state in the API process): the rest of the loop, numbered on."""
-    body = {
-        "model": "fake",
-        "input": script(tool_calls=[call("slow", seconds=4)], then={"text": "after the wait"}),
-        "tools": [mcp_tool(mcp_server)],
-        "background": True,
-        "stream": True,
-    }
-    seen = []
-    with httpx.stream(
-        "POST", f"{server.base_url}/responses", json=body, headers={"Authorization": f"Bearer {api_key}"}
-    ) as first:
-        for line in first.iter_lines():
-            if line.startswith("data: "):
-                seen.append(json.loads(line[len("data: ") :]))
-                if seen[-1]["type"] == "response.mcp_call.in_progress":
-                    break
+    seen = slow_loop_until_its_call(server, api_key, mcp_server, seconds=4)
     response_id, cut = seen[0]["response"]["id"], seen[-1]["sequence_number"]
     with api_client(environment, api_key) as other:  # another replica, started now
         assert mcp_server.calls["slow"] == 0  # (the call is still being made)
@@ -602,6 +572,27 @@ def test_a_follower_on_another_replica_follows_a_loop_in_the_middle_of_a_call(
     assert resumed[-1]["type"] == "response.completed" and mcp_server.calls["slow"] == 1
     assert resumed[-1]["response"]["output"][-1]["content"][0]["text"] == "after the wait"
     assert unpadded(seen + resumed) == unpadded(resume(server, api_key, response_id, -1))
+
+
+def slow_loop_until_its_call(server: Server, key: str, mcp_server: McpTestServer, seconds: float) -> list[Any]:
+    """The first stream of a background loop whose one call takes `seconds`, cut once the call is
+    being made (a background loop goes on)."""
+    body = {
+        "model": "fake",
+        "input": script(tool_calls=[call("slow", seconds=seconds)], then={"text": "after the wait"}),
+        "tools": [mcp_tool(mcp_server)],
+        "background": True,
+        "stream": True,
+    }
+    seen = []
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.stream("POST", f"{server.base_url}/responses", json=body, headers=headers) as first:
+        for line in first.iter_lines():
+            if line.startswith("data: "):
+                seen.append(json.loads(line[len("data: ") :]))
+                if seen[-1]["type"] == "response.mcp_call.in_progress":
+                    return seen
+    raise AssertionError("the stream ended before its call began")
 
 
 def unpadded(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
