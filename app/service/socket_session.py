@@ -190,8 +190,10 @@ class SocketSession:
                 await asyncio.shield(created.on_disconnect())
             raise
         finally:
-            await created.events.aclose()  # type: ignore[attr-defined]
-            steers = await self._steering.closed(running)
+            try:
+                await created.events.aclose()  # type: ignore[attr-defined]
+            finally:
+                steers = await self._steering.closed(running)
         ended = terminal.data()["response"] if terminal is not None and (remembered or steers) else None
         if ended is not None and remembered:
             self._remember(stream_id, ended["id"], body, ended.get("output") or [])
