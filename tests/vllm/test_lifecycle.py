@@ -118,3 +118,33 @@ def test_a_foreground_client_that_leaves_aborts_its_generation(vllm: VllmStack) 
     stream.close()
     wait_until(lambda: vllm.aborted_requests() == aborted + 1, timeout=10)
     assert vllm.engine_metric("vllm:num_requests_running") == 0
+
+
+def test_a_steered_answer_is_followed_by_its_successor_on_the_socket(vllm: VllmStack) -> None:
+    """WebSocket steering over the real engine: a steer sent while the story is being written
+    waits for the story's end (its one item: no boundary comes first), then the successor the
+    socket creates answers the steer, continuing the story's chain."""
+    with vllm.client.responses.connect() as connection:
+        connection.response.create(model=HOSTED, input=LONG, max_output_tokens=48, temperature=0)
+        events = []
+        for event in connection:
+            events.append(event)
+            if event.type == "response.output_text.delta":
+                break
+        steered_id = events[0].response.id
+        connection.response.steer(input="Now name the keeper in one word.", previous_response_id=steered_id)
+        ends = []
+        for event in connection:
+            events.append(event)
+            if event.type in ("response.completed", "response.incomplete", "response.failed"):
+                ends.append(event.response)
+                if len(ends) == 2:
+                    break
+    assert "response.steer.accepted" in [e.type for e in events]
+    story, successor = ends
+    assert story.id == steered_id and story.status in ("completed", "incomplete")
+    assert story.incomplete_details is None or story.incomplete_details.reason == "max_output_tokens"
+    assert successor.previous_response_id == steered_id and successor.status in ("completed", "incomplete")
+    assert successor.output_text
+    context = vllm.client.responses.input_items.list(successor.id, order="asc").data
+    assert [getattr(item, "role", None) for item in context] == ["user", "assistant", "user"]
