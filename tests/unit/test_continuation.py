@@ -12,7 +12,8 @@ from app.protocol.accumulate import continuable
 from app.protocol.create_request import parse_create_request
 from app.service.validating import new_record
 from tests.fake_runtime import _after, _words
-from workers.jobs.generate import _with_earlier_runs
+from workers.jobs.generate import Generation, _with_earlier_runs
+from workers.jobs.start_times import StartTimes
 from workers.translation.chat_request import chat_request, continuing
 from workers.translation.translate import StreamTranslator
 
@@ -72,10 +73,26 @@ def test_the_translator_takes_the_answer_up_where_it_stopped() -> None:
 def test_a_continued_responses_usage_counts_each_runs_prompt_and_the_answer_so_far() -> None:
     last_run = {"input_tokens": 110, "output_tokens": 40, "total_tokens": 150, "input_tokens_details": {}}
     prefix = "x" * 40  # ~10 tokens, read by the last run as prompt
-    usage = _with_earlier_runs(last_run, 1, prefix)
+    usage = _with_earlier_runs(last_run, continued(1), prefix)
     assert usage["input_tokens"] == 110 + 100  # the first run's prompt (110 less the answer so far) again
     assert usage["output_tokens"] == 40 + 10 and usage["total_tokens"] == 260
-    assert _with_earlier_runs(last_run, 0, "") == last_run
+    assert _with_earlier_runs(last_run, continued(0), "") == last_run
+
+
+def test_a_continued_tool_loops_earlier_rounds_count_as_reported() -> None:
+    """Its rounds before the continuation are in the usage already (`rounds_usage`): between two
+    steps nothing is estimated; in the middle of an answer, only that answer's earlier run."""
+    rounds = {"input_tokens": 300, "output_tokens": 20, "total_tokens": 320, "input_tokens_details": {}}
+    with_rounds = {"input_tokens": 410, "output_tokens": 60, "total_tokens": 470, "input_tokens_details": {}}
+    assert _with_earlier_runs(with_rounds, continued(1, rounds), "") == with_rounds
+    usage = _with_earlier_runs(with_rounds, continued(1, rounds), "x" * 40)
+    assert usage["input_tokens"] == 410 + (110 - 10) and usage["output_tokens"] == 60 + 10
+
+
+def continued(times: int, rounds_usage: dict[str, Any] | None = None) -> Generation:
+    model = OpenAIModel(id="m", runtime="openai", base_url="http://x/v1")
+    record = new_record(parse_create_request({"model": "m", "input": "x"}), model)
+    return Generation(record, model, [], StartTimes(None, None, None), times, rounds_usage=rounds_usage)
 
 
 def test_the_fake_runtime_goes_on_where_the_answer_so_far_ends() -> None:
