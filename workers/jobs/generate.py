@@ -87,13 +87,12 @@ async def _claim_durable(state: WorkerState, response_id: str, times: StartTimes
         return None
     record = claim.record
     output, log_end, rounds_usage = None, -1, None
-    if claim.continuations or record.background:  # (steerable before this worker could hear of it)
+    if claim.continuations:  # nobody writes its log while it has no worker: this is all of it
         async with state.engine.begin() as conn:
-            if claim.continuations:  # nobody writes its log while it has no worker: this is all of it
-                output = await events_db.output_so_far(conn, response_id)
-                [(_, log_end)] = (await events_db.log_ends(conn, [response_id])).values()
-                rounds_usage = await responses_db.rounds_usage(conn, response_id)
-            if await steers_db.waiting(conn, response_id):
+            output = await events_db.output_so_far(conn, response_id)
+            [(_, log_end)] = (await events_db.log_ends(conn, [response_id])).values()
+            rounds_usage = await responses_db.rounds_usage(conn, response_id)
+            if await steers_db.waiting(conn, response_id):  # (its first worker was told; this one was not)
                 state.steered.add(response_id)
     model = state.catalog.by_name.get(record.model)
     times.claimed_now(record.model)
