@@ -57,6 +57,21 @@ def streaming_chat_request(text: str, delay: float = 0.0, **fields: Any) -> dict
     return {"model": "m", "stream": True, "messages": [{"role": "user", "content": script}], **fields}
 
 
+def read_socket(
+    connection: Any, events: list[Any], *, until: Callable[[Any], bool] | None = None, ends: int = 0
+) -> list[Any]:
+    """Reads an SDK socket's (`client.responses.connect()`) events into `events`: up to the first
+    that `until` holds for, or until `ends` responses have ended; the ended Responses, in order."""
+    ended = []
+    for event in connection:
+        events.append(event)
+        if event.type in ("response.completed", "response.incomplete", "response.failed"):
+            ended.append(event.response)
+        if (until is not None and until(event)) or (ends and len(ended) == ends):
+            return ended
+    raise AssertionError("the socket closed first")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -16,7 +16,7 @@ import pytest
 from websockets.sync.client import connect
 from websockets.sync.connection import Connection
 
-from tests.conftest import Environment, FakeRuntime, Server
+from tests.conftest import Environment, FakeRuntime, Server, read_socket
 from tests.e2e.processes import Stack
 from tests.e2e.test_continuation import running_worker, two_workers
 from tests.mcp_server import McpTestServer
@@ -58,19 +58,10 @@ def test_a_steer_ends_the_response_at_its_next_item_and_its_successor_answers_it
     events: list[Any] = []
     with client.responses.connect() as connection:
         connection.response.create(model="fake", input=SLOW_REASONING, **settings)
-        for event in connection:
-            events.append(event)
-            if "reasoning" in event.type and event.type.endswith(".delta"):
-                break
+        read_socket(connection, events, until=lambda event: "reasoning" in event.type and event.type.endswith(".delta"))
         steered_id = events[0].response.id
         connection.response.steer(input="Use Postgres.", previous_response_id=steered_id)
-        ends = []
-        for event in connection:
-            events.append(event)
-            if event.type in TERMINAL:
-                ends.append(event.response)
-                if len(ends) == 2:
-                    break
+        ends = read_socket(connection, events, ends=2)
     types = [e.type for e in events]
     [accepted] = [e for e in events if e.type == "response.steer.accepted"]
     assert accepted.steer.previous_response_id == steered_id and accepted.steer.id.startswith("steer_")

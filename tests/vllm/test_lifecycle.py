@@ -3,10 +3,12 @@ background responses resumed mid-stream, cancel and disconnect aborting the engi
 
 from __future__ import annotations
 
+from typing import Any
+
 import openai
 import pytest
 
-from tests.conftest import wait_until
+from tests.conftest import read_socket, wait_until
 from tests.vllm.conftest import HOSTED, VllmStack
 
 # Greedy (temperature 0), its answer runs past 256 tokens: sampled at the model's default of 1, it
@@ -126,20 +128,11 @@ def test_a_steered_answer_is_followed_by_its_successor_on_the_socket(vllm: VllmS
     socket creates answers the steer, continuing the story's chain."""
     with vllm.client.responses.connect() as connection:
         connection.response.create(model=HOSTED, input=LONG, max_output_tokens=48, temperature=0)
-        events = []
-        for event in connection:
-            events.append(event)
-            if event.type == "response.output_text.delta":
-                break
+        events: list[Any] = []
+        read_socket(connection, events, until=lambda event: event.type == "response.output_text.delta")
         steered_id = events[0].response.id
         connection.response.steer(input="Now name the keeper in one word.", previous_response_id=steered_id)
-        ends = []
-        for event in connection:
-            events.append(event)
-            if event.type in ("response.completed", "response.incomplete", "response.failed"):
-                ends.append(event.response)
-                if len(ends) == 2:
-                    break
+        ends = read_socket(connection, events, ends=2)
     assert "response.steer.accepted" in [e.type for e in events]
     story, successor = ends
     assert story.id == steered_id and story.status in ("completed", "incomplete")
