@@ -322,6 +322,9 @@ def test_a_steer_lets_the_open_item_finish_and_stops_before_the_next() -> None:
     events += steered.value.events
     types = [e["type"] for e in events]
     assert types[-1] == "response.output_item.done" and events[-1]["item"]["type"] == "reasoning"
+    # The chunk's reasoning before the boundary is streamed too: the deltas add up to the item.
+    streamed = "".join(e["delta"] for e in events if e["type"].endswith(".delta"))
+    assert streamed == "think more last" == events[-1]["item"]["content"][0]["text"]
     assert "response.output_text.delta" not in types and types.count("response.output_item.added") == 1
     assert translator.incomplete_reason == STEERED
     closing, output = translator.close()  # (nothing left open: nothing closed twice)

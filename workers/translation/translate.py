@@ -149,30 +149,25 @@ class StreamTranslator:
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         try:
-            events += self._on_choices(chunk)
-        except AnswerSteered as steered:
+            for choice in chunk.get("choices") or []:
+                delta = choice.get("delta") or {}
+                reasoning = _text(delta.get("reasoning_content") or delta.get("reasoning"), "reasoning")
+                if reasoning:
+                    self.reasoning_chunks += 1
+                    events += self._grow(ReasoningOutput, reasoning)
+                if (content := _text(delta.get("content"), "content")) and self.grammar_tool is not None:
+                    events += self._grow_grammar_call(self.grammar_tool, content)
+                elif content:
+                    events += self._grow(MessageOutput, content, _logprobs(choice))
+                for call in delta.get("tool_calls") or []:
+                    events += self._tool_call(call)
+                if delta_carries_output(delta):
+                    self.content_chunks += 1
+                if choice.get("finish_reason"):
+                    self.finish_reason = choice["finish_reason"]
+        except AnswerSteered as steered:  # (what the chunk made before its boundary goes first)
             steered.events[:0] = events
             raise
-        return events
-
-    def _on_choices(self, chunk: dict[str, Any]) -> list[Event]:
-        events: list[Event] = []
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            reasoning = _text(delta.get("reasoning_content") or delta.get("reasoning"), "reasoning")
-            if reasoning:
-                self.reasoning_chunks += 1
-                events += self._grow(ReasoningOutput, reasoning)
-            if (content := _text(delta.get("content"), "content")) and self.grammar_tool is not None:
-                events += self._grow_grammar_call(self.grammar_tool, content)
-            elif content:
-                events += self._grow(MessageOutput, content, _logprobs(choice))
-            for call in delta.get("tool_calls") or []:
-                events += self._tool_call(call)
-            if delta_carries_output(delta):
-                self.content_chunks += 1
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
         return events
 
     @property
