@@ -6,7 +6,7 @@ import openai
 import pytest
 
 from app.storage.migrate import migrate
-from tests.conftest import Environment, Server
+from tests.conftest import Environment, Server, new_environment
 from tests.e2e.processes import PrivateRedis, Stack
 from tests.mcp_server import McpTestServer
 from tests.private_postgres import private_cluster
@@ -22,6 +22,17 @@ def client(server: Server, api_key: str) -> openai.OpenAI:
 @pytest.fixture
 def other_client(server: Server, other_api_key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.base_url, api_key=other_api_key, max_retries=0, timeout=30)
+
+
+@pytest.fixture
+def database_of_its_own(tmp_path_factory: pytest.TempPathFactory, fake_runtime_url: str) -> Iterator[Environment]:
+    """An environment with a database of the test's own. A test whose workers are killed needs
+    one: the session's server shares the session's database but not its queue name, so its reaper
+    could take up the dead worker's response first, and clean its job up in (and continue it
+    on) the session's queue instead of the test's (one deployment, one queue namespace, never
+    meets this)."""
+    with new_environment(tmp_path_factory, fake_runtime_url) as environment:
+        yield environment
 
 
 @pytest.fixture

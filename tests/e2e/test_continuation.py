@@ -20,6 +20,13 @@ from app.queue.redis_keys import WORKER_PREFIX
 from tests.conftest import Environment, FakeRuntime, answers_200, free_port, new_environment, wait_until
 from tests.e2e.processes import Stack
 
+
+@pytest.fixture
+def environment(database_of_its_own: Environment) -> Environment:
+    """(Its workers are killed: tests/e2e/conftest.py `database_of_its_own` says why.)"""
+    return database_of_its_own
+
+
 WORDS = [f"w{i}" for i in range(80)]
 SCRIPT = "#fake " + json.dumps({"text": " ".join(WORDS), "delay": 0.05})  # 4 s
 FULL_TEXT = " ".join(WORDS)

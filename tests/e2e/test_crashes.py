@@ -22,6 +22,12 @@ from tests.e2e.processes import SLOW, PrivateRedis, Stack, read_until_deltas
 
 
 @pytest.fixture
+def environment(database_of_its_own: Environment) -> Environment:
+    """(Its workers are killed: tests/e2e/conftest.py `database_of_its_own` says why.)"""
+    return database_of_its_own
+
+
+@pytest.fixture
 def stack(environment: Environment) -> Iterator[Stack]:
     stack = Stack(environment)
     yield stack
