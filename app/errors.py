@@ -11,7 +11,7 @@
     ├── ServiceUnavailable (503)
     ├── RateLimited (429 rate_limit_exceeded or queue_full: app/service/admission.py)
     ├── GenerationFailed (502: the model runtime failed a foreground response)
-    │   └── FollowLost (its events could not be followed to the end: app/events/follow.py)
+    │   └── FollowLost (its events could not be followed to the end: app/events/log_sources.py)
     └── ExternalConnectorFailed (424: an MCP server's tools could not be listed)
 
 Each class's docstring is its default message.

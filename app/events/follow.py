@@ -8,46 +8,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
-
-from redis.asyncio import Redis
 
 from app import errors
-from app.events.channel import Notice, read_overflow
+from app.events.channel import Notice
 from app.events.hub import Idle, Subscription
-from app.events.log_reader import PAGE, LogReader
+from app.events.log_reader import PAGE
+from app.events.log_sources import LogSource
 from app.process.repeated_failure import RepeatedFailure
 from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
-from app.queue.redis_link import REDIS_DOWN, REDIS_LINK
-from app.queue.transient_runs import still_coming
 from app.storage.driver import unreachable
 from app.storage.events import LogPage
 
 log = logging.getLogger(__name__)
 # One for all the followers of the process: an outage is logged when it begins and when it ends.
 _READS = RepeatedFailure("reading the event log for its followers", log)
-
-
-class FollowLost(errors.GenerationFailed):
-    """The response can no longer be followed: it was deleted, or its store=false worker died."""
-
-
-@dataclass(frozen=True)
-class LogSource:
-    """Where a response's events can be re-read: Postgres (through the process's log reader)
-    for durable responses; nowhere (live only) for foreground store=false ones, whose liveness
-    Redis tells. `redis_patience`: how long a store=false follower waits for Redis to come back;
-    `postgres_patience`: how long a durable one waits for Postgres (as long as workers retry
-    their commits); `lease_seconds`: how long a live worker may take to say so again once Redis
-    is back."""
-
-    reader: LogReader
-    redis: Redis
-    durable: bool
-    redis_patience: float = 60.0
-    lease_seconds: float = 30.0
-    postgres_patience: float = 60.0
 
 
 async def follow(
@@ -72,7 +47,7 @@ async def follow(
         if known_log is not None:
             if ready := cursor.next_of(list(known_log)):
                 yield ready
-        elif source.durable:
+        else:
             try:
                 async for ready in _stored(source, response_id, cursor, first_page):
                     yield ready
@@ -107,8 +82,8 @@ async def _stored(
     """What the log holds after the cursor, a page at a time (the first byte need not wait for the
     last); the cursor is done if the response ended (with or without a terminal event after it:
     nothing is left to follow)."""
-    page = first_page or await _read(source, response_id, cursor.last)
-    while True:
+    page = first_page or await source.stored(response_id, cursor.last)
+    while page is not None:
         if ready := cursor.next_of(page.events):
             yield ready
         if cursor.done:
@@ -116,25 +91,23 @@ async def _stored(
         if len(page.events) < PAGE:
             cursor.done = page.ended  # (the read saw its status with its events)
             return
-        page = await _read(source, response_id, cursor.last)
+        page = await source.stored(response_id, cursor.last)
 
 
-async def _read(source: LogSource, response_id: str, after: int) -> LogPage:
-    page = await source.reader.read(response_id, after)
-    if not page.found:
-        raise FollowLost(f"Response with id '{response_id}' was deleted.")
-    return page
-
-
-async def _read_all(source: LogSource, response_id: str, after: int) -> tuple[list[WireEvent], bool]:
-    """Every event the log holds after `after`, and whether the response has ended."""
-    events: list[WireEvent] = []
-    while True:
-        page = await _read(source, response_id, after)
-        events += page.events
-        if len(page.events) < PAGE:
-            return events, page.ended
-        after = page.events[-1].sequence_number
+async def _resolved(
+    source: LogSource, response_id: str, last: int, live: list[WireEvent] | Notice | Idle
+) -> tuple[list[WireEvent], bool]:
+    """What a live batch gives to deliver, and whether the response has ended (said only after
+    an idle period): a notice, a gap and an idle period are read from where the events lie."""
+    if isinstance(live, Idle):
+        if live.state is not None and live.state.holds_nothing_after(last):  # (the hub's check)
+            return [], False
+        return await source.caught_up(response_id, last)  # it may have ended, or we missed a message
+    if isinstance(live, Notice):
+        return await source.noticed(response_id, last, live), False
+    if live[0].sequence_number > last + 1:  # we missed a message
+        return await source.missed(response_id, last, live), False
+    return live, False
 
 
 class _Outage:
@@ -181,77 +154,3 @@ class _Cursor:
             self.last = event.sequence_number
             self.done = event.type in TERMINAL_EVENT_TYPES
         return ready
-
-
-async def _resolved(
-    source: LogSource, response_id: str, last: int, live: list[WireEvent] | Notice | Idle
-) -> tuple[list[WireEvent], bool]:
-    """What a live batch gives to deliver, and whether the response has ended (said only after
-    an idle period): a notice is read from where its events lie, a gap from the log."""
-    if isinstance(live, Idle):
-        return await _after_idle(source, response_id, last, live)
-    if isinstance(live, Notice):
-        return await _noticed(source, response_id, last, live), False
-    if live[0].sequence_number > last + 1:  # we missed a message: the log (or an overflow key) has it
-        if source.durable:
-            return (await _catch_up(source, response_id, last))[0], False
-        missed = await read_overflow(source.redis, response_id, last)
-        if (missed[-1].sequence_number if missed else last) + 1 < live[0].sequence_number:
-            raise FollowLost(LOST_ON_THE_WAY)
-        return missed + live, False
-    return live, False
-
-
-LOST_ON_THE_WAY = "events of this store=false response were lost on their way through Redis"
-
-
-async def _noticed(source: LogSource, response_id: str, last: int, notice: Notice) -> list[WireEvent]:
-    """The events a notice stands for (and, from the log, any this follower missed before them)."""
-    if source.durable:
-        return (await _read_all(source, response_id, last))[0]
-    if notice.last <= last:  # read already, after a missed message
-        return []
-    events = await read_overflow(source.redis, response_id, last)
-    if not events or events[-1].sequence_number < notice.last:
-        raise FollowLost(LOST_ON_THE_WAY)
-    return events
-
-
-async def _after_idle(source: LogSource, response_id: str, last: int, idle: Idle) -> tuple[list[WireEvent], bool]:
-    """`_catch_up`, unless the hub's check found nothing to catch up."""
-    if idle.state is not None and idle.state.holds_nothing_after(last):
-        return [], False
-    return await _catch_up(source, response_id, last)  # it may have ended, or we missed a message
-
-
-async def _catch_up(source: LogSource, response_id: str, last: int) -> tuple[list[WireEvent], bool]:
-    """What the log holds after `last`, and whether the response has ended (read with its events,
-    so an ended response's log holds everything). Used when nothing arrived for a while, it also
-    heals a lost Redis message."""
-    if not source.durable:
-        return await _transient_catch_up(source, response_id, last), False
-    return await _read_all(source, response_id, last)
-
-
-async def _transient_catch_up(source: LogSource, response_id: str, last: int) -> list[WireEvent]:
-    """A store=false response has no log: what its worker left after `last` in overflow keys
-    (events that did not travel on the channel: large ones, and those held back by a Redis
-    outage). With none, whether a worker still has it or it is still queued. While Redis is away
-    it waits, up to `redis_patience`."""
-    try:
-        if events := await read_overflow(source.redis, response_id, last):
-            return events
-        coming = await still_coming(source.redis, response_id)
-    except REDIS_DOWN as error:
-        REDIS_LINK.failed("following a store=false response", error)
-        if REDIS_LINK.down_for > source.redis_patience:
-            raise FollowLost(
-                f"Redis has been unreachable for over {source.redis_patience:.0f}s: the events of this "
-                "store=false response, which travel only through Redis, cannot reach this stream"
-            ) from error
-        return []
-    REDIS_LINK.answered()
-    # Once Redis is back (perhaps empty), a live worker says so again within a lease.
-    if not coming and REDIS_LINK.up_for > source.lease_seconds:
-        raise FollowLost("the worker generating this store=false response was lost")
-    return []

@@ -11,9 +11,9 @@ from sqlalchemy.exc import DBAPIError
 
 from app.catalog import Catalog
 from app.events import log_reader
-from app.events.follow import LogSource
 from app.events.hub import EventHub
 from app.events.log_reader import LogReader
+from app.events.log_sources import LogSource, RedisOnlyLog, StoredLog
 from app.housekeeping.process_state import ProcessState, open_engines
 from app.process.batching import Batched
 from app.protocol.mcp_tools import McpPolicy
@@ -110,11 +110,8 @@ class AppState(ProcessState):
 
     def log_source(self, durable: bool) -> LogSource:
         settings = self.settings
-        return LogSource(
-            self.log_reader,
-            self.redis,
-            durable,
-            redis_patience=settings.redis_outage_seconds,
-            lease_seconds=settings.lease_seconds,
-            postgres_patience=settings.postgres_outage_seconds,
+        if durable:
+            return StoredLog(self.log_reader, postgres_patience=settings.postgres_outage_seconds)
+        return RedisOnlyLog(
+            self.redis, redis_patience=settings.redis_outage_seconds, lease_seconds=settings.lease_seconds
         )

@@ -17,9 +17,10 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.errors import ServiceUnavailable
 from app.events import channel
-from app.events.follow import LogSource, follow
+from app.events.follow import follow
 from app.events.hub import EventHub, Idle, LogState
 from app.events.log_reader import LogReader
+from app.events.log_sources import StoredLog
 from app.service.state import AppState
 from app.storage import events as events_db
 from tests.conftest import eventually, free_port, within
@@ -161,7 +162,7 @@ async def test_a_follower_that_finds_every_connection_taken_is_kept_alive_and_th
     hub = EventHub(state.redis, hub_channel, HUB_IDLE)  # no check of its own: the follower reads for itself
     await hub.start()
     reader = LogReader(engine)  # its connections come from that pool
-    source = LogSource(reader, state.redis, durable=True)
+    source = StoredLog(reader)
     events = follow(source, await hub.subscribe(response_id, durable=True), response_id, -1, known_log=[])
     held = await engine.connect()  # every connection of its pool
     try:

@@ -10,8 +10,9 @@ import secrets
 import pytest
 
 from app.events import channel
-from app.events.follow import FollowLost, follow
+from app.events.follow import follow
 from app.events.hub import EventHub
+from app.events.log_sources import FollowLost
 from app.events.transient_backlog import TransientBacklog
 from app.service.state import AppState
 from tests.conftest import within
