@@ -57,8 +57,7 @@ class WorkerState(ProcessState):
     steered: set[str] = field(default_factory=set)
     # The translators of the generations running, which a steer reaches in the middle of an answer.
     translators: dict[str, StreamTranslator] = field(default_factory=dict)
-    # Claims of the jobs starting together, made by one statement.
-    claim: Batched[str, responses_db.Claim] = field(init=False)
+    _claims: Batched[str, responses_db.Claim] = field(init=False)
     conversations: ConversationItems = field(init=False)
     chains: ChainContexts = field(init=False)
 
@@ -68,12 +67,17 @@ class WorkerState(ProcessState):
         self.chains = ChainContexts(int(self.settings.chain_cache_mb * 1_000_000))
         # What the MCP servers a caller names may be (workers/mcp/guarded_transport.py).
         self.mcp_guard = EgressGuard.from_config(self.settings.mcp_allow)
-        self.claim = Batched(self._claim_many, "claims")
+        self._claims = Batched(self._claim_many, "claims")
         self.claim_connection = HeldConnection(self.held_engine)
         # A generation whose events can no longer be written (refused, or its response ended
         # elsewhere) stops reading its runtime at once.
         self.writer.on_dropped = self.stop_generation
         self.lease_keeper = LeaseKeeper(self.settings, self.worker_id, self._running_now, self.stop_generation)
+
+    async def claim(self, response_id: str) -> responses_db.Claim | None:
+        """This response, claimed for this worker, with its context; None if another worker has it
+        or it ended. The claims of the jobs starting together are made by one statement."""
+        return await self._claims(response_id)
 
     async def _claim_many(self, response_ids: list[str]) -> dict[str, responses_db.Claim]:
         async with self.claim_connection.use() as conn:  # one atomic claim, then the contexts

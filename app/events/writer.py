@@ -55,6 +55,9 @@ from app.storage.held import HeldConnection
 
 log = logging.getLogger(__name__)
 
+# What a generation hands one response's events to the writer by (EventWriter.append, bound to it).
+Emit = Callable[[list[Event]], None]
+
 BUSY_BATCH_RESPONSES = 16  # a batch carrying this many responses' events means load
 MAX_FLUSH_INTERVAL = 0.1
 # Commits of only starting and ending responses while the others gather: each costs about as much

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from app.catalog import ModelEntry
+from app.events.writer import Emit
 from app.protocol.ids import new_id
 from app.protocol.response_object import ResponseRecord
 from app.protocol.shapes import Event, Item
@@ -70,7 +71,7 @@ async def compacted_if_due(
     model: ModelEntry,
     context: list[Item],
     translator: StreamTranslator,
-    emit: Callable[[list[Event]], None],
+    emit: Emit,
 ) -> list[Item]:
     """The context to answer `record` from: compacted first when it asked for compaction
     (`context_management`) and its context passes the threshold. What is folded is what came

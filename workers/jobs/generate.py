@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any
 
 from app.catalog import ModelEntry
+from app.events.writer import Emit
 from app.process.metrics import FINISHED, INPUT_TOKENS, OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
 from app.protocol.accumulate import continuable, stopped
 from app.protocol.lifecycle import lifecycle_event, terminal_event
@@ -70,21 +71,19 @@ async def generate(ctx: dict[str, Any], response_id: str, transient: dict[str, A
     times = StartTimes.of_job(ctx)
     try:
         if transient is None:
-            generation = await _claim_durable(state, response_id, times)
+            await _run_durable(state, response_id, times)
         else:
-            generation = await _claim_transient(state, response_id, TransientJob.decoded(transient), times)
-        if generation is not None:
-            await _run(state, generation)
+            await _run_transient(state, response_id, TransientJob.decoded(transient), times)
     finally:
         state.taken.discard(response_id)
         state.steered.discard(response_id)
 
 
-async def _claim_durable(state: WorkerState, response_id: str, times: StartTimes) -> Generation | None:
+async def _run_durable(state: WorkerState, response_id: str, times: StartTimes) -> None:
     claim = await state.claim(response_id)
     if claim is None:
         log.info("response %s: already claimed or ended; nothing to do", response_id)
-        return None
+        return
     record = claim.record
     output, log_end, rounds_usage = None, -1, None
     if claim.continuations:  # nobody writes its log while it has no worker: this is all of it
@@ -96,14 +95,14 @@ async def _claim_durable(state: WorkerState, response_id: str, times: StartTimes
                 state.steered.add(response_id)
     model = state.catalog.by_name.get(record.model)
     times.claimed_now(record.model)
-    return Generation(record, model, claim.context, times, claim.continuations, output, log_end, rounds_usage)
+    await _run(
+        state, Generation(record, model, claim.context, times, claim.continuations, output, log_end, rounds_usage)
+    )
 
 
-async def _claim_transient(
-    state: WorkerState, response_id: str, job: TransientJob, times: StartTimes
-) -> Generation | None:
+async def _run_transient(state: WorkerState, response_id: str, job: TransientJob, times: StartTimes) -> None:
     if not await transient_runs.claim(state.redis, response_id, state.worker_id, state.settings.job_timeout_seconds):
-        return None
+        return
     await transient_runs.say_alive(state.redis, [response_id], state.worker_id, state.settings.lease_seconds)
     state.transient.add(response_id)
     record = job.record.evolve(status="in_progress")
@@ -113,7 +112,7 @@ async def _claim_transient(
             context = await items_db.context_items(conn, record.previous_response_id, own_output=True)
     state.writer.open_transient(response_id)
     times.claimed_now(record.model)
-    return Generation(record, state.catalog.by_name.get(record.model), context + job.input, times)
+    await _run(state, Generation(record, state.catalog.by_name.get(record.model), context + job.input, times))
 
 
 async def _run(state: WorkerState, generation: Generation) -> None:
@@ -286,7 +285,7 @@ async def _stream(state: WorkerState, generation: Generation, translator: Stream
         await state.supervisor.wait_healthy(state.supervisor.startup_timeout)
     response_id = record.id
     context = generation.context
-    emit = partial(state.writer.append, response_id)
+    emit: Emit = partial(state.writer.append, response_id)
     if prefix is None:  # (a continuation's log holds its compaction, if it made one)
         context = await compacting.compacted_if_due(state, record, model, context, translator, emit)
     if not record.settings.get("requested", {}).get("runs_mcp"):

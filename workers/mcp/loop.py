@@ -15,14 +15,14 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.events.writer import Emit
 from app.protocol.ids import new_id
 from app.protocol.mcp_tools import Credentials, named_tools, offered, open_credentials
 from app.protocol.response_object import ResponseRecord
-from app.protocol.shapes import Event, Item
+from app.protocol.shapes import Item
 from app.queue import mcp_credentials
 from app.storage import responses as responses_db
 from workers.mcp.server_link import McpFailure, ServerLink, connect
@@ -47,7 +47,7 @@ class ToolLoop:
     state: WorkerState
     record: ResponseRecord
     translator: StreamTranslator
-    emit: Callable[[list[Event]], None]
+    emit: Emit
     credentials: dict[str, Credentials] = field(default_factory=dict)
     listed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # tools by server label
     answers: int = 0  # inference requests made
