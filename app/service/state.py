@@ -36,12 +36,9 @@ HELD_CONNECTIONS = 1 + INSERT_LANES + log_reader.LANES
 @dataclass
 class AppState(ProcessState):
     hub: EventHub
-    # Key hash → account id, for the requests arriving together: one statement for all of them.
-    authenticate: Batched[str, accounts_db.Caller] = field(init=False)
-    # Jobs handed to the workers together: one script call per queue (True: it was new).
-    enqueue: Batched[GenerateJob, bool] = field(init=False)
-    # Foreground responses stored together: one statement for all of them.
-    store: Batched[responses_db.NewResponse, None] = field(init=False)
+    _authentications: Batched[str, accounts_db.Caller] = field(init=False)
+    _enqueues: Batched[GenerateJob, bool] = field(init=False)
+    _inserts: Batched[responses_db.NewResponse, None] = field(init=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -52,11 +49,11 @@ class AppState(ProcessState):
             else None
         )
         self.auth_connection = HeldConnection(self.held_engine)
-        self.authenticate = Batched(self._accounts_for_hashes, "authenticate")
-        self.enqueue = Batched(partial(enqueue_many, self.redis), "enqueue")
+        self._authentications = Batched(self._accounts_for_hashes, "authenticate")
+        self._enqueues = Batched(partial(enqueue_many, self.redis), "enqueue")
         # Inserts that wait behind a slow one (a lock, a very large request) go beside it.
         self.insert_connections = HeldConnections(self.held_engine, INSERT_LANES)
-        self.store = Batched(self._insert_responses, "store", lanes=INSERT_LANES)
+        self._inserts = Batched(self._insert_responses, "store", lanes=INSERT_LANES)
         # The event logs followers read: one statement for all that ask at the same moment.
         self.log_reader = LogReader(self.held_engine)
 
@@ -64,6 +61,21 @@ class AppState(ProcessState):
         super().start()
         # Every API process reaps lost generations: a model with no worker alive still ends them.
         self.side_tasks.start_every("reaper", self.settings.housekeeping_seconds, self.reap)
+
+    async def authenticate(self, key_hash: str) -> accounts_db.Caller | None:
+        """The caller whose API key has this hash; None if none has. The requests arriving
+        together are authenticated by one statement."""
+        return await self._authentications(key_hash)
+
+    async def enqueue(self, job: GenerateJob) -> bool:
+        """Hands a job to the workers; False if its queue had it already. The jobs handed over
+        together go by one script call per queue."""
+        return bool(await self._enqueues(job))
+
+    async def store(self, new: responses_db.NewResponse) -> None:
+        """Stores a foreground response and its opening events (raising what Postgres refused of
+        it alone). The responses stored together go by one statement."""
+        await self._inserts(new)
 
     async def _accounts_for_hashes(self, key_hashes: list[str]) -> dict[str, accounts_db.Caller]:
         # One statement in autocommit: no BEGIN/COMMIT round trips.
