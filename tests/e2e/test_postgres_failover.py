@@ -47,13 +47,12 @@ def test_a_primary_failover_loses_and_fails_nothing(
     it, so the commits in flight reach the standby but their answers never reach the workers
     (who try them again: nothing may be stored twice)."""
     own, primary, standby = failover_pair
-    # Leases as a deployment's: a worker alive through the failover keeps its generations.
-    stack = Stack(own, RESPONSES_LEASE_SECONDS="30")
     texts = [_script(n)[0] for n in range(FOREGROUND + BACKGROUND)]
     requests = [
         {"model": "fake", "input": _script(n)[1], "background": n >= FOREGROUND} for n in range(FOREGROUND + BACKGROUND)
     ]
-    try:
+    # Leases as a deployment's: a worker alive through the failover keeps its generations.
+    with Stack(own, RESPONSES_LEASE_SECONDS="30") as stack:
         stack.start_worker()
         streams = Streams(stack.client, requests)
         wait_until(lambda: all(len(events) > 5 for events in streams.received), timeout=30)
@@ -73,5 +72,3 @@ def test_a_primary_failover_loses_and_fails_nothing(
             assert stack.client.responses.retrieve(response_id).output_text == text
         assert len(fake.requests()) == FOREGROUND + BACKGROUND  # none run twice, none continued
         assert stack.client.responses.create(model="fake", input="after").status == "completed"
-    finally:
-        stack.close()
