@@ -22,6 +22,12 @@ from tests.mcp_server import tool_call as call
 WORDS = " ".join(f"w{i}" for i in range(60))
 
 
+@pytest.fixture
+def environment(database_of_its_own: Environment) -> Environment:
+    """(Its workers are killed: tests/e2e/conftest.py `database_of_its_own` says why.)"""
+    return database_of_its_own
+
+
 class LoopFollower(Follower):
     """A background stream of a response with the test server's tools, followed to its end."""
 

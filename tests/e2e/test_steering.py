@@ -281,10 +281,14 @@ def test_too_many_steers_are_refused(raw_socket: Connection) -> None:
 
 
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
-def test_a_steer_survives_the_worker_that_heard_it(environment: Environment, fake: FakeRuntime, stop: int) -> None:
+def test_a_steer_survives_the_worker_that_heard_it(
+    database_of_its_own: Environment, fake: FakeRuntime, stop: int
+) -> None:
     """The worker running a steered response dies (or shuts down) before the boundary: the worker
     that continues it reads the steer from Postgres, ends the response at the boundary, and the
-    successor answers the steer."""
+    successor answers the steer. (Its worker is killed: a database of its own, as
+    tests/e2e/conftest.py `database_of_its_own` says why.)"""
+    environment = database_of_its_own
     words = " ".join(f"w{i}" for i in range(60))
     script = "#fake " + json.dumps(
         {"text": words, "delay": 0.05, "tool_calls": [{"name": "lookup", "arguments": "{}"}]}
