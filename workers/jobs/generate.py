@@ -80,6 +80,8 @@ async def generate(ctx: dict[str, Any], response_id: str, transient: dict[str, A
 
 
 async def _run_durable(state: WorkerState, response_id: str, times: StartTimes) -> None:
+    """Claims the stored response (queued → in_progress, or a released one to continue from what
+    its log holds) and runs its generation."""
     claim = await state.claim(response_id)
     if claim is None:
         log.info("response %s: already claimed or ended; nothing to do", response_id)
@@ -101,6 +103,8 @@ async def _run_durable(state: WorkerState, response_id: str, times: StartTimes) 
 
 
 async def _run_transient(state: WorkerState, response_id: str, job: TransientJob, times: StartTimes) -> None:
+    """Claims a store=false response in Redis (its job carries the record) and runs its generation,
+    its events numbered by the writer and only published."""
     if not await transient_runs.claim(state.redis, response_id, state.worker_id, state.settings.job_timeout_seconds):
         return
     await transient_runs.say_alive(state.redis, [response_id], state.worker_id, state.settings.lease_seconds)
