@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,9 @@ from app.protocol.steering import SteerRefused
 from app.queue.jobs import signal_steer
 from app.service.state import AppState
 from app.storage import steers as steers_db
+from app.storage.driver import unreachable
+
+log = logging.getLogger(__name__)
 
 MAX_PENDING_STEERS = 16  # steers queued for one response (more: too_many_pending_steers)
 REMEMBERED_ENDINGS = 256  # ended responses whose status a late steer is told
@@ -99,10 +103,19 @@ class SocketSteering:
         return pending[1]
 
     async def taken(self, steers: list[Steer], successor_id: str, stored: bool) -> None:
-        """The steers' input went into `successor_id`, created: they are committed."""
-        if steers and stored:
+        """The steers' input went into `successor_id`, created: they are marked with it. Postgres
+        unreachable at that moment cuts nothing: the successor runs and streams, and its steers
+        stay unmarked (only the operator's "who steered what" reads the mark once its response
+        has ended)."""
+        if not (steers and stored):
+            return
+        try:
             async with self._state.engine.begin() as conn:
                 await steers_db.taken_by(conn, [steer.id for steer in steers], successor_id)
+        except Exception as error:
+            if not unreachable(error):
+                raise
+            log.warning("steers %s: not marked as taken by %s (%s)", [s.id for s in steers], successor_id, error)
 
     async def after(
         self,
