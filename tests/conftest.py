@@ -26,6 +26,7 @@ import httpx
 import openai
 import pytest
 
+from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
 from app.settings import Settings
 from app.storage.migrate import migrate
 from tests import hang_report
@@ -65,7 +66,7 @@ def read_socket(
     ended = []
     for event in connection:
         events.append(event)
-        if event.type in ("response.completed", "response.incomplete", "response.failed"):
+        if event.type in TERMINAL_EVENT_TYPES:
             ended.append(event.response)
         if (until is not None and until(event)) or (ends and len(ended) == ends):
             return ended

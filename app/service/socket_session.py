@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -38,14 +37,12 @@ from app.protocol.steering import SUCCESSOR_FAILED
 from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
 from app.service import creation, validating
 from app.service.state import AppState
-from app.service.steering import SocketSteering, Steer, Steered
+from app.service.steering import Send, SocketSteering, Steer, Steered
 from app.storage.accounts import Caller
 
 MAX_ACTIVE = 16  # responses generating at once on one socket, across its lanes (OpenAI's)
 MAX_NAMED_LANES = 32  # distinct stream_ids over a socket's life (OpenAI's; the default lane is free)
 IGNORED_EVENTS = frozenset({"response.processed"})  # Codex's acknowledgement of a turn: nothing to do
-
-Send = Callable[[str], Awaitable[None]]
 
 
 @dataclass(frozen=True)

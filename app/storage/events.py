@@ -350,6 +350,11 @@ SNAPSHOT_AFTER_EVENTS = 100
 async def output_so_far(conn: AsyncConnection, response_id: str) -> list[dict[str, Any]]:
     """The output items of a response that has not ended: its last snapshot with the events after
     it folded on. Saves a newer snapshot when that was many events (the caller commits it)."""
+    return (await output_and_log_end(conn, response_id))[0]
+
+
+async def output_and_log_end(conn: AsyncConnection, response_id: str) -> tuple[list[dict[str, Any]], int]:
+    """`output_so_far`, and the number of the last event its log holds (-1: none), read with it."""
     snapshot = (
         await conn.execute(
             select(output_snapshots.c.sequence_number, output_snapshots.c.output).where(
@@ -371,7 +376,7 @@ async def output_so_far(conn: AsyncConnection, response_id: str) -> list[dict[st
                 where=output_snapshots.c.sequence_number < saved.excluded.sequence_number,
             )
         )
-    return output
+    return output, events[-1].sequence_number if events else after
 
 
 # A response's closing event stored without its piece of the output (app/storage/output_refs.py)

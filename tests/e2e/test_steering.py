@@ -16,13 +16,13 @@ import pytest
 from websockets.sync.client import connect
 from websockets.sync.connection import Connection
 
+from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
 from tests.conftest import Environment, FakeRuntime, Server, read_socket
 from tests.e2e.processes import Stack
 from tests.e2e.test_continuation import running_worker, two_workers
 from tests.mcp_server import McpTestServer
 from tests.mcp_server import tool_call as mcp_call
 
-TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 SLOW_REASONING = "#fake " + json.dumps(
     {"reasoning": " ".join(f"r{i}" for i in range(40)), "text": "the first answer", "delay": 0.05}
 )
@@ -47,7 +47,7 @@ def _frames_until(socket: Connection, done: Any) -> list[dict[str, Any]]:
 
 
 def _ends(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [f["response"] for f in frames if f["type"] in TERMINAL]
+    return [f["response"] for f in frames if f["type"] in TERMINAL_EVENT_TYPES]
 
 
 def test_a_steer_ends_the_response_at_its_next_item_and_its_successor_answers_it(

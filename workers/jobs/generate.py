@@ -90,8 +90,7 @@ async def _run_durable(state: WorkerState, response_id: str, times: StartTimes) 
     output, log_end, rounds_usage = None, -1, None
     if claim.continuations:  # nobody writes its log while it has no worker: this is all of it
         async with state.engine.begin() as conn:
-            output = await events_db.output_so_far(conn, response_id)
-            [(_, log_end)] = (await events_db.log_ends(conn, [response_id])).values()
+            output, log_end = await events_db.output_and_log_end(conn, response_id)
             rounds_usage = await responses_db.rounds_usage(conn, response_id)
             if await steers_db.waiting(conn, response_id):  # (its first worker was told; this one was not)
                 state.steered.add(response_id)
