@@ -91,6 +91,19 @@ class Settings(BaseSettings):
     count_timeout: int = Field(30, gt=0, alias="RESPONSES_COUNT_TIMEOUT")
 
     max_body_bytes: int = Field(16 * 1024 * 1024, alias="RESPONSES_MAX_BODY_BYTES")
+    # Files (app/service/files.py): the largest file an upload may send (OpenAI's 512 MB at most),
+    # and the bytes of files an account may keep together. An upload past either is refused
+    # while it streams (413), nothing kept.
+    file_max_bytes: int = Field(512 * 1000 * 1000, gt=0, le=512 * 1000 * 1000, alias="RESPONSES_FILE_MAX_BYTES")
+    account_files_max_bytes: int = Field(100 * 1000**3, gt=0, alias="RESPONSES_ACCOUNT_FILES_MAX_BYTES")
+    # An upload whose body stalls this long is refused (a client that never finishes its body).
+    upload_idle_seconds: float = Field(60.0, gt=0, alias="RESPONSES_UPLOAD_IDLE_SECONDS")
+    # input_file parts (app/service/file_inputs.py): the bytes of the files one request's input may
+    # hold together (OpenAI's 32 MB), and the time and memory reading one of them may take (it is
+    # read in a child process: a hostile document fails only itself).
+    input_files_max_bytes: int = Field(32 * 1000 * 1000, gt=0, alias="RESPONSES_INPUT_FILES_MAX_BYTES")
+    document_read_seconds: float = Field(30.0, gt=0, alias="RESPONSES_DOCUMENT_READ_SECONDS")
+    document_read_memory_mb: int = Field(1024, gt=0, alias="RESPONSES_DOCUMENT_READ_MEMORY_MB")
     # WebSocket mode (app/service/socket_session.py): how long a socket may stay open (OpenAI's
     # 60 minutes; then `websocket_connection_limit_reached` and a close, once its responses
     # end), how long one with nothing running may stay silent before it is closed, and the

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from app import errors
 from app.api import middleware
-from app.api.routes import conversations, input_items, meta, metrics, responses, responses_socket
+from app.api.routes import conversations, files, input_items, meta, metrics, responses, responses_socket
 from app.process import gc_tuning
 from app.service.state import AppState
 from app.settings import Settings
@@ -37,6 +37,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             *responses_socket.routes,
             *input_items.routes,
             *conversations.routes,
+            *files.routes,
             *meta.routes,
             *metrics.routes,
         ],

@@ -39,6 +39,7 @@ class RetentionPolicy:
     foreground_log: timedelta = timedelta(seconds=FOREGROUND_LOG_SECONDS)
     webhook_deliveries: timedelta = timedelta(days=30)  # delivered or given up: kept as responses are
     idempotency_keys: timedelta = timedelta(hours=KEY_HOURS)  # then free for a new request
+    files: timedelta = timedelta(0)  # a file goes at its own expires_at (its pieces with it)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RetentionPolicy:
@@ -127,6 +128,7 @@ STEPS = (
         table="idempotency_keys",
         key="account_id, key",
     ),
+    Step("files", "expires_at IS NOT NULL", "expires_at", "ix_files_expiry", purge_log=False, table="files"),
 )
 
 

@@ -31,3 +31,8 @@ Prefix = Literal[
 
 def new_id(prefix: Prefix) -> str:
     return f"{prefix}_{secrets.token_hex(24)}"
+
+
+def new_file_id() -> str:
+    """A file's id: OpenAI's are `file-…`, with a hyphen, and clients match on it."""
+    return f"file-{secrets.token_hex(24)}"

@@ -16,6 +16,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     Sequence,
@@ -27,6 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB
 
+from app.protocol.file_upload import FILE_PURPOSES
 from app.protocol.vocabulary import STATUSES
 
 metadata = MetaData(
@@ -472,6 +474,49 @@ response_steers = Table(
     _now(),
     Index("ix_response_steers_response", "response_id"),
     comment="WebSocket steering: input queued for a running response's successor, stored before it is acknowledged.",
+)
+
+
+files = Table(
+    "files",
+    metadata,
+    Column("id", Text, primary_key=True, comment="file-… id"),
+    Column(
+        "account_id",
+        Text,
+        ForeignKey("accounts.id", ondelete="CASCADE"),
+        nullable=False,
+        comment="the account it belongs to: no other sees it",
+    ),
+    Column("filename", Text, nullable=False, comment="as uploaded"),
+    Column("purpose", Text, nullable=False, comment="as uploaded: assistants, user_data, batch, …"),
+    Column("bytes", BigInteger, nullable=False, comment="its size"),
+    Column("sha256", Text, nullable=False, comment="hex digest of its bytes, checked as they are read back"),
+    Column("content_type", Text, comment="the media type its upload declared, if any"),
+    _now(),
+    Column("expires_at", DateTime(timezone=True), comment="when retention removes it (expires_after); null: never"),
+    CheckConstraint("purpose IN (" + ", ".join(f"'{p}'" for p in FILE_PURPOSES) + ")", name="purpose"),
+    Index(None, "account_id", "created_at", "id"),
+    Index("ix_files_expiry", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
+    comment="Files API: uploaded files; their bytes are in file_pieces.",
+)
+
+FILE_PIECE_BYTES = 1024 * 1024  # what one row of file_pieces holds (the last of a file may hold less)
+
+file_pieces = Table(
+    "file_pieces",
+    metadata,
+    Column(
+        "file_id",
+        Text,
+        ForeignKey("files.id", ondelete="CASCADE", deferrable=True, initially="DEFERRED"),
+        nullable=False,
+        comment="the file (written before its row, in the upload's transaction: the key is checked at commit)",
+    ),
+    Column("seq", Integer, nullable=False, comment="its place in the file, from 0"),
+    Column("data", LargeBinary, nullable=False, comment="up to 1 MiB of the file's bytes (stored uncompressed)"),
+    PrimaryKeyConstraint("file_id", "seq"),
+    comment="The bytes of each file, in pieces of 1 MiB, streamed in and out.",
 )
 
 

@@ -73,10 +73,14 @@ def _from_imports(path: Path) -> Iterator[tuple[str, ast.alias]]:
 # What each package may import of the service's own packages, besides itself and the ground.
 GROUND = {"app.settings", "app.errors", "app.error_reporting", "app.catalog"}
 ENTRY_POINTS = {"app.cli"}  # the command line: the composition root
-_APP_BELOW_SERVICE = {"app.process", "app.protocol", "app.queue", "app.storage", "app.events", "app.housekeeping"}
+_APP_BELOW_SERVICE = {
+    *("app.process", "app.protocol", "app.queue", "app.storage", "app.events", "app.housekeeping"),
+    "app.documents",
+}
 MAY_IMPORT: dict[str, set[str]] = {
     "app.process": set(),
     "app.protocol": set(),
+    "app.documents": {"app.process"},
     "app.queue": {"app.process", "app.protocol"},
     "app.storage": {"app.protocol"},
     "app.events": {"app.process", "app.protocol", "app.queue", "app.storage"},
