@@ -66,9 +66,10 @@ class Settings(BaseSettings):
     encryption_keys: str | None = Field(None, alias="RESPONSES_ENCRYPTION_KEYS")
     encryption_key_file: Path | None = Field(None, alias="RESPONSES_ENCRYPTION_KEY_FILE")
 
-    # Image URLs (input_image image_url http(s)://…): `fetch` them here, through the egress guard
-    # (app/service/image_fetch.py), or `off` (only data: URLs are taken). ALLOW: networks (CIDR,
-    # comma-separated) fetched from although not public, such as an internal image store.
+    # Image and file URLs (input_image image_url, input_file file_url): `fetch` them here, through
+    # the egress guard (app/service/url_fetch.py), or `off` (only data: URLs and file ids are
+    # taken). ALLOW: networks (CIDR, comma-separated) fetched from although not public, such as
+    # an internal image store.
     image_urls: Literal["fetch", "off"] = Field("fetch", alias="RESPONSES_IMAGE_URLS")
     image_fetch_allow: str = Field("", alias="RESPONSES_IMAGE_FETCH_ALLOW")
     image_fetch_timeout: float = Field(10.0, gt=0, alias="RESPONSES_IMAGE_FETCH_TIMEOUT")

@@ -36,7 +36,8 @@ first line is `#fake {json}` scripts it instead:
 GET /_requests lists the request bodies it received; GET /_stats counts streams that clients
 closed early (an aborted generation), the Authorization header and arrival time of each request
 and the server's pid; DELETE /_requests clears them.
-GET /_files/{name} serves test images (dot.png, a 1x1 PNG; text, not an image) and counts the
+GET /_files/{name} serves test images (dot.png, a 1x1 PNG; text, not an image) and a document
+(report, a PDF) and counts the
 requests for them in /_stats; GET /_redirect?to=URL answers 302 to URL.
 GET /v1/models answers as a model server's health check does; POST /tokenize counts the words of
 chat messages and tools as vLLM's counts their tokens.
@@ -60,6 +61,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.documents import pdf
 
 received: list[dict[str, Any]] = []
 failures: dict[str, int] = {}  # requests seen per script, for fail_times
@@ -346,6 +349,8 @@ async def files(request: Request) -> Response:
         return Response(png(), media_type="image/png")
     if name == "text":
         return Response("not an image", media_type="text/plain")
+    if name == "report":  # a PDF at a URL that does not name it one
+        return Response(pdf("Revenue rose 12 percent."), media_type="application/pdf")
     return Response("not found", status_code=404)
 
 

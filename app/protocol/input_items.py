@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from app import errors
+from app.protocol.input_files import part_text
 from app.protocol.shapes import Item
 from app.protocol.validation import StrictModel, discriminator, validate
 
@@ -23,7 +24,7 @@ TOOL_CALL_TYPES = ("function_call", "custom_tool_call")
 TOOL_OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output")
 
 # Known to OpenAI, not served here yet: a clear 400 rather than a silent drop.
-UNSUPPORTED_CONTENT_TYPES = {"input_file", "input_audio"}
+UNSUPPORTED_CONTENT_TYPES = {"input_audio"}
 UNSUPPORTED_ITEM_TYPES = {
     "item_reference",
     "compaction_trigger",
@@ -149,6 +150,15 @@ class _ImagePart(StrictModel):
     detail: Literal["low", "high", "auto", "original"] = "auto"
     image_url: str | None = None
     file_id: str | None = None
+
+
+class _FilePart(StrictModel):
+    type: Literal["input_file"]
+    file_id: str | None = None
+    file_data: str | None = None
+    file_url: str | None = None
+    filename: str | None = None
+    detail: Literal["low", "high", "auto"] | None = None
 
 
 class _RefusalPart(StrictModel):
@@ -293,6 +303,8 @@ def _parse_part(raw: Any, role: str, param: str) -> Item:
         return {"type": "refusal", "refusal": validate(_RefusalPart, raw, prefix=param).refusal}
     if part_type == "input_image" and role != "assistant":
         return _image(raw, param)
+    if part_type == "input_file" and role != "assistant":
+        return _file(raw, param)
     expected = "output_text" if role == "assistant" else "input_text"
     if part_type != expected:
         raise errors.InvalidRequest(
@@ -325,6 +337,31 @@ def _image(raw: dict[str, Any], param: str) -> Item:
     return {"type": "input_image", "detail": image.detail, "image_url": image.image_url}
 
 
+def _file(raw: dict[str, Any], param: str) -> Item:
+    """A file as the client sent it (that is what is stored and listed); the service reads it
+    into the text the model reads (app/service/file_inputs.py)."""
+    part = validate(_FilePart, raw, prefix=param)
+    sources = [name for name in ("file_id", "file_data", "file_url") if getattr(part, name) is not None]
+    if len(sources) != 1:
+        raise errors.InvalidRequest(
+            f"Invalid '{param}': expected exactly one of 'file_id', 'file_data' or 'file_url'"
+            + (f", got {' and '.join(sources)}." if sources else "."),
+            param=param,
+            code="invalid_value" if sources else "missing_required_parameter",
+        )
+    if part.file_data is not None and not part.filename:
+        raise errors.InvalidRequest(
+            f"Missing required parameter: '{param}.filename' (a file sent as 'file_data' needs its name).",
+            param=f"{param}.filename",
+            code="missing_required_parameter",
+        )
+    if part.file_url is not None and not part.file_url.startswith(("https://", "http://")):
+        raise errors.InvalidRequest(
+            f"Invalid '{param}.file_url': expected an http(s) URL.", param=f"{param}.file_url", code="invalid_value"
+        )
+    return part.model_dump(exclude_none=True)
+
+
 def image_count(items: list[Item]) -> int:
     """Images in these items: in messages and in function call outputs."""
     count = 0
@@ -336,5 +373,5 @@ def image_count(items: list[Item]) -> int:
 
 
 def item_text(item: Item) -> str:
-    """The plain text of a message item (its text and refusal parts, concatenated)."""
-    return "".join(part.get("text") or part.get("refusal") or "" for part in item.get("content", []))
+    """The plain text of a message item (its text, refusal and file parts, concatenated)."""
+    return "".join(part_text(part) for part in item.get("content", []))

@@ -9,9 +9,11 @@ from typing import Any, Literal
 
 from app import errors
 from app.protocol import conversation_request
+from app.protocol.input_files import as_listed
 from app.protocol.sealing import open_sealed_items
 from app.protocol.shapes import Item
 from app.service import idempotency
+from app.service.file_inputs import read_input_files
 from app.service.idempotency import IdempotencyKey
 from app.service.image_fetch import check_images
 from app.service.state import AppState
@@ -19,9 +21,10 @@ from app.storage import conversations as conversations_db
 from app.storage import items as items_db
 
 
-async def _checked(state: AppState, items: list[Item]) -> list[Item]:
+async def _checked(state: AppState, account_id: str, items: list[Item]) -> list[Item]:
     open_sealed_items(items, state.seal)
-    await check_images(items, state.images)
+    await check_images(items, state.urls)
+    await read_input_files(state, account_id, items, "items")
     return items_db.with_new_ids(items)
 
 
@@ -31,7 +34,7 @@ async def create(
     """With `key` (Idempotency-Key), the same request sent again answers with the conversation
     the first created."""
     metadata, items = conversation_request.parse_create(body)
-    items = await _checked(state, items)
+    items = await _checked(state, account_id, items)
     try:
         async with state.engine.begin() as conn:
             await idempotency.claim(conn, account_id, key)
@@ -95,6 +98,7 @@ async def list_items(
 
 
 def _listed(data: list[Item], has_more: bool) -> dict[str, Any]:
+    data = [as_listed(item) for item in data]
     return {
         "object": "list",
         "data": data,
@@ -115,7 +119,7 @@ async def add_items(
     """With `key` (Idempotency-Key), the same request sent again answers with the items the
     first added (those still there), adding none."""
     conversation_request.check_include(include)
-    items = await _checked(state, conversation_request.parse_added_items(body))
+    items = await _checked(state, account_id, conversation_request.parse_added_items(body))
     try:
         async with state.engine.begin() as conn:
             if await conversations_db.get(conn, account_id, conversation_id, for_update=True) is None:
@@ -142,7 +146,7 @@ async def retrieve_item(
         item = await conversations_db.get_item(conn, conversation_id, item_id)
     if item is None:
         raise errors.NotFound(f"Item with id '{item_id}' not found in conversation '{conversation_id}'.")
-    return item
+    return as_listed(item)
 
 
 async def delete_item(state: AppState, account_id: str, conversation_id: str, item_id: str) -> dict[str, Any]:

@@ -124,7 +124,9 @@ async def accept(
 ) -> Accepted:
     """validate → admit → build → store: the response in Postgres (unless transient), not yet
     enqueued. An error after admission carries the rate-limit headers of the request it counted."""
-    create, model = await validating.validated(state, body, input_optional=compaction)  # a chain alone is compacted
+    create, model = await validating.validated(
+        state, account_id, body, input_optional=compaction
+    )  # a chain alone is compacted
     request_log.phase("validate")
     record = validating.new_record(create, model, compaction=compaction)
     if key is not None:  # a request sent again is answered before it is counted against any limit

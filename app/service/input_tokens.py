@@ -26,7 +26,7 @@ from app.storage import items as items_db
 
 
 async def count(state: AppState, account_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    create, model = await validated(state, body, input_optional=True)  # as OpenAI's: a chain alone counts
+    create, model = await validated(state, account_id, body, input_optional=True)  # as OpenAI's: a chain alone counts
     if model.prompt_measure == "none":
         raise errors.InvalidRequest(
             f"Invalid 'model': the server of '{model.id}' cannot count tokens "

@@ -205,7 +205,7 @@ class SocketSession:
     async def _prepare(self, body: dict[str, Any], stream_id: str | None) -> None:
         """A response that generates nothing: its request checked in full and its context kept
         on this socket (and only here, stored or not) for a continuation."""
-        create, model = await validating.validated(self._state, body)
+        create, model = await validating.validated(self._state, self._caller.account_id, body)
         record = validating.new_record(create, model).evolve(status="in_progress")
         done = record.evolve(status="completed", completed_at=time.time(), usage=usage_object(0, 0))
         events = [

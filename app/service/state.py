@@ -19,7 +19,7 @@ from app.process.batching import Batched
 from app.protocol.mcp_tools import McpPolicy
 from app.queue.jobs import GenerateJob, enqueue_many, queue_pool
 from app.queue.redis_keys import events_channel
-from app.service.image_fetch import ImageFetcher
+from app.service.url_fetch import UrlFetcher
 from app.settings import Settings
 from app.storage import accounts as accounts_db
 from app.storage import responses as responses_db
@@ -43,8 +43,8 @@ class AppState(ProcessState):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.mcp_policy = McpPolicy.from_config(self.settings.mcp, self.settings.mcp_server_urls)
-        self.images = (
-            ImageFetcher.from_config(self.settings.image_fetch_allow, self.settings.image_fetch_timeout)
+        self.urls = (
+            UrlFetcher.from_config(self.settings.image_fetch_allow, self.settings.image_fetch_timeout)
             if self.settings.image_urls == "fetch"
             else None
         )
@@ -111,8 +111,8 @@ class AppState(ProcessState):
 
     async def close(self) -> None:
         await self.stop_loops()
-        if self.images is not None:
-            await self.images.close()
+        if self.urls is not None:
+            await self.urls.close()
         await self.hub.close()
         await self.auth_connection.close()
         await self.insert_connections.close()

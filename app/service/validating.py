@@ -1,5 +1,5 @@
 """A create request checked in full (`validated`: a 400 naming what is wrong, with its model;
-sealed reasoning opened, image URLs fetched), and the response it makes (`new_record`)."""
+sealed reasoning opened, image URLs fetched, files read), and the response it makes (`new_record`)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from app.protocol.model_fit import check_fit
 from app.protocol.response_object import ResponseRecord
 from app.protocol.sealing import open_sealed_items
 from app.protocol.tools import HOSTED_TOOL_TYPES
+from app.service.file_inputs import read_input_files
 from app.service.image_fetch import check_images
 from app.service.state import AppState
 
@@ -23,10 +24,10 @@ log = logging.getLogger(__name__)
 
 
 async def validated(
-    state: AppState, body: dict[str, Any], *, input_optional: bool = False
+    state: AppState, account_id: str, body: dict[str, Any], *, input_optional: bool = False
 ) -> tuple[ValidatedCreate, ModelEntry]:
     """A create request's body checked in full (a 400 naming what is wrong), with its model;
-    sealed reasoning opened and image URLs fetched."""
+    sealed reasoning opened, image URLs fetched, files read."""
     create = parse_create_request(
         body, state.settings.hosted_tools, input_optional=input_optional, mcp=state.mcp_policy
     )
@@ -47,7 +48,8 @@ async def validated(
     open_sealed_items(create.input_items, state.seal)
     model = state.catalog.resolve(create.request.model)
     check_fit(create, model)
-    await check_images(create.input_items, state.images)
+    await check_images(create.input_items, state.urls)
+    await read_input_files(state, account_id, create.input_items)
     return create, model
 
 

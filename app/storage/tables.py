@@ -491,7 +491,7 @@ files = Table(
     Column("filename", Text, nullable=False, comment="as uploaded"),
     Column("purpose", Text, nullable=False, comment="as uploaded: assistants, user_data, batch, …"),
     Column("bytes", BigInteger, nullable=False, comment="its size"),
-    Column("sha256", Text, nullable=False, comment="hex digest of its bytes, checked as they are read back"),
+    Column("sha256", Text, nullable=False, comment="hex SHA-256 of its bytes"),
     Column("content_type", Text, comment="the media type its upload declared, if any"),
     _now(),
     Column("expires_at", DateTime(timezone=True), comment="when retention removes it (expires_after); null: never"),

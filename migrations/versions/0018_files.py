@@ -39,7 +39,7 @@ def upgrade() -> None:
         sa.Column("filename", sa.Text(), nullable=False, comment="as uploaded"),
         sa.Column("purpose", sa.Text(), nullable=False, comment="as uploaded: assistants, user_data, batch, …"),
         sa.Column("bytes", sa.BigInteger(), nullable=False, comment="its size"),
-        sa.Column("sha256", sa.Text(), nullable=False, comment="hex digest of its bytes, checked as they are read back"),
+        sa.Column("sha256", sa.Text(), nullable=False, comment="hex SHA-256 of its bytes"),
         sa.Column("content_type", sa.Text(), comment="the media type its upload declared, if any"),
         sa.Column(
             "created_at",

@@ -41,7 +41,19 @@ BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
         "invalid_value",
     ),
     (
-        {"model": "fake", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+        {"model": "fake", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-x"}]}]},
+        404,
+        "input[0].content[0].file_id",
+        None,
+    ),
+    (
+        {"model": "fake", "input": [{"role": "user", "content": [{"type": "input_file"}]}]},
+        400,
+        "input[0].content[0]",
+        "missing_required_parameter",
+    ),
+    (
+        {"model": "fake", "input": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]},
         400,
         "input[0].content[0].type",
         "unsupported_parameter",

@@ -1,5 +1,5 @@
-"""Images are checked before anything is stored, and image URLs are fetched by this server
-through its egress guard, never by the model server.
+"""Images are checked before anything is stored, and image and file URLs are fetched by this
+server through its egress guard, never by the model server.
 
 No test here sends traffic beyond this machine: the refused addresses are refused before any
 connection is made, and the images served come from the fake runtime on loopback, which a
@@ -157,3 +157,35 @@ def test_image_urls_can_be_turned_off(environment: Environment, api_key: str, fa
         assert (caught.value.body["param"], caught.value.body["code"]) == (PARAM, "unsupported_value")
         assert fake.stats()["files_served"] == 0
         assert ask(client, data_url(png(), "image/png")).status == "completed"
+
+
+def ask_about_file(client: openai.OpenAI, part: dict[str, Any]) -> Any:
+    content = [{"type": "input_text", "text": "Summarize."}, {"type": "input_file", **part}]
+    return client.responses.create(model="fake", input=[{"role": "user", "content": content}])  # type: ignore[misc, list-item]
+
+
+def test_a_file_url_is_fetched_here_read_and_listed_as_sent(fetching_client: openai.OpenAI, fake: FakeRuntime) -> None:
+    url = f"{fake.url}/_redirect?to=/_files/report"
+    response = ask_about_file(fetching_client, {"file_url": url})
+    sent = fake.requests()[0]["messages"][0]["content"]
+    assert '<file name="report.pdf" pages="1">' in sent and "Revenue rose 12 percent." in sent  # named by its type
+    [item] = fetching_client.responses.input_items.list(response.id)
+    assert item.model_dump(exclude_none=True)["content"][1] == {"type": "input_file", "file_url": url}
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", "not fetched"),
+        ("/_files/gone.pdf", "HTTP 404"),
+        ("/_files/dot.png", "cannot be read"),
+    ],
+)
+def test_a_file_url_that_is_refused_or_unreadable_is_a_400_and_nothing_is_stored(
+    fetching_client: openai.OpenAI, fake: FakeRuntime, environment: Environment, url: str, words: str
+) -> None:
+    mark = write_mark(environment)
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask_about_file(fetching_client, {"file_url": url if url.startswith("http") else fake.url + url})
+    assert caught.value.body["param"].startswith("input[0].content[1]") and words in caught.value.body["message"]
+    assert fake.requests() == [] and rows_written_since(environment, mark) == (0, 0, 0)

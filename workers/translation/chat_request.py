@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from app.catalog import ModelEntry
+from app.protocol.input_files import part_text
 from app.protocol.input_items import TOOL_OUTPUT_TYPES, item_text
 from app.protocol.response_object import ResponseRecord
 from app.protocol.shapes import Item, Tool
@@ -141,7 +142,7 @@ class _Messages:
         elif kind in TOOL_OUTPUT_TYPES:
             output = item["output"]
             parts = [{"type": "input_text", "text": output}] if isinstance(output, str) else output
-            text = "".join(p.get("text", "") for p in parts)
+            text = "".join(part_text(p) for p in parts)
             self.messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
             self.tool_images += [_image_part(p) for p in parts if p["type"] == "input_image"]
 
@@ -199,12 +200,13 @@ def reasoning_text(item: Item) -> str:
 
 
 def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-    """Text as a string; with images, the chat API's list of text and image_url parts."""
+    """Text as a string (a file as its text); with images, the chat API's list of text and
+    image_url parts."""
     if len(parts) == 1 and parts[0]["type"] != "input_image":  # most messages: one part of text
-        return parts[0].get("text") or parts[0].get("refusal") or ""
+        return part_text(parts[0])
     if not any(part["type"] == "input_image" for part in parts):
-        return "".join(part.get("text") or part.get("refusal") or "" for part in parts)
-    return [_image_part(p) if p["type"] == "input_image" else {"type": "text", "text": p["text"]} for p in parts]
+        return "".join(part_text(part) for part in parts)
+    return [_image_part(p) if p["type"] == "input_image" else {"type": "text", "text": part_text(p)} for p in parts]
 
 
 def _image_part(part: dict[str, Any]) -> dict[str, Any]:
