@@ -85,6 +85,10 @@ class PayloadTooLarge(InvalidRequest):
 
     status_code = 413
 
+    def headers(self) -> dict[str, str]:
+        # The connection closes after the answer: the server reads no more of a body it refused.
+        return {"connection": "close"}
+
 
 class UnsupportedMediaType(InvalidRequest):
     """The request body must be JSON (Content-Type: application/json)."""

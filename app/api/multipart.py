@@ -76,9 +76,11 @@ async def form_events(request: Request, boundary: bytes, idle_seconds: float) ->
         except StopAsyncIteration:
             break
         except TimeoutError:
-            raise errors.InvalidRequest(
+            stalled = errors.InvalidRequest(
                 f"The request body stalled: nothing arrived for {idle_seconds:g} s.", code="request_timeout"
-            ) from None
+            )
+            stalled.add_headers({"connection": "close"})  # (the rest of the body is not waited for)
+            raise stalled from None
         try:
             parser.write(chunk)
         except MultipartParseError as exc:
