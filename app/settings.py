@@ -105,6 +105,8 @@ class Settings(BaseSettings):
     input_files_max_bytes: int = Field(32 * 1000 * 1000, gt=0, alias="RESPONSES_INPUT_FILES_MAX_BYTES")
     document_read_seconds: float = Field(30.0, gt=0, alias="RESPONSES_DOCUMENT_READ_SECONDS")
     document_read_memory_mb: int = Field(1024, gt=0, alias="RESPONSES_DOCUMENT_READ_MEMORY_MB")
+    # A file attached to a vector store may take this long to read on a worker (then it fails).
+    ingest_read_seconds: float = Field(600.0, gt=0, alias="RESPONSES_INGEST_READ_SECONDS")
     # WebSocket mode (app/service/socket_session.py): how long a socket may stay open (OpenAI's
     # 60 minutes; then `websocket_connection_limit_reached` and a close, once its responses
     # end), how long one with nothing running may stay silent before it is closed, and the

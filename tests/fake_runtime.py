@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import io
 import json
 import os
@@ -358,6 +359,41 @@ async def redirect(request: Request) -> Response:
     return Response(status_code=302, headers={"Location": request.query_params["to"]})
 
 
+EMBEDDING_DIMENSIONS = 8
+
+
+def fake_embedding(text: str) -> list[float]:
+    """A text's vector as an embeddings server would give it: a direction per word (by its hash),
+    summed and normalised, so that texts sharing words lie close."""
+    vector = [0.0] * EMBEDDING_DIMENSIONS
+    for word in text.lower().split():
+        digest = hashlib.sha256(word.strip(".,;:!?").encode()).digest()
+        for i in range(EMBEDDING_DIMENSIONS):
+            vector[i] += digest[i] / 255 - 0.5
+    norm = sum(x * x for x in vector) ** 0.5 or 1.0
+    return [x / norm for x in vector]
+
+
+async def embeddings(request: Request) -> Response:
+    """POST /v1/embeddings, as an OpenAI-compatible server answers it; a text holding
+    `fail-embedding` makes it answer 500."""
+    body = await request.json()
+    stats["embedding_requests"] = stats.get("embedding_requests", 0) + 1
+    texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+    if any("fail-embedding" in text for text in texts):
+        return JSONResponse({"error": {"message": "embedding failed"}}, status_code=500)
+    data = [{"object": "embedding", "index": i, "embedding": fake_embedding(t)} for i, t in enumerate(texts)]
+    tokens = sum(len(t.split()) for t in texts)
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": data,
+            "model": body["model"],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+    )
+
+
 async def models(request: Request) -> Response:
     return JSONResponse({"object": "list", "data": [{"id": "fake-upstream", "object": "model"}]})
 
@@ -365,6 +401,7 @@ async def models(request: Request) -> Response:
 app = Starlette(
     routes=[
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
         Route("/_requests", requests_log, methods=["GET", "DELETE"]),
         Route("/_stats", stats_view, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),

@@ -11,18 +11,21 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.catalog import Catalog, OpenAIModel
+from app.embeddings.embedders import Embedders
 from app.events.writer import EventWriter
 from app.housekeeping import reaper, retention
 from app.housekeeping.process_state import ProcessState, open_engines
 from app.process.batching import Batched
 from app.process.egress import EgressGuard
 from app.queue import heartbeats
+from app.queue.ingestion import enqueue_ingestions
 from app.queue.jobs import QueueRedis
 from app.queue.redis_keys import STEER_CHANNEL, STOP_CHANNEL, events_channel
 from app.queue.redis_link import REDIS_LINK
 from app.queue.redis_listener import listen_for_ever
 from app.settings import Settings
 from app.storage import responses as responses_db
+from app.storage import vector_store_files as store_files_db
 from app.storage.held import HeldConnection
 from workers.caches.chain_contexts import ChainContexts
 from workers.caches.conversation_items import ConversationItems
@@ -58,6 +61,8 @@ class WorkerState(ProcessState):
     # The translators of the generations running, which a steer reaches in the middle of an answer.
     translators: dict[str, StreamTranslator] = field(default_factory=dict)
     _claims: Batched[str, responses_db.Claim] = field(init=False)
+    # The embedding models this worker embeds files' chunks with, made when first used.
+    embedders: Embedders = field(default_factory=Embedders)
     conversations: ConversationItems = field(init=False)
     chains: ChainContexts = field(init=False)
 
@@ -147,9 +152,19 @@ class WorkerState(ProcessState):
         await self.writer.close()
         await self.claim_connection.close()
         await self.runtime.aclose()
+        await self.embedders.close()
         await self.dispose_engines()
         if self.supervisor is not None:  # last: generations have ended by now
             await self.supervisor.shut_down()
+
+    async def _requeue_lost_ingestions(self) -> None:
+        """Files still to be ingested whose job is lost (a worker died holding one, or Redis
+        lost it) get a job again: the ingestion goes on from the chunks stored."""
+        if self.queue_name != self.settings.queue_name:
+            return  # a worker hosting one model does not ingest
+        async with self.engine.connect() as conn:
+            lost = await store_files_db.lost(conn, self.settings.requeue_after_seconds)
+        await enqueue_ingestions(self.redis, self.queue_name, lost)
 
     def stop_generation(self, response_id: str) -> None:
         task = self.running.get(response_id)
@@ -228,6 +243,8 @@ class WorkerState(ProcessState):
         with REDIS_LINK.tolerated("worker heartbeat"):
             await self._beat()
         await self.reap(spare=frozenset(self.running))
+        with REDIS_LINK.tolerated("requeue ingestions"):
+            await self._requeue_lost_ingestions()
         with REDIS_LINK.tolerated("requeue"):
             await reaper.requeue_lost_jobs(
                 self.engine, self.redis, self.catalog, self.settings.queue_name, self.settings.requeue_after_seconds

@@ -10,11 +10,12 @@ from app.catalog import Catalog
 from app.process import gc_tuning
 from app.queue.arq_seam import QueueWorker
 from app.queue.jobs import JobFunction, queue_worker
-from app.queue.redis_keys import COUNT_TOKENS_JOB, GENERATE_JOB
+from app.queue.redis_keys import COUNT_TOKENS_JOB, GENERATE_JOB, INGEST_JOB
 from app.settings import Settings
 from workers.health_port import WorkerHealth
 from workers.jobs.count_tokens import count_input_tokens
 from workers.jobs.generate import generate
+from workers.jobs.ingest import ingest_file
 from workers.runtimes.hosting import hosted_queue, start_model_server
 from workers.state import WorkerState
 
@@ -54,7 +55,11 @@ def build_worker(settings: Settings, hosted_model: str | None = None, **override
     queue_name = settings.queue_name
     if hosted_model is not None:
         queue_name = hosted_queue(catalog, hosted_model, settings.queue_name)
-    jobs = [JobFunction(GENERATE_JOB, generate, 3), JobFunction(COUNT_TOKENS_JOB, count_input_tokens, 1)]
+    jobs = [
+        JobFunction(GENERATE_JOB, generate, 3),
+        JobFunction(COUNT_TOKENS_JOB, count_input_tokens, 1),
+        JobFunction(INGEST_JOB, ingest_file, 1),
+    ]
     options: dict[str, Any] = {
         "on_startup": _startup,
         "on_shutdown": _shutdown,

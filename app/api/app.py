@@ -12,7 +12,16 @@ from starlette.responses import JSONResponse, Response
 
 from app import errors
 from app.api import middleware
-from app.api.routes import conversations, files, input_items, meta, metrics, responses, responses_socket
+from app.api.routes import (
+    conversations,
+    files,
+    input_items,
+    meta,
+    metrics,
+    responses,
+    responses_socket,
+    vector_stores,
+)
 from app.process import gc_tuning
 from app.service.state import AppState
 from app.settings import Settings
@@ -38,6 +47,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             *input_items.routes,
             *conversations.routes,
             *files.routes,
+            *vector_stores.routes,
             *meta.routes,
             *metrics.routes,
         ],

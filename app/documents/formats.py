@@ -14,9 +14,10 @@ import codecs
 import io
 import re
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from html.parser import HTMLParser
-from typing import Literal
+from typing import BinaryIO, Literal
 
 Kind = Literal["pdf", "docx", "html", "text"]
 
@@ -30,6 +31,10 @@ _BINARY_NAMES = (
     *(".mp3", ".wav", ".mp4", ".mov", ".avi"),
     *(".doc", ".ppt", ".pptx", ".xls", ".xlsx", ".odt"),
 )
+
+
+_NOT_TEXT = "it is neither text in UTF-8 or UTF-16 nor a format read here"
+_BINARY = "it holds binary data, not text"
 
 
 class DocumentRefused(Exception):
@@ -73,9 +78,9 @@ def read_text(raw: bytes) -> str:
     try:
         text = raw.decode(encoding)
     except UnicodeDecodeError:
-        raise DocumentRefused("unsupported", "it is neither text in UTF-8 or UTF-16 nor a format read here") from None
+        raise DocumentRefused("unsupported", _NOT_TEXT) from None
     if "\x00" in text:
-        raise DocumentRefused("unsupported", "it holds binary data, not text")
+        raise DocumentRefused("unsupported", _BINARY)
     return _bounded(text)
 
 
@@ -87,48 +92,85 @@ def read_html(raw: bytes) -> str:
 
 
 def read_pdf(raw: bytes) -> Document:
+    pages, size = [], 0
+    for page in pdf_pages(io.BytesIO(raw), MAX_PDF_PAGES):
+        size += len(page)
+        if size > MAX_TEXT_CHARS:
+            raise _too_long()
+        pages.append(page)
+    return Document("\n\n".join(pages), len(pages))
+
+
+def pdf_pages(source: BinaryIO, max_pages: int) -> Iterator[str]:
+    """Each page's text, marked `[page N]`, read as it is asked for (pypdf reads a file's objects
+    as they are needed)."""
     from pypdf import PdfReader
     from pypdf.errors import LimitReachedError, PyPdfError
 
     try:
-        reader = PdfReader(io.BytesIO(raw))
+        reader = PdfReader(source)
         if reader.is_encrypted:
             raise DocumentRefused("invalid", "it is an encrypted PDF")
         count = len(reader.pages)
-        if count > MAX_PDF_PAGES:
-            raise DocumentRefused("too_large", f"it has {count} pages, more than {MAX_PDF_PAGES}")
-        pages, size = [], 0
+        if count > max_pages:
+            raise DocumentRefused("too_large", f"it has {count} pages, more than {max_pages}")
         for number, page in enumerate(reader.pages, 1):
-            text = page.extract_text() or ""
-            size += len(text)
-            if size > MAX_TEXT_CHARS:
-                raise _too_long()
-            pages.append(f"[page {number}]\n{text.strip()}")
+            yield f"[page {number}]\n{(page.extract_text() or '').strip()}"
     except DocumentRefused:
         raise
     except LimitReachedError as limit:  # pypdf's own bounds on what one stream may expand or parse into
         raise DocumentRefused("too_large", f"it is past what is read of one PDF ({limit})") from None
     except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError, OSError):
         raise DocumentRefused("invalid", "it is a damaged PDF that could not be read") from None
-    return Document("\n\n".join(pages), count)
 
 
 def read_docx(raw: bytes) -> str:
+    return _bounded("\n".join(docx_blocks(io.BytesIO(raw))))
+
+
+def docx_blocks(source: BinaryIO) -> Iterator[str]:
+    """Its paragraphs, then its tables' rows as `cell | cell`."""
     import docx
     from docx.opc.exceptions import PackageNotFoundError
 
+    damaged = DocumentRefused("invalid", "it is a damaged DOCX document that could not be read")
     try:
-        document = docx.Document(io.BytesIO(raw))
+        document = docx.Document(source)
         blocks = [paragraph.text for paragraph in document.paragraphs]
         for table in document.tables:
             blocks += [" | ".join(cell.text for cell in row.cells) for row in table.rows]
     except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError, OSError):
-        raise DocumentRefused("invalid", "it is a damaged DOCX document that could not be read") from None
+        raise damaged from None
     except Exception as exc:  # lxml's parse errors, and whatever else a broken package raises
         if type(exc).__module__.startswith(("lxml", "docx")):
-            raise DocumentRefused("invalid", "it is a damaged DOCX document that could not be read") from None
+            raise damaged from None
         raise
-    return _bounded("\n".join(block for block in blocks if block.strip()))
+    yield from (block for block in blocks if block.strip())
+
+
+def text_blocks(source: BinaryIO, html: bool, piece_bytes: int = 1024 * 1024) -> Iterator[str]:
+    """Text (or an HTML page's text) read a piece at a time, decoded as `read_text` decodes."""
+    head = source.read(piece_bytes)
+    encoding = "utf-8-sig" if head.startswith(codecs.BOM_UTF8) else "utf-8"
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        encoding = "utf-16"
+    decoder = codecs.getincrementaldecoder(encoding)()
+    page = _HtmlText() if html else None
+    raw = head
+    while raw:
+        try:
+            text = decoder.decode(raw)
+        except UnicodeDecodeError:
+            raise DocumentRefused("unsupported", _NOT_TEXT) from None
+        if "\x00" in text:
+            raise DocumentRefused("unsupported", _BINARY)
+        if page is None:
+            yield text
+        else:
+            page.feed(text)
+            yield "".join(page.parts)
+            page.parts.clear()
+        raw = source.read(piece_bytes)
 
 
 def _bounded(text: str) -> str:

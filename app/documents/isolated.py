@@ -1,11 +1,15 @@
 """Reading a document with bounded time and memory: the formats that are parsed (PDF, DOCX) are
 read in a child process with an address-space limit and a deadline, so that a hostile file (a
 PDF bomb: deep nesting, a huge page count, streams that expand a thousandfold) costs what the
-limits allow and fails only itself. Text and HTML are read in a thread: their cost is linear in
-their size, which the caller bounds.
+limits allow and fails only itself.
 
-`python -m app.documents.isolated KIND MEMORY_MB` is the child: the bytes on stdin, the result as
-JSON on stdout.
+Two ways: `read_document` (an `input_file`: its bytes in memory, bounded by the request's limit;
+text and HTML read in a thread, their cost linear in their size), and `stream_document` (a file
+being ingested, any size: read by the child from a file on disk, its text sent back a page or a
+piece at a time, so that neither process holds the whole of it).
+
+`python -m app.documents.isolated MODE KIND MEMORY_MB [PATH]` is the child: `read` takes the
+bytes on stdin and answers one JSON object; `stream` reads PATH and answers JSON lines.
 """
 
 from __future__ import annotations
@@ -13,11 +17,27 @@ from __future__ import annotations
 import asyncio
 import resource
 import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import orjson
 
-from app.documents.formats import Document, DocumentRefused, kind_of, read_docx, read_html, read_pdf, read_text
+from app.documents.formats import (
+    Document,
+    DocumentRefused,
+    docx_blocks,
+    kind_of,
+    pdf_pages,
+    read_docx,
+    read_html,
+    read_pdf,
+    read_text,
+    text_blocks,
+)
 from app.process.child_process import die_with_parent
+
+STREAMED_PDF_PAGES = 100_000  # a file ingested may be long; its time and memory stay bounded
+_LINE_LIMIT = 64 * 1024 * 1024  # one page's or piece's text, as JSON
 
 
 async def read_document(raw: bytes, filename: str, *, seconds: float, memory_mb: int) -> Document:
@@ -27,48 +47,107 @@ async def read_document(raw: bytes, filename: str, *, seconds: float, memory_mb:
         return Document(await asyncio.to_thread(read_text, raw))
     if kind == "html":
         return Document(await asyncio.to_thread(read_html, raw))
-    child = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "app.documents.isolated",
-        kind,
-        str(memory_mb),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        preexec_fn=die_with_parent,
-    )
+    child = await _child("read", kind, memory_mb)
     try:
         async with asyncio.timeout(seconds):
             out, _ = await child.communicate(raw)
     except TimeoutError:
         raise DocumentRefused("too_large", f"reading it took longer than {seconds:g} s") from None
     finally:
-        if child.returncode is None:
-            child.kill()
-            await child.wait()
+        await _ended(child)
     if not out:  # killed for its memory, or crashed inside a parser's C code
-        raise DocumentRefused("invalid", f"reading it failed (it needed more than {memory_mb} MB, or is damaged)")
+        raise _died(memory_mb)
     answer = orjson.loads(out)
     if "refused" in answer:
         raise DocumentRefused(answer["refused"], answer["message"])
     return Document(answer["text"], answer.get("pages"))
 
 
-def _child(kind: str, memory_mb: int) -> dict[str, object]:
+async def stream_document(path: Path, filename: str, *, seconds: float, memory_mb: int) -> AsyncIterator[str]:
+    """The document's text, a page (PDF) or a piece at a time, read by a child from `path`."""
+    with path.open("rb") as head:
+        kind = kind_of(head.read(1024), filename)
+    child = await _child("stream", kind, memory_mb, path)
+    assert child.stdout is not None
+    try:
+        async with asyncio.timeout(seconds):
+            while line := await child.stdout.readline():
+                answer = orjson.loads(line)
+                if "refused" in answer:
+                    raise DocumentRefused(answer["refused"], answer["message"])
+                if answer.get("end"):
+                    return
+                yield answer["text"]
+    except TimeoutError:
+        raise DocumentRefused("too_large", f"reading it took longer than {seconds:g} s") from None
+    finally:
+        await _ended(child)
+    raise _died(memory_mb)  # its output ended before its end
+
+
+async def _child(mode: str, kind: str, memory_mb: int, path: Path | None = None) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "app.documents.isolated",
+        mode,
+        kind,
+        str(memory_mb),
+        *([str(path)] if path is not None else []),
+        stdin=asyncio.subprocess.PIPE if path is None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        preexec_fn=die_with_parent,
+        limit=_LINE_LIMIT,
+    )
+
+
+async def _ended(child: asyncio.subprocess.Process) -> None:
+    if child.returncode is None:
+        child.kill()
+        await child.wait()
+
+
+def _died(memory_mb: int) -> DocumentRefused:
+    return DocumentRefused("invalid", f"reading it failed (it needed more than {memory_mb} MB, or is damaged)")
+
+
+def _read(kind: str) -> dict[str, object]:
+    raw = sys.stdin.buffer.read()
+    if kind == "pdf":
+        document = read_pdf(raw)
+        return {"text": document.text, "pages": document.pages}
+    return {"text": read_docx(raw)}
+
+
+def _blocks(kind: str, path: Path) -> Iterator[str]:
+    with path.open("rb") as source:
+        if kind == "pdf":
+            yield from pdf_pages(source, STREAMED_PDF_PAGES)
+        elif kind == "docx":
+            yield from docx_blocks(source)
+        else:
+            yield from text_blocks(source, html=kind == "html")
+
+
+def _main(mode: str, kind: str, memory_mb: int, path: str | None) -> None:
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    raw = sys.stdin.buffer.read()
+    out = sys.stdout.buffer
     try:
-        if kind == "pdf":
-            document = read_pdf(raw)
-            return {"text": document.text, "pages": document.pages}
-        return {"text": read_docx(raw)}
+        if mode == "read":
+            out.write(orjson.dumps(_read(kind)))
+            return
+        assert path is not None
+        for block in _blocks(kind, Path(path)):
+            out.write(orjson.dumps({"text": block}) + b"\n")
+            out.flush()
+        out.write(b'{"end":true}\n')
     except DocumentRefused as refused:
-        return {"refused": refused.reason, "message": refused.message}
+        out.write(orjson.dumps({"refused": refused.reason, "message": refused.message}) + b"\n")
     except MemoryError:
-        return {"refused": "too_large", "message": f"reading it needs more than {memory_mb} MB"}
+        out.write(orjson.dumps({"refused": "too_large", "message": f"reading it needs more than {memory_mb} MB"}))
 
 
 if __name__ == "__main__":
-    sys.stdout.buffer.write(orjson.dumps(_child(sys.argv[1], int(sys.argv[2]))))
+    _main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else None)

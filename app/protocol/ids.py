@@ -26,6 +26,8 @@ Prefix = Literal[
     "mcpr",
     "mcpa",
     "steer",
+    "vs",
+    "vsfb",
 ]
 
 

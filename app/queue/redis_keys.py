@@ -14,6 +14,9 @@ STEER_CHANNEL = "responses:steer"
 GENERATE_JOB = "generate"
 # The job counting a request's input tokens (POST /v1/responses/input_tokens); its id is its own.
 COUNT_TOKENS_JOB = "count_input_tokens"
+# The job ingesting one file into one vector store (chunks, embeddings); its id names both and
+# the attempt (a lapsed one is enqueued again under a new id).
+INGEST_JOB = "ingest_file"
 # A token count's answer, pushed by the worker that counted, popped by the API that asked.
 TOKEN_COUNT_PREFIX = "responses:input_tokens:"
 TOKEN_COUNT_TTL_SECONDS = 60  # an answer nobody popped (its request gave up) goes

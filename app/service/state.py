@@ -4,12 +4,14 @@ enqueues, the event log reader)."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from functools import partial
 
 from sqlalchemy.exc import DBAPIError
 
 from app.catalog import Catalog
+from app.embeddings.embedders import Embedders
 from app.events import log_reader
 from app.events.hub import EventHub
 from app.events.log_reader import LogReader
@@ -23,6 +25,7 @@ from app.service.url_fetch import UrlFetcher
 from app.settings import Settings
 from app.storage import accounts as accounts_db
 from app.storage import responses as responses_db
+from app.storage import vector_index
 from app.storage.driver import refused_data
 from app.storage.held import HeldConnection, HeldConnections
 
@@ -33,12 +36,24 @@ INSERT_LANES = 4  # foreground inserts running at once, at most (each lane a hel
 HELD_CONNECTIONS = 1 + INSERT_LANES + log_reader.LANES
 
 
+log = logging.getLogger(__name__)
+
+NO_PGVECTOR = (
+    "PostgreSQL has no pgvector extension here (CREATE EXTENSION vector, then `responses-server migrate`): "
+    "vector stores and file_search are unavailable; everything else works"
+)
+
+
 @dataclass
 class AppState(ProcessState):
     hub: EventHub
     _authentications: Batched[str, accounts_db.Caller] = field(init=False)
     _enqueues: Batched[GenerateJob, bool] = field(init=False)
     _inserts: Batched[responses_db.NewResponse, None] = field(init=False)
+    # Vector stores: pgvector's version (None: not there, or not yet known), and the embedders.
+    pgvector: str | None = None
+    _said_no_pgvector: bool = False
+    embedders: Embedders = field(default_factory=Embedders)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -106,11 +121,33 @@ class AppState(ProcessState):
         hub = EventHub(redis, events_channel(settings.queue_name), settings.follow_idle_seconds, engine)
         await hub.start()
         state = cls(settings, Catalog.load(settings.models_path), engine, held_engine, redis, hub)
+        await state.check_pgvector()
         state.start()
         return state
 
+    async def check_pgvector(self) -> str | None:
+        """pgvector's version, found once (then its vector indexes are made for the catalog's
+        embedding lengths); None while it is not there, said once in the log."""
+        if self.pgvector is None:
+            try:
+                self.pgvector = await vector_index.pgvector_version(self.engine)
+            except (DBAPIError, OSError):
+                return None  # (asked again when a vector store is next used)
+            if self.pgvector is None:
+                if not self._said_no_pgvector:
+                    log.warning(NO_PGVECTOR)
+                    self._said_no_pgvector = True
+                return None
+            for dimensions in {entry.dimensions for entry in self.catalog.embedding_models}:
+                try:
+                    await vector_index.ensure_index(self.engine, dimensions)
+                except (DBAPIError, OSError) as error:
+                    log.warning("the vector index of %d dimensions was not made: %s", dimensions, error)
+        return self.pgvector
+
     async def close(self) -> None:
         await self.stop_loops()
+        await self.embedders.close()
         if self.urls is not None:
             await self.urls.close()
         await self.hub.close()

@@ -12,8 +12,10 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    Computed,
     DateTime,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     LargeBinary,
@@ -26,7 +28,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB, REAL, TSVECTOR
 
 from app.protocol.file_upload import FILE_PURPOSES
 from app.protocol.vocabulary import STATUSES
@@ -520,10 +522,140 @@ file_pieces = Table(
 )
 
 
+VECTOR_STORE_FILE_STATUSES = ("in_progress", "completed", "cancelled", "failed")
+
+vector_stores = Table(
+    "vector_stores",
+    metadata,
+    Column("id", Text, primary_key=True, comment="vs_… id"),
+    Column(
+        "account_id",
+        Text,
+        ForeignKey("accounts.id", ondelete="CASCADE"),
+        nullable=False,
+        comment="the account it belongs to: no other sees it",
+    ),
+    Column("name", Text, comment="the client's"),
+    Column("description", Text, comment="the client's"),
+    Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb"), comment="the client's, 16 pairs"),
+    Column("embedding_model", Text, nullable=False, comment="the catalog embedding model its chunks are embedded by"),
+    Column("embedding_dimensions", Integer, nullable=False, comment="the length of that model's vectors"),
+    Column(
+        "chunking",
+        JSONB,
+        nullable=False,
+        comment="its files' default chunking: {max_chunk_size_tokens, chunk_overlap_tokens}",
+    ),
+    Column("expires_after_days", Integer, comment="expires_after: days after it was last active; null: never"),
+    Column(
+        "last_active_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=func.now(),
+        comment="its last create, change or search",
+    ),
+    Column("expires_at", DateTime(timezone=True), comment="last_active_at + expires_after_days, kept with it"),
+    _now(),
+    Index(None, "account_id", "created_at", "id"),
+    Index("ix_vector_stores_expiry", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
+    comment="Vector stores: files chunked and embedded for search; their chunks are in chunks.",
+)
+
+vector_store_file_batches = Table(
+    "vector_store_file_batches",
+    metadata,
+    Column("id", Text, primary_key=True, comment="vsfb_… id"),
+    Column("vector_store_id", Text, ForeignKey("vector_stores.id", ondelete="CASCADE"), nullable=False, index=True),
+    _now(),
+    Column(
+        "cancelled_at",
+        DateTime(timezone=True),
+        comment="when it was cancelled: its files not yet ingested were cancelled",
+    ),
+    comment="File batches: files attached to a vector store together; their status is their files'.",
+)
+
+vector_store_files = Table(
+    "vector_store_files",
+    metadata,
+    Column("vector_store_id", Text, ForeignKey("vector_stores.id", ondelete="CASCADE"), nullable=False),
+    Column(
+        "file_id",
+        Text,
+        ForeignKey("files.id", ondelete="CASCADE"),
+        nullable=False,
+        comment="the file (deleting it detaches it from every vector store)",
+    ),
+    Column(
+        "status",
+        Text,
+        nullable=False,
+        server_default=text("'in_progress'"),
+        comment="in_progress, completed, cancelled, failed",
+    ),
+    Column("last_error", JSONB, comment="why it failed: {code: server_error|unsupported_file|invalid_file, message}"),
+    Column(
+        "attributes", JSONB, nullable=False, server_default=text("'{}'::jsonb"), comment="the client's, for filters"
+    ),
+    Column("chunking", JSONB, nullable=False, comment="{max_chunk_size_tokens, chunk_overlap_tokens}"),
+    Column(
+        "usage_bytes", BigInteger, nullable=False, server_default=text("0"), comment="the bytes of its chunks' text"
+    ),
+    Column(
+        "batch_id",
+        Text,
+        ForeignKey("vector_store_file_batches.id", ondelete="SET NULL"),
+        index=True,
+        comment="the file batch it was attached in, if any",
+    ),
+    Column("lease_until", DateTime(timezone=True), comment="while a worker ingests it: when its claim lapses"),
+    Column("attempts", Integer, nullable=False, server_default=text("0"), comment="ingestions begun"),
+    _now(),
+    PrimaryKeyConstraint("vector_store_id", "file_id"),
+    CheckConstraint("status IN (" + ", ".join(f"'{s}'" for s in VECTOR_STORE_FILE_STATUSES) + ")", name="status"),
+    Index(None, "vector_store_id", "created_at", "file_id"),
+    Index("ix_vector_store_files_ingesting", "created_at", postgresql_where=text("status = 'in_progress'")),
+    Index(None, "file_id"),
+    comment="The files attached to each vector store and their ingestion.",
+)
+
+chunks = Table(
+    "chunks",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("vector_store_id", Text, nullable=False),
+    Column("file_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False, comment="its place in its file, from 0"),
+    Column("text", Text, nullable=False),
+    Column("tokens", Integer, nullable=False, comment="its length, as the chunker counts tokens"),
+    Column("dimensions", Integer, nullable=False, comment="its embedding's length: which vector index holds it"),
+    Column("embedding", ARRAY(REAL), nullable=False, comment="its vector (cast to pgvector's vector by the search)"),
+    Column(
+        "search",
+        TSVECTOR,
+        Computed("to_tsvector('english', text)", persisted=True),
+        comment="its words for full-text search",
+    ),
+    ForeignKeyConstraint(
+        ["vector_store_id", "file_id"],
+        ["vector_store_files.vector_store_id", "vector_store_files.file_id"],
+        ondelete="CASCADE",
+    ),
+    UniqueConstraint("vector_store_id", "file_id", "seq"),
+    Index("ix_chunks_search", "search", postgresql_using="gin"),
+    comment="Every vector store's chunks, in one table; a vector index per embedding length is made where pgvector is.",
+)
+
+
 # The views are created by migrations 0001 and 0010 (views are not metadata objects).
 
 
 def described_here(obj: object, name: str | None, kind: str, reflected: bool, compare_to: object) -> bool:
-    """For alembic's comparison: every table but the event log's day partitions, which
-    app/housekeeping/log_partitions.py makes and drops (migration 0015)."""
-    return not (kind == "table" and reflected and compare_to is None and (name or "").startswith("event_log_"))
+    """For alembic's comparison: every table and index but the event log's day partitions, which
+    app/housekeeping/log_partitions.py makes and drops (migration 0015), and the chunks' vector
+    indexes, made per embedding length where pgvector is (app/storage/vector_index.py)."""
+    name = name or ""
+    made_at_run_time = (kind == "table" and name.startswith("event_log_")) or (
+        kind == "index" and name.startswith("ix_chunks_embedding_")
+    )
+    return not (reflected and compare_to is None and made_at_run_time)

@@ -13,6 +13,7 @@ import os
 import secrets
 from collections.abc import Iterator
 from concurrent.futures import CancelledError
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import openai
@@ -22,7 +23,7 @@ from starlette.testclient import TestClient
 from app.api.app import create_app
 from app.queue.arq_seam import QueueWorker
 from app.settings import Settings
-from tests.conftest import TEST_ENCRYPTION_KEY, Environment, new_environment
+from tests.conftest import TEST_ENCRYPTION_KEY, Environment, key_of, new_environment
 from workers.worker import build_worker
 
 
@@ -42,6 +43,13 @@ def environment(tmp_path_factory: pytest.TempPathFactory, fake_runtime_url: str)
 
 @pytest.fixture(scope="session")
 def server(environment: Environment) -> Iterator[InProcess]:
+    with serving_in_process(environment) as served:
+        yield served
+
+
+@contextmanager
+def serving_in_process(environment: Environment) -> Iterator[InProcess]:
+    """The application and a worker, in this process, on the environment's database."""
     settings = environment.settings().model_copy(
         update={
             "queue_name": f"responses:api:{secrets.token_hex(4)}",
@@ -79,4 +87,34 @@ def other_client(server: InProcess, other_api_key: str) -> openai.OpenAI:
     """A client of another account."""
     return openai.OpenAI(
         base_url=server.base_url, api_key=other_api_key, max_retries=0, timeout=30, http_client=server.http
+    )
+
+
+@pytest.fixture(scope="session")
+def vector_server(vector_environment: Environment) -> Iterator[InProcess]:
+    """The application and a worker on a database with pgvector: vector stores work there."""
+    with serving_in_process(vector_environment) as served:
+        yield served
+
+
+@pytest.fixture
+def vector_client(
+    vector_server: InProcess, vector_environment: Environment, account_name: str, keys_made: dict[tuple[str, str], str]
+) -> openai.OpenAI:
+    key = key_of(keys_made, vector_environment, account_name)
+    return openai.OpenAI(
+        base_url=vector_server.base_url, api_key=key, max_retries=0, timeout=60, http_client=vector_server.http
+    )
+
+
+@pytest.fixture
+def other_vector_client(
+    vector_server: InProcess,
+    vector_environment: Environment,
+    other_account_name: str,
+    keys_made: dict[tuple[str, str], str],
+) -> openai.OpenAI:
+    key = key_of(keys_made, vector_environment, other_account_name)
+    return openai.OpenAI(
+        base_url=vector_server.base_url, api_key=key, max_retries=0, timeout=60, http_client=vector_server.http
     )

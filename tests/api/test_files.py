@@ -19,7 +19,7 @@ from app.api.app import create_app
 from app.housekeeping import retention
 from app.storage.engine import create_engine
 from tests.api.conftest import InProcess
-from tests.conftest import Environment
+from tests.conftest import Environment, key_of
 
 
 def _files_of(environment: Environment, api_key: str) -> int:
@@ -213,9 +213,7 @@ def limited(environment: Environment) -> Iterator[TestClient]:
 def test_an_upload_past_the_file_or_account_limit_is_refused_and_keeps_nothing(
     limited: TestClient, environment: Environment, keys_made: dict[tuple[str, str], str]
 ) -> None:
-    from tests.conftest import _key_of
-
-    key = _key_of(keys_made, environment, f"limited-{secrets.token_hex(3)}")
+    key = key_of(keys_made, environment, f"limited-{secrets.token_hex(3)}")
 
     def upload(size: int) -> Any:
         return limited.post(

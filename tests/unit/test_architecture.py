@@ -76,11 +76,13 @@ ENTRY_POINTS = {"app.cli"}  # the command line: the composition root
 _APP_BELOW_SERVICE = {
     *("app.process", "app.protocol", "app.queue", "app.storage", "app.events", "app.housekeeping"),
     "app.documents",
+    "app.embeddings",
 }
 MAY_IMPORT: dict[str, set[str]] = {
     "app.process": set(),
     "app.protocol": set(),
     "app.documents": {"app.process"},
+    "app.embeddings": set(),
     "app.queue": {"app.process", "app.protocol"},
     "app.storage": {"app.protocol"},
     "app.events": {"app.process", "app.protocol", "app.queue", "app.storage"},

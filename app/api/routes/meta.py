@@ -26,7 +26,12 @@ async def ready(request: Request) -> JSONResponse:
     if checks["redis"] == "ok" and not state.hub.subscribed:
         checks["redis"] = "unavailable: subscribing to the events channel again"
     healthy = all(v == "ok" for v in checks.values())
-    return JSONResponse({"status": "ok" if healthy else "unavailable", **checks}, status_code=200 if healthy else 503)
+    # Said, not required: without pgvector everything but vector stores and file_search works.
+    vector_stores = "ok" if await state.check_pgvector() else "unavailable: PostgreSQL has no pgvector extension"
+    return JSONResponse(
+        {"status": "ok" if healthy else "unavailable", **checks, "vector_stores": vector_stores},
+        status_code=200 if healthy else 503,
+    )
 
 
 async def list_models(request: Request) -> JSONResponse:

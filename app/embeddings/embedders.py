@@ -1,0 +1,153 @@
+"""Embedding a list of texts with a catalog embedding model, in whichever process asks (the API
+for a search's query and `POST /v1/embeddings`, a worker for a file's chunks).
+
+A text longer than the model reads whole (`max_input_tokens`) is embedded as the normalised mean
+of the vectors of its windows, so that no part of a chunk goes unseen; the embedded model's
+work runs in threads (onnxruntime leaves the GIL), one batch at a time per process, so that
+embedding shares the CPU with the process's other work rather than taking it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import httpx
+
+from app.catalog import EmbeddedEmbeddingModel, EmbeddingModel, OpenAIEmbeddingModel
+
+
+class EmbeddingFailed(Exception):
+    """The embedding model could not embed the texts (its server unreachable, or refusing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    vectors: list[list[float]]
+    tokens: int  # the texts' tokens, as the model counts them (or as its server reports)
+
+
+class Embedder(Protocol):
+    async def embed(self, texts: list[str]) -> Embedded: ...
+
+    async def close(self) -> None: ...
+
+
+_WORDS = re.compile(r"\S+\s*")
+
+
+def windows(text: str, size: int) -> list[str]:
+    """The text in consecutive pieces of about `size` tokens of a word-piece tokenizer (counted
+    as words: a piece of English text has about 1.3 word pieces a word)."""
+    words = _WORDS.findall(text)
+    per_window = max(1, int(size / 1.4))
+    return ["".join(words[i : i + per_window]) for i in range(0, len(words), per_window)] or [text]
+
+
+def mean_of(vectors: list[list[float]]) -> list[float]:
+    summed = [sum(values) for values in zip(*vectors, strict=True)]
+    norm = math.sqrt(sum(x * x for x in summed)) or 1.0
+    return [x / norm for x in summed]
+
+
+class MiniLMEmbedder:
+    """The embedded model, loaded on first use (about a second, 100 MB)."""
+
+    _load_lock = asyncio.Lock()
+
+    def __init__(self, entry: EmbeddedEmbeddingModel) -> None:
+        self.entry = entry
+        self._model: object | None = None
+        self._running = asyncio.Semaphore(1)
+
+    async def embed(self, texts: list[str]) -> Embedded:
+        from app.embeddings.minilm import MiniLM
+
+        if self._model is None:
+            async with self._load_lock:
+                if self._model is None:
+                    self._model = await asyncio.to_thread(MiniLM, self.entry.threads)
+        model = self._model
+        assert isinstance(model, MiniLM)
+        pieces = [windows(text, self.entry.max_input_tokens) for text in texts]
+        flat = [piece for text_pieces in pieces for piece in text_pieces]
+        vectors: list[list[float]] = []
+        tokens = 0
+        for start in range(0, len(flat), self.entry.batch_size):
+            batch = flat[start : start + self.entry.batch_size]
+            async with self._running:
+                vectors += await asyncio.to_thread(model.embed, batch)
+                tokens += sum(await asyncio.to_thread(model.count_tokens, batch))
+        out, at = [], 0
+        for text_pieces in pieces:
+            part = vectors[at : at + len(text_pieces)]
+            out.append(part[0] if len(part) == 1 else mean_of(part))
+            at += len(text_pieces)
+        return Embedded(out, tokens)
+
+    async def close(self) -> None:
+        pass
+
+
+class HttpEmbedder:
+    """An OpenAI-compatible `/v1/embeddings` server."""
+
+    def __init__(self, entry: OpenAIEmbeddingModel) -> None:
+        self.entry = entry
+        key = os.environ.get(entry.api_key_env) if entry.api_key_env else None
+        self._client = httpx.AsyncClient(
+            base_url=entry.base_url.rstrip("/"),
+            timeout=entry.timeout_seconds,
+            headers={"authorization": f"Bearer {key}"} if key else {},
+            trust_env=False,
+        )
+
+    async def embed(self, texts: list[str]) -> Embedded:
+        vectors: list[list[float]] = []
+        tokens = 0
+        for start in range(0, len(texts), self.entry.batch_size):
+            batch = texts[start : start + self.entry.batch_size]
+            try:
+                answer = await self._client.post(
+                    "/embeddings", json={"model": self.entry.served_name, "input": batch, "encoding_format": "float"}
+                )
+            except httpx.HTTPError as exc:
+                raise EmbeddingFailed(f"the embedding server could not be reached ({type(exc).__name__})") from None
+            if answer.status_code != 200:
+                raise EmbeddingFailed(f"the embedding server answered HTTP {answer.status_code}: {answer.text[:300]}")
+            body = answer.json()
+            data = sorted(body["data"], key=lambda d: d["index"])
+            if len(data) != len(batch) or any(len(d["embedding"]) != self.entry.dimensions for d in data):
+                raise EmbeddingFailed(
+                    f"the embedding server's vectors are not {len(batch)} of {self.entry.dimensions} dimensions"
+                )
+            vectors += [d["embedding"] for d in data]
+            tokens += int((body.get("usage") or {}).get("prompt_tokens") or 0)
+        return Embedded(vectors, tokens)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+@dataclass
+class Embedders:
+    """One embedder per catalog embedding model, made when first asked for."""
+
+    made: dict[str, Embedder] = field(default_factory=dict)
+
+    def of(self, entry: EmbeddingModel) -> Embedder:
+        if entry.id not in self.made:
+            if isinstance(entry, EmbeddedEmbeddingModel):
+                self.made[entry.id] = MiniLMEmbedder(entry)
+            else:
+                assert isinstance(entry, OpenAIEmbeddingModel)
+                self.made[entry.id] = HttpEmbedder(entry)
+        return self.made[entry.id]
+
+    async def close(self) -> None:
+        for embedder in self.made.values():
+            await embedder.close()
