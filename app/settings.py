@@ -74,7 +74,7 @@ class Settings(BaseSettings):
     image_fetch_allow: str = Field("", alias="RESPONSES_IMAGE_FETCH_ALLOW")
     image_fetch_timeout: float = Field(10.0, gt=0, alias="RESPONSES_IMAGE_FETCH_TIMEOUT")
 
-    # Remote MCP tools (`type: "mcp"`, workers/mcp/): `run` them here, or `off` (then they are
+    # Remote MCP tools (`type: "mcp"`, workers/tool_loop/): `run` them here, or `off` (then they are
     # hosted tools, as RESPONSES_HOSTED_TOOLS says). SERVER_URLS: URL prefixes (comma-separated)
     # of the only MCP servers connected to; empty: any, through the egress guard. ALLOW: networks
     # of private addresses an MCP server may have. A call may take CALL_TIMEOUT; a response's

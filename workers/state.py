@@ -70,7 +70,7 @@ class WorkerState(ProcessState):
         super().__post_init__()
         self.conversations = ConversationItems(int(self.settings.conversation_cache_mb * 1_000_000))
         self.chains = ChainContexts(int(self.settings.chain_cache_mb * 1_000_000))
-        # What the MCP servers a caller names may be (workers/mcp/guarded_transport.py).
+        # What the MCP servers a caller names may be (workers/tool_loop/mcp_transport.py).
         self.mcp_guard = EgressGuard.from_config(self.settings.mcp_allow)
         self._claims = Batched(self._claim_many, "claims")
         self.claim_connection = HeldConnection(self.held_engine)

@@ -35,6 +35,9 @@ def output_so_far(events: Iterable[Event], start: Sequence[Item] = ()) -> list[I
             items[event["output_index"]]["status"] = "calling"
         elif kind == "response.mcp_call_arguments.done":
             items[event["output_index"]]["arguments"] = event["arguments"]
+        elif kind == "response.output_text.annotation.added":
+            part = items[event["output_index"]]["content"][event["content_index"]]
+            part["annotations"] = [*part.get("annotations", []), event["annotation"]]
         elif kind in DELTA_TARGETS:
             where, field = DELTA_TARGETS[kind]
             index = event["output_index"]
@@ -74,17 +77,18 @@ def continuable(output: list[Item], settings: dict[str, Any]) -> bool:
     not past a finished item, and not text held to a schema (the server would hold the
     continuation to the schema from its start).
 
-    A response whose MCP tool loop the server runs may also be cut between its steps: after the
+    A response whose tool loop the server runs (MCP tools, file search) may also be cut between its steps: after the
     finished items of its earlier answers and calls, it goes on with a call in flight (made
-    again or failed: workers/mcp/loop.py), the text of the message being written, or the next
+    again or failed: workers/tool_loop/loop.py), the text of the message being written, or the next
     answer."""
     if not output:
         return True
     *before, last = output
-    if settings.get("requested", {}).get("runs_mcp"):
+    requested = settings.get("requested", {})
+    if requested.get("runs_mcp") or requested.get("runs_file_search"):
         if not all(_finished_step(item) for item in before):
             return False
-        if last.get("type") in ("mcp_list_tools", "mcp_call"):
+        if last.get("type") in ("mcp_list_tools", "mcp_call", "file_search_call"):
             return True  # between two steps, or with a call in flight
     elif before:
         return False
@@ -106,7 +110,7 @@ def _finished_step(item: Item) -> bool:
     kind = item.get("type")
     if kind == "mcp_list_tools":
         return True  # (its events are written together, once the server answered)
-    if kind == "mcp_call":
+    if kind in ("mcp_call", "file_search_call"):
         return item.get("status") in ("completed", "failed")
     if kind == "message":
         return item.get("status") == "completed"

@@ -15,10 +15,11 @@ from app.protocol.text_format import parse_text_format
 from app.protocol.tools import HostedToolsPolicy, ToolChoice, parse_tool_choice, parse_tools
 from app.protocol.validation import INT32_MAX, StrictModel, validate
 
+SEARCH_RESULTS = "file_search_call.results"
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 LOGPROBS = "message.output_text.logprobs"
 INCLUDABLE = {
-    "file_search_call.results",
+    SEARCH_RESULTS,
     "web_search_call.results",
     "web_search_call.action.sources",
     "message.input_image.image_url",
@@ -204,6 +205,8 @@ class ValidatedCreate(BaseModel):
     # The server runs the MCP tools among `tools` (RESPONSES_MCP=run), with these credentials
     # by server label: never echoed, stored or logged (design invariant 5).
     runs_mcp: bool = False
+    # The server runs the file_search tool among `tools` (it has pgvector and an embedding model).
+    runs_file_search: bool = False
     mcp_credentials: dict[str, Credentials] = Field(default_factory=dict, repr=False, exclude=True)
 
     @property
@@ -236,6 +239,7 @@ def parse_create_request(
     *,
     input_optional: bool = False,
     mcp: McpPolicy = MCP_NOT_RUN,
+    file_search: bool = False,
 ) -> ValidatedCreate:
     """`input_optional`: a request without `input` (counting a chain's or the instructions'
     tokens) has no new input items; a create needs at least one."""
@@ -250,14 +254,16 @@ def parse_create_request(
     _reject_unserved_values(request)
     _check_conversation(request)
     text_format = parse_text_format(request.text.format if request.text else None)
-    tools, credentials = parse_tools(request.tools, hosted_tools, mcp)
+    tools, credentials = parse_tools(request.tools, hosted_tools, mcp, file_search)
+    runs_file_search = file_search and any(tool["type"] == "file_search" for tool in tools)
     return ValidatedCreate(
         request=request.model_copy(update={"tools": tools}),  # (with credentials redacted)
         input_items=[] if without_input else parse_input(request.input),
         text_format=text_format,
         tools=tools,
-        tool_choice=parse_tool_choice(request.tool_choice, tools),
+        tool_choice=parse_tool_choice(request.tool_choice, tools, runs_file_search),
         runs_mcp=mcp.run and any(tool["type"] == "mcp" for tool in tools),
+        runs_file_search=runs_file_search,
         mcp_credentials=credentials,
     )
 

@@ -28,6 +28,7 @@ Prefix = Literal[
     "steer",
     "vs",
     "vsfb",
+    "fs",
 ]
 
 

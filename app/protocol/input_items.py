@@ -31,7 +31,6 @@ UNSUPPORTED_ITEM_TYPES = {
     "computer_call",
     "computer_call_output",
     "web_search_call",
-    "file_search_call",
     "image_generation_call",
     "code_interpreter_call",
     "local_shell_call",
@@ -120,6 +119,22 @@ class _McpCall(StrictModel):
     error: str | dict[str, Any] | None = None
     approval_request_id: str | None = None
     status: Literal["in_progress", "completed", "incomplete", "calling", "failed"] | None = None
+
+
+class _FileSearchResult(StrictModel):
+    file_id: str | None = None
+    filename: str | None = None
+    score: float | None = None
+    text: str | None = None
+    attributes: dict[str, Any] | None = None
+
+
+class _FileSearchCall(StrictModel):
+    type: Literal["file_search_call"]
+    queries: list[str]
+    status: Literal["in_progress", "searching", "completed", "incomplete", "failed"] | None = None
+    results: list[_FileSearchResult] | None = None
+    id: str | None = None
 
 
 class _McpApprovalRequest(StrictModel):
@@ -270,6 +285,19 @@ def _mcp_call(raw: dict[str, Any], param: str) -> Item:
     return call.model_dump(exclude={"id"}) | {"status": call.status or "completed"}
 
 
+def _file_search_call(raw: dict[str, Any], param: str) -> Item:
+    # A search made earlier (a store=false client replays it): it is not made again; the model
+    # reads its queries and the results it carries.
+    call = validate(_FileSearchCall, raw, prefix=param)
+    results = None if call.results is None else [r.model_dump(exclude_none=True) for r in call.results]
+    return {
+        "type": "file_search_call",
+        "status": call.status or "completed",
+        "queries": call.queries,
+        "results": results,
+    }
+
+
 def _mcp_approval_request(raw: dict[str, Any], param: str) -> Item:
     return validate(_McpApprovalRequest, raw, prefix=param).model_dump()  # (its id is named by its answer)
 
@@ -290,6 +318,7 @@ _ITEM_PARSERS: dict[str, Callable[[dict[str, Any], str], Item]] = {
     "mcp_call": _mcp_call,
     "mcp_approval_request": _mcp_approval_request,
     "mcp_approval_response": _mcp_approval_response,
+    "file_search_call": _file_search_call,
 }
 
 

@@ -1,7 +1,7 @@
 """Remote MCP tools (`type: "mcp"`): the tool as a request sends it, as the Response echoes it,
 and which of its server's tools the model may call, and with whose approval.
 
-The server runs these tools itself (workers/mcp/): it lists the MCP server's tools, offers the
+The server runs these tools itself (workers/tool_loop/): it lists the MCP server's tools, offers the
 allowed ones to the model, and calls them. A tool's `authorization` and `headers` are the
 caller's credentials for that server: they are taken out of the tool here, never stored or
 echoed (the echo shows `<redacted>` in their place), and reach the worker sealed

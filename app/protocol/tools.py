@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from app import errors
+from app.protocol.file_search import parse_tool as parse_file_search
 from app.protocol.mcp_tools import MCP_NOT_RUN, Credentials, McpPolicy, parse_mcp_tool
 from app.protocol.shapes import Tool
 from app.protocol.strict_schema import effective_strict
@@ -93,10 +94,14 @@ class _McpChoice(StrictModel):
 
 
 def parse_tools(
-    raw: list[Any] | None, hosted: HostedToolsPolicy = "refuse", mcp: McpPolicy = MCP_NOT_RUN
+    raw: list[Any] | None,
+    hosted: HostedToolsPolicy = "refuse",
+    mcp: McpPolicy = MCP_NOT_RUN,
+    file_search: bool = False,
 ) -> tuple[list[Tool], dict[str, Credentials]]:
     """The tools as a Response echoes them (a 400 naming the first one at fault), and the
-    credentials MCP tools came with, by server label."""
+    credentials MCP tools came with, by server label. `file_search`: whether this server runs
+    that tool (it has pgvector and an embedding model); if not, it is a hosted tool like others."""
     tools: list[Tool] = []
     credentials: dict[str, Credentials] = {}
     for index, entry in enumerate(raw or []):
@@ -110,6 +115,13 @@ def parse_tools(
             if not mcp.run and hosted == "refuse":
                 raise errors.UnsupportedParameter(f"{param}.type", "the hosted tool 'mcp'")
             tools.append(tool)
+            continue
+        if kind == "file_search" and file_search:
+            if any(known["type"] == "file_search" for known in tools):
+                raise errors.InvalidRequest(
+                    f"Invalid '{param}': only one file_search tool may be given.", param=param, code="invalid_value"
+                )
+            tools.append(parse_file_search(entry, param))
             continue
         if kind in HOSTED_TOOL_TYPES:
             if hosted == "refuse":
@@ -200,7 +212,7 @@ def _check_unique_label(label: str, tools: list[Tool], param: str) -> None:
         )
 
 
-def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool]) -> ToolChoice:
+def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool], runs_file_search: bool = False) -> ToolChoice:
     if raw is None:
         return "auto"
     if isinstance(raw, str):
@@ -210,7 +222,8 @@ def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool]) -> ToolChoice:
                 param="tool_choice",
                 code="invalid_value",
             )
-        if raw == "required" and not any(tool["type"] not in HOSTED_TOOL_TYPES - {"mcp"} for tool in tools):
+        run = {"mcp", "file_search"} if runs_file_search else {"mcp"}
+        if raw == "required" and not any(tool["type"] not in HOSTED_TOOL_TYPES - run for tool in tools):
             raise errors.InvalidRequest(
                 "Invalid 'tool_choice': 'required' needs at least one tool.", param="tool_choice", code="invalid_value"
             )
@@ -222,6 +235,14 @@ def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool]) -> ToolChoice:
     kind = discriminator(raw, "tool_choice")
     if kind == "mcp":
         return _mcp_choice(raw, tools)
+    if kind == "file_search":
+        if set(raw) != {"type"} or not runs_file_search:
+            raise errors.InvalidRequest(
+                'Invalid \'tool_choice\': {"type": "file_search"} needs a file_search tool that this server runs.',
+                param="tool_choice",
+                code="invalid_value",
+            )
+        return {"type": "file_search"}
     if kind not in ("function", "custom"):
         raise errors.UnsupportedParameter("tool_choice.type", f"a tool_choice of type '{raw.get('type')}'")
     named = validate(_NamedChoice, raw, prefix="tool_choice")

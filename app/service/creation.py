@@ -128,7 +128,7 @@ async def accept(
         state, account_id, body, input_optional=compaction
     )  # a chain alone is compacted
     request_log.phase("validate")
-    record = validating.new_record(create, model, compaction=compaction)
+    record = validating.new_record(create, model, compaction=compaction, account_id=account_id)
     if key is not None:  # a request sent again is answered before it is counted against any limit
         async with state.engine.connect() as conn:
             await idempotency.check(conn, account_id, key)

@@ -15,10 +15,12 @@ from app.protocol.ids import new_id
 from app.protocol.model_fit import check_fit
 from app.protocol.response_object import ResponseRecord
 from app.protocol.sealing import open_sealed_items
+from app.protocol.shapes import Tool
 from app.protocol.tools import HOSTED_TOOL_TYPES
 from app.service.file_inputs import read_input_files
 from app.service.image_fetch import check_images
 from app.service.state import AppState
+from app.storage import vector_stores as stores_db
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +30,15 @@ async def validated(
 ) -> tuple[ValidatedCreate, ModelEntry]:
     """A create request's body checked in full (a 400 naming what is wrong), with its model;
     sealed reasoning opened, image URLs fetched, files read."""
+    runs_file_search = (
+        _asks_file_search(body) and bool(state.catalog.embedding_models) and await state.check_pgvector() is not None
+    )
     create = parse_create_request(
-        body, state.settings.hosted_tools, input_optional=input_optional, mcp=state.mcp_policy
+        body,
+        state.settings.hosted_tools,
+        input_optional=input_optional,
+        mcp=state.mcp_policy,
+        file_search=runs_file_search,
     )
     if create.mcp_credentials and state.seal is None:
         raise errors.InvalidRequest(
@@ -50,7 +59,29 @@ async def validated(
     check_fit(create, model)
     await check_images(create.input_items, state.urls)
     await read_input_files(state, account_id, create.input_items)
+    if create.runs_file_search:
+        await check_vector_stores(state, account_id, create.tools)
     return create, model
+
+
+def _asks_file_search(body: dict[str, Any]) -> bool:
+    tools = body.get("tools")
+    return isinstance(tools, list) and any(isinstance(t, dict) and t.get("type") == "file_search" for t in tools)
+
+
+async def check_vector_stores(state: AppState, account_id: str, tools: list[Tool]) -> None:
+    """The file_search tool searches only stores of the caller's: another's, or an unknown one, is a 404."""
+    for index, tool in enumerate(tools):
+        if tool["type"] != "file_search":
+            continue
+        async with state.engine.connect() as conn:
+            found = {store.id for store in await stores_db.get_many(conn, account_id, tool["vector_store_ids"])}
+        for position, store_id in enumerate(tool["vector_store_ids"]):
+            if store_id not in found:
+                raise errors.NotFound(
+                    f"No vector store found with id '{store_id}'.",
+                    param=f"tools[{index}].vector_store_ids[{position}]",
+                )
 
 
 def log_hosted_tools(create: ValidatedCreate) -> None:
@@ -59,7 +90,9 @@ def log_hosted_tools(create: ValidatedCreate) -> None:
     hosted = [
         tool["type"]
         for tool in create.tools
-        if tool["type"] in HOSTED_TOOL_TYPES and not (tool["type"] == "mcp" and create.runs_mcp)
+        if tool["type"] in HOSTED_TOOL_TYPES
+        and not (tool["type"] == "mcp" and create.runs_mcp)
+        and not (tool["type"] == "file_search" and create.runs_file_search)
     ]
     if hosted:
         log.info("hosted tools not offered to the model: %s", ", ".join(hosted))
@@ -67,7 +100,11 @@ def log_hosted_tools(create: ValidatedCreate) -> None:
         HOSTED_TOOLS_NOT_OFFERED.labels(kind).inc()
 
 
-def new_record(create: ValidatedCreate, model: ModelEntry, *, compaction: bool = False) -> ResponseRecord:
+def new_record(
+    create: ValidatedCreate, model: ModelEntry, *, compaction: bool = False, account_id: str | None = None
+) -> ResponseRecord:
+    """`account_id`: whose vector stores a file_search tool searches (the worker's searches are
+    scoped by it, as every query is)."""
     request = create.request
     settings = echoed_settings(create, request.max_output_tokens, model.sampling)
     if compaction:
@@ -81,7 +118,10 @@ def new_record(create: ValidatedCreate, model: ModelEntry, *, compaction: bool =
         "include": request.include or [],
         "logprobs": create.logprobs,
         "runs_mcp": create.runs_mcp,
+        "runs_file_search": create.runs_file_search,
     }
+    if create.runs_file_search:
+        settings["requested"]["account_id"] = account_id
     return ResponseRecord(
         id=new_id("resp"),
         model=model.id,

@@ -16,6 +16,7 @@ from app.protocol.ids import new_id
 from app.protocol.search_filters import Filter
 from app.queue.ingestion import enqueue_ingestions
 from app.queue.redis_link import REDIS_LINK
+from app.retrieval import search as retrieval
 from app.service.state import NO_PGVECTOR, AppState
 from app.storage import chunks as chunks_db
 from app.storage import files as files_db
@@ -196,39 +197,25 @@ async def search_stores(
     filters: Filter | None,
     score_threshold: float,
     semantic_only: bool = False,
-    embedding_weight: float = 1.0,
-    text_weight: float = 1.0,
 ) -> list[chunks_db.Found]:
-    """The best chunks of these stores for the queries, each query embedded by each store's
-    model; the stores are active now."""
+    """The best chunks of these stores for the queries (a 400 for an expired store, a 503 when
+    the embedding model fails)."""
     expired = next((store for store in stores if store.expired), None)
     if expired is not None:
         raise errors.InvalidRequest(
             f"Vector store '{expired.id}' has expired.", param="vector_store_id", code="vector_store_expired"
         )
-    hits: list[chunks_db.Found] = []
-    by_model: dict[str, list[stores_db.StoredVectorStore]] = {}
-    for store in stores:
-        by_model.setdefault(store.embedding_model, []).append(store)
-    for model_id, group in by_model.items():
-        model = state.catalog.embedding_model(model_id)
-        try:
-            vectors = (await state.embedders.of(model).embed(list(queries))).vectors
-        except EmbeddingFailed as failed:
-            raise errors.ServiceUnavailable(
-                f"The embedding model '{model_id}' could not embed the query: {failed}."
-            ) from None
-        weights = (1.0, 0.0) if semantic_only else (embedding_weight, text_weight)
-        asked = [chunks_db.Query(vector, query, *weights) for vector, query in zip(vectors, queries, strict=True)]
-        async with state.engine.begin() as conn:
-            hits += await chunks_db.search(
-                conn,
-                [store.id for store in group],
-                asked,
-                limit=limit,
-                filters=filters,
-                score_threshold=score_threshold,
-                pgvector=True,
-            )
-            await stores_db.touch(conn, [store.id for store in group])
-    return sorted(hits, key=lambda hit: -hit.score)[:limit]
+    try:
+        return await retrieval.search_stores(
+            state.engine,
+            state.embedders,
+            state.catalog,
+            stores,
+            queries,
+            limit=limit,
+            filters=filters,
+            score_threshold=score_threshold,
+            text_weight=0.0 if semantic_only else 1.0,
+        )
+    except EmbeddingFailed as failed:
+        raise errors.ServiceUnavailable(f"The embedding model could not embed the query: {failed}.") from None

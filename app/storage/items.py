@@ -37,6 +37,7 @@ _ID_PREFIX: dict[str, Any] = {
     "mcp_list_tools": "mcpl",
     "mcp_approval_request": "mcpr",
     "mcp_approval_response": "mcpa",
+    "file_search_call": "fs",
 }
 
 

@@ -77,12 +77,14 @@ _APP_BELOW_SERVICE = {
     *("app.process", "app.protocol", "app.queue", "app.storage", "app.events", "app.housekeeping"),
     "app.documents",
     "app.embeddings",
+    "app.retrieval",
 }
 MAY_IMPORT: dict[str, set[str]] = {
     "app.process": set(),
     "app.protocol": set(),
     "app.documents": {"app.process"},
     "app.embeddings": set(),
+    "app.retrieval": {"app.storage", "app.embeddings", "app.protocol"},
     "app.queue": {"app.process", "app.protocol"},
     "app.storage": {"app.protocol"},
     "app.events": {"app.process", "app.protocol", "app.queue", "app.storage"},
@@ -98,9 +100,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "workers.leases": {"app.process", "app.queue", "app.storage"},
     "workers.state": _APP_BELOW_SERVICE
     | {"workers.leases", "workers.caches", "workers.runtimes", "workers.translation"},
-    "workers.mcp": _APP_BELOW_SERVICE | {"workers.state", "workers.translation", "workers.runtime_failure"},
+    "workers.tool_loop": _APP_BELOW_SERVICE | {"workers.state", "workers.translation", "workers.runtime_failure"},
     "workers.jobs": _APP_BELOW_SERVICE
-    | {"workers.state", "workers.translation", "workers.runtime_failure", "workers.runtimes", "workers.mcp"},
+    | {"workers.state", "workers.translation", "workers.runtime_failure", "workers.runtimes", "workers.tool_loop"},
     "workers.health_port": {"app.process", "workers.state"},
     "workers.worker": {"app.process", "app.queue", "workers.state", "workers.jobs", "workers.health_port"}
     | {"workers.runtimes"},

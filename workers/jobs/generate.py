@@ -37,9 +37,9 @@ from app.storage import responses as responses_db
 from app.storage import steers as steers_db
 from workers.jobs import compacting, start_times
 from workers.jobs.start_times import StartTimes
-from workers.mcp.loop import MAX_TOOL_ROUNDS, ToolLoop
 from workers.runtime_failure import RuntimeFailure
 from workers.state import WorkerState
+from workers.tool_loop.loop import MAX_TOOL_ROUNDS, ToolLoop, runs_tools
 from workers.translation import compaction
 from workers.translation.chat_request import chat_request, continuing
 from workers.translation.translate import STEERED, AnswerSteered, StreamTranslator
@@ -291,7 +291,7 @@ async def _stream(state: WorkerState, generation: Generation, translator: Stream
     emit: Emit = partial(state.writer.append, response_id)
     if prefix is None:  # (a continuation's log holds its compaction, if it made one)
         context = await compacting.compacted_if_due(state, record, model, context, translator, emit)
-    if not record.settings.get("requested", {}).get("runs_mcp"):
+    if not runs_tools(record):
         await _answer(state, generation, translator, context, prefix)
         return
     async with ToolLoop(state, record, translator, emit) as loop:
@@ -303,7 +303,11 @@ async def _stream(state: WorkerState, generation: Generation, translator: Stream
             await loop.finish_interrupted(translator.interrupted)
         await loop.make_approved_calls(context + translator.before)
         # A continuation's answers so far: one per call the model made, at least.
-        loop.answers = sum(1 for i in translator.before if i["type"] == "mcp_call" and not i.get("approval_request_id"))
+        loop.answers = sum(
+            1
+            for i in translator.before
+            if (i["type"] == "mcp_call" and not i.get("approval_request_id")) or i["type"] == "file_search_call"
+        )
         while True:
             await _answer(state, generation, translator, context + translator.before[own_output:], prefix, loop.answers)
             loop.answers += 1
@@ -333,8 +337,10 @@ async def _answer(
     """One inference request, its chunks translated into the log as they come."""
     record, model = generation.record, generation.model
     assert model is not None
-    tools = translator.tools if translator.mcp_calls_left != 0 else translator.tools.without_mcp()
-    body = chat_request(record, compaction.model_view(context, state.seal), model, tools, earlier_answers)
+    tools = translator.tools if translator.hosted_calls_left != 0 else translator.tools.without_hosted()
+    body = chat_request(
+        record, compaction.model_view(context, state.seal), model, tools, earlier_answers, translator.search_texts
+    )
     if prefix is not None:
         body = continuing(body, prefix, model)
     first_token = TIME_TO_FIRST_TOKEN.labels(record.model)

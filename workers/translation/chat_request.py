@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from app.catalog import ModelEntry
+from app.protocol.file_search import FUNCTION_NAME
 from app.protocol.input_files import part_text
 from app.protocol.input_items import TOOL_OUTPUT_TYPES, item_text
 from app.protocol.response_object import ResponseRecord
@@ -22,15 +24,18 @@ def chat_request(
     model: ModelEntry,
     tools: RuntimeTools | None = None,
     earlier_answers: int = 0,
+    search_results: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """`tools`: the response's tools at the runtime, when the caller has them already.
     `earlier_answers`: the model's answers in this response already (a tool loop's), after which
-    the choice of tool is its own, or a forced call would be made again and again."""
+    the choice of tool is its own, or a forced call would be made again and again.
+    `search_results`: what the model reads of this response's file searches, by item id (their
+    items keep the results only under `include`)."""
     requested = record.settings.get("requested", {})
-    tools = tools or RuntimeTools.of(record.settings.get("tools") or [])
+    tools = tools or RuntimeTools.for_settings(record.settings)
     body: dict[str, Any] = {
         "model": model.served_name,
-        "messages": chat_messages(record.instructions, context, tools),
+        "messages": chat_messages(record.instructions, context, tools, search_results),
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": min(requested.get("max_output_tokens") or model.max_output_tokens, model.max_output_tokens),
@@ -85,7 +90,10 @@ def _grammar(tool: Tool, model: ModelEntry) -> dict[str, Any]:
 
 
 def chat_messages(
-    instructions: str | None, context: list[Item], tools: RuntimeTools | None = None
+    instructions: str | None,
+    context: list[Item],
+    tools: RuntimeTools | None = None,
+    search_results: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The system prompt is `instructions` then every system/developer message, in order; a
     function call joins the assistant message before it (one assistant turn may say something
@@ -93,7 +101,7 @@ def chat_messages(
     the tool results (tool messages carry text only); a reasoning item reaches the model as the
     `reasoning_content` of the assistant message after it, which the chat template keeps (the
     turn's own tool loop) or drops (earlier turns), as the model was trained."""
-    messages = _Messages(tools or RuntimeTools.of([]))
+    messages = _Messages(tools or RuntimeTools.of([]), search_results or {})
     messages.approval_requests = {item["id"]: item for item in context if item["type"] == "mcp_approval_request"}
     for item in context:
         messages.add(item)
@@ -101,8 +109,9 @@ def chat_messages(
 
 
 class _Messages:
-    def __init__(self, tools: RuntimeTools) -> None:
+    def __init__(self, tools: RuntimeTools, search_results: Mapping[str, str]) -> None:
         self.tools = tools
+        self.search_results = search_results
         self.system_parts: list[str] = []
         self.messages: list[dict[str, Any]] = []
         self.tool_images: list[dict[str, Any]] = []
@@ -131,6 +140,10 @@ class _Messages:
             name = self.tools.runtime_name("mcp", item["name"], item["server_label"])
             self._call(item["id"], name, item["arguments"])
             self._result(item["id"], _mcp_result(item))
+        elif kind == "file_search_call":  # made by the server: its queries, and what it found
+            name = self.tools.runtime_name("file_search", FUNCTION_NAME, None)
+            self._call(item["id"], name, json.dumps({"queries": item.get("queries") or []}, ensure_ascii=False))
+            self._result(item["id"], self.search_results.get(item["id"]) or _search_result(item))
         elif kind == "mcp_approval_response" and not item["approve"]:
             # An approved call shows as its mcp_call; an approval still awaited, not at all.
             request = self.approval_requests.get(item["approval_request_id"])
@@ -193,6 +206,16 @@ def _mcp_result(call: Item) -> str:
     return str(call.get("output") or "")
 
 
+def _search_result(item: Item) -> str:
+    """An earlier search's results, without markers (this answer cites only its own searches)."""
+    results = item.get("results")
+    if results is None:
+        return "The results of this search were not kept; search again if you need them."
+    if not results:
+        return "The search found nothing in the files."
+    return "\n".join(f'<result file="{r.get("filename", "")}">\n{r.get("text", "")}\n</result>' for r in results)
+
+
 def reasoning_text(item: Item) -> str:
     """A reasoning item's text: its reasoning_text parts, else its summary."""
     parts = item.get("content") or item.get("summary") or []
@@ -219,6 +242,8 @@ def _image_part(part: dict[str, Any]) -> dict[str, Any]:
 def _tools(settings: dict[str, Any], tools: RuntimeTools, choice: Any) -> dict[str, Any]:
     if not tools.functions:
         return {}
+    if isinstance(choice, dict) and choice["type"] == "file_search":
+        choice = {"type": "file_search", "name": FUNCTION_NAME}
     if isinstance(choice, dict) and choice["type"] == "mcp":  # a server's tool by name, or any of them
         named = choice.get("name")
         label = choice["server_label"]

@@ -13,21 +13,29 @@ from typing import Any
 
 from app.protocol.ids import new_id
 from app.protocol.shapes import Event, Item
+from workers.translation.citations import CitationFilter
 from workers.translation.tools import custom_input
 
 
 @dataclass
 class MessageOutput:
-    """An assistant message with one output_text part."""
+    """An assistant message with one output_text part; with `citations`, its text's citation
+    markers become annotations (workers/translation/citations.py)."""
 
     output_index: int
     id: str = field(default_factory=lambda: new_id("msg"))
     # The text's pieces, joined when an item is made: appending to one string would copy it per token.
     parts: list[str] = field(default_factory=list)
     logprobs: list[Item] = field(default_factory=list)  # per token, when asked for
+    citations: CitationFilter | None = None
+
+    @property
+    def annotations(self) -> list[Item]:
+        return self.citations.annotations if self.citations is not None else []
 
     def item(self, status: str) -> Item:
-        content = [{"type": "output_text", "text": "".join(self.parts), "annotations": [], "logprobs": self.logprobs}]
+        text = "".join(self.parts)
+        content = [{"type": "output_text", "text": text, "annotations": self.annotations, "logprobs": self.logprobs}]
         return {"id": self.id, "type": "message", "status": status, "role": "assistant", "content": content}
 
     def started(self) -> list[Event]:
@@ -37,8 +45,16 @@ class MessageOutput:
             {**self._where(), "type": "response.content_part.added", "part": part},
         ]
 
-    def delta(self, text: str, logprobs: list[Item] | None = None) -> Event:
+    def delta(self, text: str, logprobs: list[Item] | None = None) -> list[Event]:
         """`logprobs` as an output_text part holds them; a delta event carries them without bytes."""
+        made: list[Item] = []
+        if self.citations is not None:
+            text, made = self.citations.feed(text)
+        events = [self._delta(text, logprobs)] if text or logprobs else []
+        first = len(self.annotations) - len(made)
+        return events + [self._annotated(first + n, annotation) for n, annotation in enumerate(made)]
+
+    def _delta(self, text: str, logprobs: list[Item] | None) -> Event:
         self.parts.append(text)
         if logprobs:
             self.logprobs += logprobs
@@ -49,10 +65,21 @@ class MessageOutput:
             "logprobs": _brief(logprobs) if logprobs else [],
         }
 
+    def _annotated(self, index: int, annotation: Item) -> Event:
+        return {
+            **self._where(),
+            "type": "response.output_text.annotation.added",
+            "annotation_index": index,
+            "annotation": annotation,
+        }
+
     def done(self, status: str) -> list[Event]:
+        held = self.citations.flush() if self.citations is not None else ""
+        events = [self._delta(held, None)] if held else []
         item = self.item(status)
         text = item["content"][0]["text"]
         return [
+            *events,
             {**self._where(), "type": "response.output_text.done", "text": text, "logprobs": _brief(self.logprobs)},
             {**self._where(), "type": "response.content_part.done", "part": item["content"][0]},
             {"type": "response.output_item.done", "output_index": self.output_index, "item": item},
@@ -250,7 +277,7 @@ class GrammarToolCallOutput(CustomToolCallOutput):
 
 @dataclass
 class McpCallOutput:
-    """A call of a remote MCP server's tool, which the server makes (workers/mcp/loop.py). Its
+    """A call of a remote MCP server's tool, which the server makes (workers/tool_loop/loop.py). Its
     events are the loop's, not the stream's: `opening()` once the model's arguments are whole
     (OpenAI sends them in one delta), `closing()` once the call answered."""
 
@@ -366,5 +393,66 @@ def mcp_list_tools_events(item: Item, output_index: int, failed: bool) -> tuple[
     )
 
 
-CallOutput = FunctionCallOutput | CustomToolCallOutput | McpCallOutput | McpApprovalRequestOutput
+@dataclass
+class FileSearchCallOutput:
+    """A search of the request's vector stores, which the server makes (the tool loop's
+    file_search kind). Its events are the loop's: `opening()` once the model's arguments are whole
+    (its queries), `closing()` once the search answered. Its `results` are kept in the item only
+    when the request's `include` asks for them (as OpenAI shows them); the loop hands them to the
+    model in any case (`for_model`)."""
+
+    output_index: int
+    id: str = field(default_factory=lambda: new_id("fs"))
+    parts: list[str] = field(default_factory=list)  # of the arguments
+    queries: list[str] = field(default_factory=list)
+    results: list[Item] | None = None
+    include_results: bool = False
+    for_model: str = ""  # what the model reads of the results (their text, with citation markers)
+    status: str | None = None  # set once the search answered: completed or failed
+
+    @property
+    def arguments(self) -> str:
+        return "".join(self.parts)
+
+    def item(self, status: str) -> Item:
+        return {
+            "id": self.id,
+            "type": "file_search_call",
+            "status": self.status or status,
+            "queries": self.queries,
+            "results": self.results if self.include_results else None,
+        }
+
+    def started(self) -> list[Event]:
+        return []
+
+    def delta(self, text: str) -> None:
+        self.parts.append(text)
+
+    def done(self, status: str) -> list[Event]:
+        return []
+
+    def opening(self, queries: list[str]) -> list[Event]:
+        self.queries = queries
+        where = {"item_id": self.id, "output_index": self.output_index}
+        return [
+            {"type": "response.output_item.added", "output_index": self.output_index, "item": self.item("in_progress")},
+            {"type": "response.file_search_call.in_progress", **where},
+            {"type": "response.file_search_call.searching", **where},
+        ]
+
+    def closing(self, results: list[Item] | None, for_model: str) -> list[Event]:
+        """`results` None: the search failed."""
+        self.results, self.for_model = results, for_model
+        self.status = "failed" if results is None else "completed"
+        where = {"item_id": self.id, "output_index": self.output_index}
+        done = [{"type": "response.file_search_call.completed", **where}] if results is not None else []
+        return [
+            *done,
+            {"type": "response.output_item.done", "output_index": self.output_index, "item": self.item(self.status)},
+        ]
+
+
+HostedCallOutput = McpCallOutput | FileSearchCallOutput
+CallOutput = FunctionCallOutput | CustomToolCallOutput | McpCallOutput | McpApprovalRequestOutput | FileSearchCallOutput
 OutputItem = MessageOutput | ReasoningOutput | CallOutput

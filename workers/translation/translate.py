@@ -16,17 +16,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.protocol.create_request import ENCRYPTED_REASONING
+from app.protocol.create_request import ENCRYPTED_REASONING, SEARCH_RESULTS
 from app.protocol.ids import new_id
 from app.protocol.response_object import usage_object
 from app.protocol.sealing import Seal
 from app.protocol.shapes import Event, Item
 from workers.runtime_failure import RuntimeFailure
+from workers.translation.citations import CitationFilter
 from workers.translation.output_items import (
     CallOutput,
     CustomToolCallOutput,
+    FileSearchCallOutput,
     FunctionCallOutput,
     GrammarToolCallOutput,
+    HostedCallOutput,
     McpApprovalRequestOutput,
     McpCallOutput,
     MessageOutput,
@@ -69,9 +72,18 @@ class StreamTranslator:
     seal_reasoning: Callable[[str], str] | None = None
     # Calls in one answer beyond this many are dropped (parallel_tool_calls false: one).
     max_calls: int | None = None
-    # MCP calls the response may still make (max_tool_calls, which counts hosted calls only);
-    # the model's calls past it are dropped.
-    mcp_calls_left: int | None = None
+    # Calls the server may still make for the response (max_tool_calls, which counts hosted calls
+    # only: MCP calls and file searches); the model's calls past it are dropped.
+    hosted_calls_left: int | None = None
+    # Whether the request's include asks for file_search_call results (else they are not kept).
+    include_search_results: bool = False
+    # The answer's citation markers become annotations (the server runs a file search): the
+    # results the model was given so far, by marker number - 1, as (file id, filename).
+    cites: bool = False
+    citations: list[tuple[str, str]] = field(default_factory=list)
+    # What the model read of this response's searches, by item id (the items keep the results
+    # only under include): its next answers read them again.
+    search_texts: dict[str, str] = field(default_factory=dict)
     # The custom tool with a grammar that tool_choice names: the answer's text is its input.
     grammar_tool: str | None = None
     items: list[OutputItem] = field(default_factory=list)
@@ -83,8 +95,8 @@ class StreamTranslator:
     stopped_for: str | None = None  # an incomplete reason of the server's own (a tool loop's limit)
     # A steer waits: the answer stops where its open item ends, before the next one opens.
     steered: bool = False
-    # An MCP call the worker that began this generation made, or was making, when it stopped.
-    interrupted: McpCallOutput | None = None
+    # A hosted call the worker that began this generation made, or was making, when it stopped.
+    interrupted: HostedCallOutput | None = None
     usage: dict[str, Any] | None = None
     content_chunks: int = 0  # every chunk that carried output: one token each, for servers that do not count
     reasoning_chunks: int = 0
@@ -99,10 +111,12 @@ class StreamTranslator:
         sealed = ENCRYPTED_REASONING in settings.get("requested", {}).get("include", [])
         grammar_tool = forced_grammar_tool(settings)
         return cls(
-            tools=RuntimeTools.of(settings.get("tools") or []),
+            tools=RuntimeTools.for_settings(settings),
             grammar_tool=None if grammar_tool is None else grammar_tool["name"],
             max_calls=None if settings.get("parallel_tool_calls", True) else 1,
-            mcp_calls_left=settings.get("max_tool_calls"),
+            hosted_calls_left=settings.get("max_tool_calls"),
+            include_search_results=SEARCH_RESULTS in settings.get("requested", {}).get("include", []),
+            cites=bool(settings.get("requested", {}).get("runs_file_search")),
             summarise_reasoning=settings["reasoning"].get("summary") is not None,
             seal_reasoning=seal.seal if seal is not None and sealed else None,
         )
@@ -127,12 +141,23 @@ class StreamTranslator:
             )
             self.items.append(self.interrupted)
             return ""
+        if last["type"] == "file_search_call" and last.get("status") not in ("completed", "failed"):
+            self.before = finished  # a search is read-only: it is made again
+            search = FileSearchCallOutput(len(finished), last["id"], include_results=self.include_search_results)
+            search.queries = list(last.get("queries") or [])
+            self.interrupted = search
+            self.items.append(search)
+            return ""
         if last["type"] != "message" or last.get("status") != "in_progress":
             self.before = output  # between two steps of a tool loop
             return ""
         self.before = finished
         [part] = last["content"]
-        self.items.append(MessageOutput(len(finished), last["id"], [part["text"]], list(part.get("logprobs") or [])))
+        cited = None
+        if self.cites:  # (the markers it had are cut from its text already)
+            cited = CitationFilter(self.citations, len(part["text"]), annotations=list(part.get("annotations") or []))
+        logprobs = list(part.get("logprobs") or [])
+        self.items.append(MessageOutput(len(finished), last["id"], [part["text"]], logprobs, cited))
         return str(part["text"])
 
     def output_now(self) -> list[Item]:
@@ -188,10 +213,14 @@ class StreamTranslator:
             if kind is ReasoningOutput:
                 current = ReasoningOutput(self._next_index, self.summarise_reasoning, self.seal_reasoning)
             else:
-                current = MessageOutput(output_index=self._next_index)
+                cited = CitationFilter(self.citations) if self.cites else None
+                current = MessageOutput(output_index=self._next_index, citations=cited)
             self.items.append(current)
             events += current.started()
-        events.append(current.delta(text, logprobs) if isinstance(current, MessageOutput) else current.delta(text))
+        if isinstance(current, MessageOutput):
+            events += current.delta(text, logprobs)
+        else:
+            events.append(current.delta(text))
         return events
 
     def _grow_grammar_call(self, name: str, text: str) -> list[Event]:
@@ -210,9 +239,9 @@ class StreamTranslator:
         index = call.get("index", 0)
         if index not in self._calls:
             name = _text(function.get("name"), "tool call name")
-            is_mcp = self.tools.ref(name).kind == "mcp"
+            is_hosted = self.tools.ref(name).kind in ("mcp", "file_search")
             if (self.max_calls is not None and len(self._calls) >= self.max_calls) or (
-                is_mcp and self.mcp_calls_left == 0
+                is_hosted and self.hosted_calls_left == 0
             ):
                 self._calls[index] = None
             else:
@@ -233,14 +262,20 @@ class StreamTranslator:
             assert ref.namespace is not None  # (an MCP tool's is its server's label)
             mcp_kind = McpApprovalRequestOutput if ref.approval else McpCallOutput
             current = mcp_kind(self._next_index, ref.name, ref.namespace)
-            if self.mcp_calls_left is not None:
-                self.mcp_calls_left -= 1
+            self._count_hosted()
+        elif ref.kind == "file_search":
+            current = FileSearchCallOutput(self._next_index, include_results=self.include_search_results)
+            self._count_hosted()
         else:
             kind = CustomToolCallOutput if ref.kind == "custom" else FunctionCallOutput
             current = kind(self._next_index, call_id, ref.name, ref.namespace)
         self._calls[index] = current
         self.items.append(current)
         return events + current.started()
+
+    def _count_hosted(self) -> None:
+        if self.hosted_calls_left is not None:
+            self.hosted_calls_left -= 1
 
     def _next_item(self) -> list[Event]:
         """The events that close the open item before another opens: the one output boundary,
@@ -257,9 +292,13 @@ class StreamTranslator:
             return []
         return self._open.done(status)
 
-    def calls_to_make(self) -> list[McpCallOutput]:
-        """The MCP calls the model made in this answer, to be made by the server."""
-        return [item for item in self.items if isinstance(item, McpCallOutput) and item.status is None]
+    def calls_to_make(self) -> list[HostedCallOutput]:
+        """The hosted calls the model made in this answer (MCP calls, searches), to be made by the server."""
+        return [
+            item
+            for item in self.items
+            if isinstance(item, McpCallOutput | FileSearchCallOutput) and item.status is None
+        ]
 
     def asks_client(self) -> bool:
         """Whether this answer ends the response for the client to act: it called a function of
@@ -275,6 +314,7 @@ class StreamTranslator:
         """After this answer's MCP calls were made: its items are finished output, its usage
         counts with what came before, and the model's next answer opens items after them."""
         self.before += [item.item("completed") for item in self.items]
+        self.search_texts |= {item.id: item.for_model for item in self.items if isinstance(item, FileSearchCallOutput)}
         self.before_usage = self.usage_object()
         self.items, self._calls = [], {}
         self.usage, self.finish_reason = None, None

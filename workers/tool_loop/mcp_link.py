@@ -3,7 +3,7 @@
 Through the official `mcp` SDK (2.x: the version the Agents SDK resolves to as well, speaking the
 2026 protocol with the older handshake as fallback): Streamable HTTP, then the older HTTP+SSE
 transport for a server that does not serve it. Every request goes through the egress guard
-(workers/mcp/guarded_transport.py), with the caller's credentials as headers; the SDK follows a
+(workers/tool_loop/mcp_transport.py), with the caller's credentials as headers; the SDK follows a
 redirect only on the server's own origin. Whatever goes wrong is an `McpFailure` carrying the
 structured `error` an `mcp_call` shows (OpenAI's three kinds), never an exception of the SDK's.
 """
@@ -24,7 +24,7 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from app.process.egress import EgressGuard, EgressRefused
-from workers.mcp.guarded_transport import GuardedTransport
+from workers.tool_loop.mcp_transport import GuardedTransport
 
 log = logging.getLogger(__name__)
 

@@ -1,19 +1,16 @@
-"""A response's MCP tool loop, in its worker: the servers' tools listed (or found in the context),
-offered to the model, each call the model makes made here, its result handed back to the model,
-until the model answers, calls a client's function, or asks for an approval.
+"""The tool loop's MCP kind: a response's `mcp` servers' tools listed (or found in the context)
+and offered to the model, each call the model makes made here through its server's link.
 
 Each step is written to the response's event log as OpenAI streams it (hosted-tools reference
 §1.4): an `mcp_list_tools` item per server the context has no list of, then per call an
 `mcp_call` item, opened once the model's arguments are whole and committed before the call is
-made (a worker that dies then leaves a call known to be in flight, design invariant 4), closed
-with its output or its `error`. An approved call (`mcp_approval_response` in the input) is made
-from the stored request's arguments before the model is asked anything.
+made, closed with its output or its `error`. An approved call (`mcp_approval_response` in the
+input) is made from the stored request's arguments before the model is asked anything.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,19 +19,15 @@ from app.events.writer import Emit
 from app.protocol.ids import new_id
 from app.protocol.mcp_tools import Credentials, named_tools, offered, open_credentials
 from app.protocol.response_object import ResponseRecord
-from app.protocol.shapes import Item
+from app.protocol.shapes import Event, Item
 from app.queue import mcp_credentials
-from app.storage import responses as responses_db
-from workers.mcp.server_link import McpFailure, ServerLink, connect
 from workers.runtime_failure import RuntimeFailure
 from workers.state import WorkerState
-from workers.translation.output_items import McpCallOutput, mcp_list_tools_events
+from workers.tool_loop.mcp_link import McpFailure, ServerLink, connect
+from workers.translation.output_items import HostedCallOutput, McpCallOutput, mcp_list_tools_events
 from workers.translation.tools import RuntimeTools
 from workers.translation.translate import StreamTranslator
 
-log = logging.getLogger(__name__)
-
-MAX_TOOL_ROUNDS = "max_tool_rounds"  # the incomplete reason of a loop that ran out of inference rounds
 INTERRUPTED = {
     "type": "http_error",
     "code": 503,
@@ -43,14 +36,13 @@ INTERRUPTED = {
 
 
 @dataclass
-class ToolLoop:
+class McpKind:
     state: WorkerState
     record: ResponseRecord
     translator: StreamTranslator
     emit: Emit
     credentials: dict[str, Credentials] = field(default_factory=dict)
     listed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # tools by server label
-    answers: int = 0  # inference requests made
     _links: dict[str, ServerLink] = field(default_factory=dict)
     _deadline: float = 0.0
 
@@ -58,15 +50,17 @@ class ToolLoop:
     def servers(self) -> dict[str, dict[str, Any]]:
         return {tool["server_label"]: tool for tool in self.record.settings.get("tools") or [] if tool["type"] == "mcp"}
 
-    async def __aenter__(self) -> ToolLoop:
+    async def open(self) -> None:
         self._deadline = time.monotonic() + self.state.settings.mcp_response_timeout_seconds
         sealed = await mcp_credentials.take(self.state.redis, self.record.id)
         self.credentials = open_credentials(self.state.seal, sealed)
-        return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def close(self) -> None:
         for link in self._links.values():
             await link.close()
+
+    def handles(self, call: HostedCallOutput) -> bool:
+        return isinstance(call, McpCallOutput)
 
     async def prepare(self, context: list[Item]) -> None:
         """The servers' tools offered to the model: from the context's lists (OpenAI lists once per
@@ -79,7 +73,7 @@ class ToolLoop:
             known = {tool["name"] for tool in self.listed.get(label, ())}
             if label not in self.listed or named_tools(server) - known:
                 await self._list(label)
-        self.translator.tools = RuntimeTools.of(self.record.settings.get("tools") or [], self.listed)
+        self.translator.tools = RuntimeTools.for_settings(self.record.settings, self.listed)
 
     async def _list(self, label: str) -> None:
         item: Item = {"id": new_id("mcpl"), "type": "mcp_list_tools", "server_label": label, "tools": [], "error": None}
@@ -98,8 +92,9 @@ class ToolLoop:
         opening, closing = mcp_list_tools_events(item, index, failed=False)
         self.emit([*opening, *closing])
 
-    async def make_approved_calls(self, context: list[Item]) -> None:
-        """The calls the client approved since the last answer, made from their stored requests."""
+    def add_approved_calls(self, context: list[Item]) -> None:
+        """The calls the client approved since the last answer, from their stored requests, added
+        for the loop to make before the model is asked."""
         requests = {item["id"]: item for item in context if item["type"] == "mcp_approval_request"}
         made = {item.get("approval_request_id") for item in context if item["type"] == "mcp_call"}
         for item in context:
@@ -110,39 +105,26 @@ class ToolLoop:
                 continue
             call = self.translator.add_call(request["name"], request["server_label"], request["arguments"])
             call.approval_request_id = request["id"]
-        if self.translator.calls_to_make():
-            await self.make_calls()
-            self.translator.next_answer()
 
-    def goes_on(self) -> bool:
-        """After an answer: whether its MCP calls are to be made and the model asked again."""
-        return bool(self.translator.calls_to_make())
+    def opening(self, call: HostedCallOutput) -> list[Event]:
+        assert isinstance(call, McpCallOutput)
+        return call.opening()
 
-    async def make_calls(self) -> None:
-        """This answer's MCP calls, in turn, each committed as it opens and as it ends. Once the
-        first is, the answer is in the log: its usage is saved with the rounds' before it."""
-        self.emit(self.translator.close_answer())
-        for n, call in enumerate(self.translator.calls_to_make()):
-            self.emit(call.opening())
-            await self.state.writer.committed(self.record.id)  # known to be in flight before it is
-            if n == 0 and self.record.id not in self.state.transient:  # (a store=false loop has no row)
-                async with self.state.engine.begin() as conn:
-                    await responses_db.save_rounds_usage(conn, self.record.id, self.translator.usage_object())
-            output, error = await self._call(call)
-            self.emit(call.closing(output, error))
+    async def make(self, call: HostedCallOutput) -> list[Event]:
+        assert isinstance(call, McpCallOutput)
+        output, error = await self._call(call)
+        return call.closing(output, error)
 
-    async def finish_interrupted(self, call: McpCallOutput) -> None:
-        """A call that was in flight when the worker making it stopped: whether the server got it
-        is not known, so it is made again only when its tool says it changes nothing (read-only),
-        else it ends failed and the model is told (design invariant 4)."""
+    async def make_interrupted(self, call: HostedCallOutput) -> list[Event]:
+        """Whether the server got the call is not known: it is made again only when its tool says
+        it changes nothing (read-only), else it ends failed and the model is told."""
+        assert isinstance(call, McpCallOutput)
         listed = next((t for t in self.listed.get(call.server_label, []) if t["name"] == call.name), None)
         if listed is not None and (listed.get("annotations") or {}).get("read_only"):
             output, error = await self._call(call)
         else:
             output, error = None, INTERRUPTED
-        self.emit(call.closing(output, error))
-        self.translator.interrupted = None
-        self.translator.next_answer()
+        return call.closing(output, error)
 
     async def _call(self, call: McpCallOutput) -> tuple[str | None, dict[str, Any] | None]:
         try:
