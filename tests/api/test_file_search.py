@@ -102,7 +102,7 @@ def test_a_streamed_search_shows_its_events_in_order_and_no_marker(
     assert "【" not in deltas and "】" not in deltas and deltas == "Thirty days. Fridays from home."
     annotated = [e for e in events if e.type == "response.output_text.annotation.added"]
     # (one result was given: 【2】 names none, and is cut without an annotation)
-    assert [(e.annotation_index, e.annotation.index) for e in annotated] == [(0, 11)]  # type: ignore[union-attr]
+    assert [(e.annotation_index, e.annotation.index) for e in annotated] == [(0, 11)]
     call = final.output[0]
     assert call.results is not None and len(call.results) == 1 and call.results[0].filename == "handbook.txt"
     assert all(r.score is not None and 0 <= r.score <= 1 for r in call.results) and call.results[0].text
