@@ -14,6 +14,7 @@ from app import errors
 from app.api import middleware
 from app.api.routes import (
     conversations,
+    embeddings,
     files,
     input_items,
     meta,
@@ -47,6 +48,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             *input_items.routes,
             *conversations.routes,
             *files.routes,
+            *embeddings.routes,
             *vector_stores.routes,
             *meta.routes,
             *metrics.routes,

@@ -37,7 +37,7 @@ async def ready(request: Request) -> JSONResponse:
 async def list_models(request: Request) -> JSONResponse:
     state: AppState = request.app.state.responses
     await authenticate(state, request)
-    ids = sorted(entry.id for entry in state.catalog.entries)
+    ids = sorted([entry.id for entry in state.catalog.entries] + [e.id for e in state.catalog.embedding_models])
     return JSONResponse({"object": "list", "data": [_model_object(model_id) for model_id in ids]})
 
 
@@ -46,7 +46,7 @@ async def retrieve_model(request: Request) -> JSONResponse:
     state: AppState = request.app.state.responses
     await authenticate(state, request)
     name = request.path_params["model"]
-    entry = state.catalog.by_name.get(name)
+    entry = state.catalog.by_name.get(name) or state.catalog.embeddings_by_name.get(name)
     if entry is None:
         raise errors.NotFound(f"The model '{name}' does not exist", param="model", code="model_not_found")
     return JSONResponse(_model_object(entry.id))
