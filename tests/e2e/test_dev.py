@@ -97,6 +97,16 @@ def test_dev_runs_everything_from_an_empty_folder_and_keeps_the_data(tmp_path: P
 
         client = openai.OpenAI(base_url=dev.base_url, api_key=dev.key, max_retries=0, timeout=60)
         kept = client.responses.create(model="smollm2", input="Remember this.", max_output_tokens=16)
+        # Documents work too: its PostgreSQL has pgvector, its worker ingests with the embedded model.
+        store = client.vector_stores.create(name="notes")
+        attached = client.vector_stores.files.upload_and_poll(
+            vector_store_id=store.id,
+            file=("notes.txt", b"The spare key is under the blue flowerpot."),
+            poll_interval_ms=200,
+        )
+        assert attached.status == "completed", attached.last_error
+        found = client.vector_stores.search(store.id, query="Where is the key?")
+        assert "blue flowerpot" in found.data[0].content[0].text
         processes = dev.descendants()
         assert len(processes) >= 4  # the API, the worker, llama.cpp's server, Valkey
         assert (data / "postgres" / "postmaster.pid").exists()  # PostgreSQL runs detached (pg_ctl)
