@@ -24,6 +24,7 @@ from app.process.metrics import RETENTION_BEHIND, RETENTION_REMOVED
 from app.settings import Settings
 from app.storage.idempotency import KEY_HOURS
 from app.storage.tables import PENDING
+from app.storage.vector_stores import EXPIRED_KEPT_HOURS
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ class RetentionPolicy:
     webhook_deliveries: timedelta = timedelta(days=30)  # delivered or given up: kept as responses are
     idempotency_keys: timedelta = timedelta(hours=KEY_HOURS)  # then free for a new request
     files: timedelta = timedelta(0)  # a file goes at its own expires_at (its pieces with it)
+    # An expired vector store shows as `expired` for a day, then goes (its files' chunks with it).
+    vector_stores: timedelta = timedelta(hours=EXPIRED_KEPT_HOURS)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RetentionPolicy:
@@ -129,6 +132,14 @@ STEPS = (
         key="account_id, key",
     ),
     Step("files", "expires_at IS NOT NULL", "expires_at", "ix_files_expiry", purge_log=False, table="files"),
+    Step(
+        "vector_stores",
+        "expires_at IS NOT NULL",
+        "expires_at",
+        "ix_vector_stores_expiry",
+        purge_log=False,
+        table="vector_stores",
+    ),
 )
 
 

@@ -4,11 +4,14 @@ delete keep the counts right and leave no chunk behind."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import openai
 import pytest
 
+from app.housekeeping import retention
+from app.storage.engine import create_engine
 from tests.conftest import Environment
 from tests.documents import pdf
 
@@ -327,3 +330,31 @@ def test_without_pgvector_vector_stores_say_so_and_everything_else_works(client:
         client.vector_stores.create(name="nowhere")
     assert refused.value.body["code"] == "vector_stores_unavailable" and "pgvector" in refused.value.body["message"]
     assert client.files.create(file=("still.txt", b"files work"), purpose="user_data").bytes == 10
+
+
+def test_an_expired_store_says_so_refuses_search_and_is_removed_a_day_later(
+    vector_client: openai.OpenAI, vector_environment: Environment
+) -> None:
+    store_id = _ready_store(vector_client, NOTES[:1], expires_after={"anchor": "last_active_at", "days": 1})
+    expire = "UPDATE vector_stores SET expires_at = now() - CAST($2 AS interval) WHERE id = $1"
+    vector_environment.query(expire, store_id, "1 hour")
+    assert vector_client.vector_stores.retrieve(store_id).status == "expired"
+    with pytest.raises(openai.BadRequestError) as refused:
+        vector_client.vector_stores.search(store_id, query="party")
+    assert refused.value.body["code"] == "vector_store_expired"
+    vector_environment.query(
+        "UPDATE vector_stores SET expires_at = now() - interval '25 hours' WHERE id = $1", store_id
+    )
+
+    async def sweep() -> None:
+        engine = create_engine(vector_environment.settings(), pool_size=1, max_overflow=0)
+        try:
+            policy = retention.RetentionPolicy.from_settings(vector_environment.settings())
+            await retention.run_step(engine, policy, next(s for s in retention.STEPS if s.name == "vector_stores"))
+        finally:
+            await engine.dispose()
+
+    asyncio.run(sweep())
+    with pytest.raises(openai.NotFoundError):
+        vector_client.vector_stores.retrieve(store_id)
+    assert _count(vector_environment, "SELECT count(*) FROM chunks WHERE vector_store_id = $1", store_id) == 0
