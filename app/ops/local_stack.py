@@ -67,13 +67,13 @@ def run(data_dir: Path, host: str, port: int) -> int:
         from app.catalog import Catalog
         from app.storage.migrate import migrate
 
-        catalog = Catalog.load(settings.models_path)
-        models = catalog.entries
+        served = Catalog.load(settings.models_path)
+        models = served.entries
         migrate(settings)
         key = asyncio.run(_api_key(settings, data_dir / "api_key"))
         welcome = _welcome(host, port, key, data_dir, models[0].id)
         workers = [["worker", "--model", m.id] for m in models if m.supervised]
-        if any(not m.supervised for m in models) or catalog.embedding_models:
+        if any(not m.supervised for m in models) or served.embedding_models:
             workers.append(["worker"])  # one worker serves every model on an external server, and ingests files
         return _supervise_children(host, port, workers, welcome)
 

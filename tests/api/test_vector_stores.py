@@ -5,6 +5,7 @@ delete keep the counts right and leave no chunk behind."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import openai
@@ -337,7 +338,7 @@ def test_an_expired_store_says_so_refuses_search_and_is_removed_a_day_later(
 ) -> None:
     store_id = _ready_store(vector_client, NOTES[:1], expires_after={"anchor": "last_active_at", "days": 1})
     expire = "UPDATE vector_stores SET expires_at = now() - CAST($2 AS interval) WHERE id = $1"
-    vector_environment.query(expire, store_id, "1 hour")
+    vector_environment.query(expire, store_id, timedelta(hours=1))
     assert vector_client.vector_stores.retrieve(store_id).status == "expired"
     with pytest.raises(openai.BadRequestError) as refused:
         vector_client.vector_stores.search(store_id, query="party")
