@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import resource
 import sys
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import orjson
 
@@ -35,6 +37,8 @@ from app.documents.formats import (
     text_blocks,
 )
 from app.process.child_process import die_with_parent
+
+T = TypeVar("T")
 
 STREAMED_PDF_PAGES = 100_000  # a file ingested may be long; its time and memory stay bounded
 _LINE_LIMIT = 64 * 1024 * 1024  # one page's or piece's text, as JSON
@@ -64,25 +68,49 @@ async def read_document(raw: bytes, filename: str, *, seconds: float, memory_mb:
 
 
 async def stream_document(path: Path, filename: str, *, seconds: float, memory_mb: int) -> AsyncIterator[str]:
-    """The document's text, a page (PDF) or a piece at a time, read by a child from `path`."""
+    """The document's text, a page (PDF) or a piece at a time: a parsed format read by a child from
+    `path`, text and HTML here, a piece at a time in a thread. `seconds` bounds the reading alone,
+    not what the caller does with each piece meanwhile."""
     with path.open("rb") as head:
         kind = kind_of(head.read(1024), filename)
+    clock = _ReadingClock(seconds)
+    if kind in ("text", "html"):
+        with path.open("rb") as source:
+            pieces = text_blocks(source, html=kind == "html")
+            while (piece := await clock.timed(asyncio.to_thread(next, pieces, None))) is not None:
+                yield piece
+        return
     child = await _child("stream", kind, memory_mb, path)
     assert child.stdout is not None
     try:
-        async with asyncio.timeout(seconds):
-            while line := await child.stdout.readline():
-                answer = orjson.loads(line)
-                if "refused" in answer:
-                    raise DocumentRefused(answer["refused"], answer["message"])
-                if answer.get("end"):
-                    return
-                yield answer["text"]
-    except TimeoutError:
-        raise DocumentRefused("too_large", f"reading it took longer than {seconds:g} s") from None
+        while line := await clock.timed(child.stdout.readline()):
+            answer = orjson.loads(line)
+            if "refused" in answer:
+                raise DocumentRefused(answer["refused"], answer["message"])
+            if answer.get("end"):
+                return
+            yield answer["text"]
     finally:
         await _ended(child)
     raise _died(memory_mb)  # its output ended before its end
+
+
+class _ReadingClock:
+    """The time spent waiting for a document's reader, against its allowance."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.left = seconds
+
+    async def timed(self, waiting: Awaitable[T]) -> T:
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(max(self.left, 0.0)):
+                return await waiting
+        except TimeoutError:
+            raise DocumentRefused("too_large", f"reading it took longer than {self.seconds:g} s") from None
+        finally:
+            self.left -= time.monotonic() - started
 
 
 async def _child(mode: str, kind: str, memory_mb: int, path: Path | None = None) -> asyncio.subprocess.Process:

