@@ -14,7 +14,7 @@ embedder in this process, one thread, batches of 32, with nothing else: the mode
 Search: a store of N synthetic chunks per `--sizes` (clustered unit vectors, as embeddings are,
 and words), `--queries` searches through the API's route (the query embedded, both rankings,
 the fusion), latency p50/p99; and recall@10 of the HNSW scan against an exact scan on the same
-queries (pgvector's default ef_search, iterative scans as the search runs them).
+queries (scanned as the server's search scans: app/storage/chunks.py HNSW_SETTINGS).
 
 Memory: a `--big-mb` PDF and one a tenth of its size uploaded and ingested; the API's and the
 worker's peak resident memory (VmHWM) after each: it must not grow with the file.
@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.catalog import EmbeddedEmbeddingModel
 from app.embeddings.embedders import MiniLMEmbedder
+from app.storage.chunks import HNSW_SETTINGS
 from bench.measure import percentiles
 from bench.stack import running_stack
 
@@ -154,13 +155,14 @@ async def search(client: httpx.AsyncClient, database_url: str, size: int, querie
                 SELECT id FROM chunks WHERE dimensions = {DIMS} AND vector_store_id = $1
                 ORDER BY CAST(embedding AS vector({DIMS})) <=> CAST($2 AS vector({DIMS})) LIMIT 10"""
             async with conn.transaction():
-                await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                for setting in HNSW_SETTINGS:  # as the server's search scans
+                    await conn.execute(setting)
                 approximate = {r["id"] for r in await conn.fetch(nearest, store["id"], literal)}
             async with conn.transaction():
                 await conn.execute("SET LOCAL enable_indexscan = off")
                 exact = {r["id"] for r in await conn.fetch(nearest, store["id"], literal)}
             hits += len(approximate & exact)
-        plan = await conn.fetchval(
+        plan = await conn.fetch(
             f"EXPLAIN SELECT id FROM chunks WHERE dimensions = {DIMS} AND vector_store_id = $1 "
             f"ORDER BY CAST(embedding AS vector({DIMS})) <=> CAST($2 AS vector({DIMS})) LIMIT 10",
             store["id"],
@@ -178,7 +180,7 @@ async def search(client: httpx.AsyncClient, database_url: str, size: int, querie
         "chunks": size,
         "api_search": percentiles(latencies),
         "recall_at_10": round(hits / (10 * queries), 4),
-        "vector_plan": plan,
+        "vector_plan": " / ".join(row[0].strip() for row in plan),
     }
 
 

@@ -24,6 +24,10 @@ from app.protocol.search_filters import Comparison, Compound, Filter
 from app.storage.tables import chunks
 
 RRF_K = 60  # reciprocal rank fusion's constant: a chunk's part of a list's weight is 1 / (RRF_K + rank)
+# How the vector index is scanned: on past the filter until enough rows pass it (pgvector 0.8's
+# iterative scans), with a candidate list of 100 (pgvector's default, 40, found 0.81 of the exact
+# top 10 at 100,000 chunks: docs/benchmark.md, "Documents").
+HNSW_SETTINGS = ("SET LOCAL hnsw.iterative_scan = relaxed_order", "SET LOCAL hnsw.ef_search = 100")
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +140,8 @@ async def _nearest(
     conn: AsyncConnection, vector: list[float], where: str, parameters: dict[str, Any], limit: int
 ) -> list[int]:
     dims = len(vector)  # an integer of ours: the partial index's predicate must be a literal to be used
-    await conn.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+    for setting in HNSW_SETTINGS:
+        await conn.execute(text(setting))
     rows = await conn.execute(
         text(f"""
             SELECT c.id FROM chunks c

@@ -194,3 +194,37 @@ def test_another_accounts_store_is_a_404(
             model="fake", input="x", tools=[{"type": "file_search", "vector_store_ids": [store_id]}]
         )
     assert refused.value.body["param"] == "tools[0].vector_store_ids[0]" and fake.requests() == []
+
+
+def test_a_background_search_is_followed_and_resumed_and_a_conversation_keeps_it(
+    vector_client: openai.OpenAI, fake: FakeRuntime, store_id: str
+) -> None:
+    tools: Any = [{"type": "file_search", "vector_store_ids": [store_id]}]
+    answer = {"chunks": ["Thirty days", "【1】", "."]}
+    started = vector_client.responses.create(
+        model="fake", input=searching("vacation", answer), tools=tools, background=True, stream=True
+    )
+    events = list(started)
+    response_id = events[0].response.id
+    ended = events[-1]
+    assert ended.type == "response.completed"
+    # Resumed from the search's first event: the same events, numbered alike.
+    first_search = next(e for e in events if e.type == "response.file_search_call.in_progress")
+    resumed = list(
+        vector_client.responses.retrieve(response_id, stream=True, starting_after=first_search.sequence_number - 1)
+    )
+    assert [e.type for e in resumed] == [e.type for e in events[first_search.sequence_number :]]
+    kept = vector_client.responses.retrieve(response_id)
+    assert [item.type for item in kept.output] == ["file_search_call", "message"]
+    assert kept.output[1].content[0].annotations[0].filename == "handbook.txt"
+
+    conversation = vector_client.conversations.create()
+    vector_client.responses.create(
+        model="fake", input=searching("vacation", answer), tools=tools, conversation=conversation.id
+    )
+    items = vector_client.conversations.items.list(conversation.id, order="asc").data
+    assert [item.type for item in items] == ["message", "file_search_call", "message"]
+    vector_client.responses.create(model="fake", input="And remote work?", tools=tools, conversation=conversation.id)
+    later = fake.requests()[-1]["messages"]
+    search_result = next(m for m in later if m["role"] == "tool")
+    assert "not kept" in search_result["content"]  # (no include: the results were not stored)

@@ -1,20 +1,27 @@
 """Clients that use documents, against real processes on a PostgreSQL with pgvector: the OpenAI
-SDK's helpers (upload_and_poll, file_batches.upload_and_poll, search), and the Agents SDK's
-`FileSearchTool` over HTTP and over the WebSocket mode, its search run by the server."""
+SDKs' helpers (Python: upload_and_poll, file_batches.upload_and_poll, search; and JavaScript's),
+and both Agents SDKs' file search tool (Python over HTTP and the WebSocket mode, JavaScript over
+the WebSocket mode), its search run by the server."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import openai
 import pytest
 from agents import Agent, FileSearchTool, OpenAIResponsesModel, OpenAIResponsesWSModel, Runner, set_tracing_disabled
 from openai import AsyncOpenAI
 
-from tests.conftest import Environment, FakeRuntime, Server, free_port, key_of, start_api, start_worker, stop
+from tests.conftest import ROOT, Environment, FakeRuntime, Server, free_port, key_of, start_api, start_worker, stop
 
 set_tracing_disabled(True)  # the SDK would export traces to OpenAI
+
+AGENTS_JS = ROOT / "tests" / "e2e" / "agents_js"
 
 ANSWER = {"chunks": ["Thirty days of vacation", "【1】", "."]}
 PROMPT = "#fake " + json.dumps(
@@ -83,3 +90,37 @@ async def test_the_agents_sdk_file_search_tool_is_run_by_the_server(
     assert (annotation.type, annotation.filename, annotation.index) == ("file_citation", "vacation.txt", 23)
     result_text = fake.requests()[-1]["messages"][-1]["content"]
     assert "thirty days of paid vacation" in result_text
+
+
+def test_the_js_sdks_helpers_and_the_js_agents_file_search_tool(
+    vector_server: Server,
+    vector_environment: Environment,
+    account_name: str,
+    keys_made: dict[tuple[str, str], str],
+    fake: FakeRuntime,
+) -> None:
+    """The OpenAI SDK for JavaScript (uploadAndPoll, fileBatches.uploadAndPoll, search) and the
+    Agents SDK for JavaScript's fileSearchTool over WebSocket mode (tests/e2e/agents_js)."""
+    if shutil.which("npm") is None:
+        pytest.skip("Node.js and npm are not installed")
+    done = subprocess.run(
+        ["bash", str(AGENTS_JS / "setup.sh")], capture_output=True, text=True, timeout=600, check=True
+    )
+    home = Path(done.stdout.strip())
+    shutil.copy(AGENTS_JS / "documents_agent.mjs", home / "documents_agent.mjs")
+    key = key_of(keys_made, vector_environment, account_name)
+    ran = subprocess.run(
+        ["node", str(home / "documents_agent.mjs"), PROMPT],
+        env={**os.environ, "OPENAI_BASE_URL": vector_server.base_url, "OPENAI_API_KEY": key},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    result = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert result["uploaded"] == "completed"
+    assert result["batch_counts"]["completed"] == 1 and result["batch_counts"]["in_progress"] == 0
+    assert result["hits"][0] == "remote.txt"
+    assert result["final_output"] == "Thirty days of vacation."
+    [search] = result["searches"]
+    assert search["queries"] == ["vacation"] and search["results"][0]["filename"] == "vacation.txt"
