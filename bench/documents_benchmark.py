@@ -30,6 +30,7 @@ import asyncio
 import json
 import math
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -180,7 +181,7 @@ async def search(client: httpx.AsyncClient, database_url: str, size: int, querie
         "chunks": size,
         "api_search": percentiles(latencies),
         "recall_at_10": round(hits / (10 * queries), 4),
-        "vector_plan": " / ".join(row[0].strip() for row in plan),
+        "vector_plan": re.sub(r"'\[[^']*\]'", "'[…]'", " / ".join(row[0].strip() for row in plan)),
     }
 
 
