@@ -124,3 +124,5 @@ def test_the_js_sdks_helpers_and_the_js_agents_file_search_tool(
     assert result["final_output"] == "Thirty days of vacation."
     [search] = result["searches"]
     assert search["queries"] == ["vacation"] and search["results"][0]["filename"] == "vacation.txt"
+    [annotation] = result["annotations"]
+    assert (annotation["type"], annotation["filename"], annotation["index"]) == ("file_citation", "vacation.txt", 23)

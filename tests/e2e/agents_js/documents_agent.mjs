@@ -34,12 +34,18 @@ const agent = new Agent({
   model: process.env.MODEL ?? "fake",
 });
 const result = await run(agent, process.argv[2]);
-const searches = result.newItems.filter((item) => item.rawItem?.type === "file_search_call").map((item) => item.rawItem);
+// (the SDK keeps a hosted tool's call as a hosted_tool_call, the item as sent in its providerData)
+const searches = result.newItems
+  .filter((item) => item.rawItem?.type === "hosted_tool_call" && item.rawItem.name === "file_search_call")
+  .map((item) => item.rawItem.providerData);
+const message = result.newItems.find((item) => item.rawItem?.type === "message")?.rawItem;
+const annotations = message?.content?.[0]?.providerData?.annotations ?? [];
 console.log(JSON.stringify({
   uploaded: one.status,
   batch_counts: batch.file_counts,
   hits,
   final_output: result.finalOutput,
   searches,
+  annotations,
 }));
 process.exit(0);
