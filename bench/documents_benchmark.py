@@ -49,6 +49,7 @@ from app.embeddings.embedders import MiniLMEmbedder
 from app.storage.chunks import HNSW_SETTINGS
 from bench.measure import percentiles
 from bench.stack import running_stack
+from tests.documents import document
 
 DIMS = 384
 WORDS = "policy vacation remote office expense travel receipt badge printer garage lisbon porto budget".split()
@@ -188,26 +189,18 @@ async def search(client: httpx.AsyncClient, database_url: str, size: int, querie
 def _pdf(megabytes: int) -> bytes:
     """A PDF of about this size: a page of text, and a large stream no text extraction reads."""
     payload = zlib.compress(random.Random(megabytes).randbytes(megabytes * 1024 * 1024), 0)
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-        b"/Resources << /Font << /F1 5 0 R >> /XObject << /Im1 6 0 R >> >> >>",
-        b"<< /Length 44 >>\nstream\nBT /F1 12 Tf 72 720 Td (Annual report) Tj ET\nendstream",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        b"<< /Type /XObject /Subtype /Image /Width 1 /Height 1 /ColorSpace /DeviceGray /BitsPerComponent 8 "
-        b"/Filter /FlateDecode /Length %d >>\nstream\n" % len(payload) + payload + b"\nendstream",
-    ]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
+    return document(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+            b"/Resources << /Font << /F1 5 0 R >> /XObject << /Im1 6 0 R >> >> >>",
+            b"<< /Length 44 >>\nstream\nBT /F1 12 Tf 72 720 Td (Annual report) Tj ET\nendstream",
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+            b"<< /Type /XObject /Subtype /Image /Width 1 /Height 1 /ColorSpace /DeviceGray /BitsPerComponent 8 "
+            b"/Filter /FlateDecode /Length %d >>\nstream\n" % len(payload) + payload + b"\nendstream",
+        ]
+    )
 
 
 def _peak_mib(pid: int) -> float:

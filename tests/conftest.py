@@ -522,6 +522,13 @@ def stop(*processes: subprocess.Popen[bytes], grace: float = 15) -> None:
 
 @pytest.fixture(scope="session")
 def server(environment: Environment) -> Iterator[Server]:
+    with processes_serving(environment) as served:
+        yield served
+
+
+@contextmanager
+def processes_serving(environment: Environment) -> Iterator[Server]:
+    """An API process and a worker process on the environment."""
     port = free_port()
     api = start_api(environment, port)
     worker = start_worker(environment)

@@ -25,12 +25,12 @@ def pdf(*pages: str, compress: bool = False) -> bytes:
         )
         objects.append(_stream(b"BT /F1 12 Tf 72 720 Td (" + shown + b") Tj ET", compress))
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
-    return _document(objects)
+    return document(objects)
 
 
 def pdf_with_content(content: bytes) -> bytes:
     """A one-page PDF whose page's content stream is `content` (compressed)."""
-    return _document(
+    return document(
         [
             b"<< /Type /Catalog /Pages 2 0 R >>",
             b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
@@ -44,7 +44,7 @@ def pdf_with_content(content: bytes) -> bytes:
 
 def pdf_nested(depth: int) -> bytes:
     """A PDF whose catalog holds an array nested `depth` levels deep."""
-    return _document(
+    return document(
         [
             b"<< /Type /Catalog /Pages 2 0 R /Deep " + b"[" * depth + b"]" * depth + b" >>",
             b"<< /Type /Pages /Kids [] /Count 0 >>",
@@ -54,7 +54,7 @@ def pdf_nested(depth: int) -> bytes:
 
 def pdf_claiming_pages(count: int) -> bytes:
     """A PDF whose page tree says it has `count` pages, and whose one kid refers to itself."""
-    return _document(
+    return document(
         [
             b"<< /Type /Catalog /Pages 2 0 R >>",
             b"<< /Type /Pages /Kids [2 0 R 2 0 R 2 0 R] /Count %d >>" % count,
@@ -80,7 +80,8 @@ def _stream(data: bytes, compress: bool) -> bytes:
     return b"<< /Length %d >>\nstream\n" % len(data) + data + b"\nendstream"
 
 
-def _document(objects: list[bytes]) -> bytes:
+def document(objects: list[bytes]) -> bytes:
+    """A PDF of these objects (numbered from 1, the first its catalog), with its cross-reference table."""
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, body in enumerate(objects, 1):

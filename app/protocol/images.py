@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from PIL import Image, UnidentifiedImageError
 
 from app import errors
-from app.protocol.shapes import Item
+from app.protocol.shapes import Item, content_parts
 
 FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
@@ -22,14 +22,8 @@ MAX_PIXELS = 40_000_000  # 8,000 x 5,000; model servers scale images down far be
 
 def image_parts(items: list[Item]) -> Iterator[tuple[Item, str]]:
     """Every input_image part of these items (in messages and tool outputs), with its parameter."""
-    for index, item in enumerate(items):
-        field = "content" if item["type"] == "message" else "output"
-        parts = item.get(field)
-        if not isinstance(parts, list):
-            continue
-        for position, part in enumerate(parts):
-            if part.get("type") == "input_image":
-                yield part, f"input[{index}].{field}[{position}].image_url"
+    for part, where in content_parts(items, "input_image"):
+        yield part, f"{where}.image_url"
 
 
 def check_data_url(url: str, param: str) -> None:

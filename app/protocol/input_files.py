@@ -11,21 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from app.protocol.shapes import Item
+from app.protocol.shapes import Item, content_parts
 
 MODEL_TEXT = "_text"
 
 
 def file_parts(items: list[Item], param: str = "input") -> Iterator[tuple[Item, str]]:
     """Every input_file part of these items (in messages and tool outputs), with its parameter."""
-    for index, item in enumerate(items):
-        field = "content" if item["type"] == "message" else "output"
-        parts = item.get(field)
-        if not isinstance(parts, list):
-            continue
-        for position, part in enumerate(parts):
-            if part.get("type") == "input_file":
-                yield part, f"{param}[{index}].{field}[{position}]"
+    return content_parts(items, "input_file", param)
 
 
 def as_listed(item: Item) -> Item:

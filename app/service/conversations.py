@@ -10,6 +10,7 @@ from typing import Any, Literal
 from app import errors
 from app.protocol import conversation_request
 from app.protocol.input_files import as_listed
+from app.protocol.pages import listed
 from app.protocol.sealing import open_sealed_items
 from app.protocol.shapes import Item
 from app.service import idempotency
@@ -98,14 +99,7 @@ async def list_items(
 
 
 def _listed(data: list[Item], has_more: bool) -> dict[str, Any]:
-    data = [as_listed(item) for item in data]
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": has_more,
-    }
+    return listed([as_listed(item) for item in data], has_more)
 
 
 async def add_items(

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app import errors
 from app.protocol.file_upload import FIELD_MAX_BYTES, FormEvent, PartEnd, PartStart, file_fields
 from app.protocol.ids import new_file_id
+from app.protocol.pages import listed
 from app.service.state import AppState
 from app.storage import files as files_db
 from app.storage.tables import FILE_PIECE_BYTES
@@ -176,14 +177,7 @@ async def list_files(
                     f"Invalid 'after': no file with id '{after}'.", param="after", code="invalid_value"
                 )
         page = await files_db.page(conn, account_id, purpose=purpose, order=order, limit=limit, after=cursor)
-    data = [stored.render() for stored in page.data]
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": page.has_more,
-    }
+    return listed([stored.render() for stored in page.data], page.has_more)
 
 
 async def delete(state: AppState, account_id: str, file_id: str) -> dict[str, Any]:

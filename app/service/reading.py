@@ -11,6 +11,7 @@ from app import errors
 from app.events.follow import follow
 from app.protocol.encoding import WireEvent
 from app.protocol.input_files import as_listed
+from app.protocol.pages import listed
 from app.protocol.response_object import ResponseRecord
 from app.service.state import AppState
 from app.storage import events as events_db
@@ -111,11 +112,4 @@ async def input_items(
         page = await items_db.input_items_page(
             conn, response, order=order, limit=limit, after=cursors["after"], before=cursors["before"]
         )
-    data = [as_listed(item) for item in page.data]
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": page.has_more,
-    }
+    return listed([as_listed(item) for item in page.data], page.has_more)

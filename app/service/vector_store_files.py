@@ -9,9 +9,10 @@ from typing import Any, Literal
 from app import errors
 from app.protocol import vector_store_request
 from app.protocol.ids import new_id
+from app.protocol.pages import listed
 from app.protocol.vector_store_request import FileToAttach
 from app.service.state import AppState
-from app.service.vector_stores import check_files, enqueue, found, listed
+from app.service.vector_stores import check_files, enqueue, found
 from app.storage import chunks as chunks_db
 from app.storage import vector_store_files as store_files_db
 from app.storage import vector_stores as stores_db

@@ -13,6 +13,7 @@ from app import errors
 from app.embeddings.embedders import EmbeddingFailed
 from app.protocol import vector_store_request
 from app.protocol.ids import new_id
+from app.protocol.pages import listed
 from app.protocol.search_filters import Filter
 from app.queue.ingestion import enqueue_ingestions
 from app.queue.redis_link import REDIS_LINK
@@ -128,16 +129,6 @@ async def list_stores(
             conn, account_id, order=order, limit=limit, after=cursors["after"], before=cursors["before"]
         )
     return listed(await rendered(state, page.data), page.has_more)
-
-
-def listed(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": has_more,
-    }
 
 
 async def modify(state: AppState, account_id: str, store_id: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import pytest
 from agents import Agent, FileSearchTool, OpenAIResponsesModel, OpenAIResponsesWSModel, Runner, set_tracing_disabled
 from openai import AsyncOpenAI
 
-from tests.conftest import ROOT, Environment, FakeRuntime, Server, free_port, key_of, start_api, start_worker, stop
+from tests.conftest import ROOT, Environment, FakeRuntime, Server, key_of, processes_serving
 
 set_tracing_disabled(True)  # the SDK would export traces to OpenAI
 
@@ -31,13 +31,8 @@ PROMPT = "#fake " + json.dumps(
 
 @pytest.fixture(scope="module")
 def vector_server(vector_environment: Environment) -> Iterator[Server]:
-    port = free_port()
-    api = start_api(vector_environment, port)
-    worker = start_worker(vector_environment)
-    try:
-        yield Server(f"http://127.0.0.1:{port}/v1", api, worker)
-    finally:
-        stop(worker, api)
+    with processes_serving(vector_environment) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
