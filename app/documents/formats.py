@@ -10,6 +10,7 @@ ones that parse binary formats in a child process.
 
 from __future__ import annotations
 
+import base64
 import codecs
 import io
 import re
@@ -51,6 +52,7 @@ class DocumentRefused(Exception):
 class Document:
     text: str
     pages: int | None = None  # a PDF's
+    page_images: tuple[str, ...] = ()  # its first pages as PNG data URLs, when asked for
 
 
 def kind_of(raw: bytes, filename: str) -> Kind:
@@ -122,6 +124,32 @@ def pdf_pages(source: BinaryIO, max_pages: int) -> Iterator[str]:
         raise DocumentRefused("too_large", f"it is past what is read of one PDF ({limit})") from None
     except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError, OSError):
         raise DocumentRefused("invalid", "it is a damaged PDF that could not be read") from None
+
+
+PAGE_IMAGE_SIDE = 1024  # pixels of a page image's longer side
+
+
+def page_images(raw: bytes, count: int) -> tuple[str, ...]:
+    """The first `count` pages as PNG data URLs, their longer side PAGE_IMAGE_SIDE pixels (as a
+    model that sees images is sent a PDF's pages beside their text); none where pdfium cannot
+    draw them (the text is read all the same)."""
+    if count <= 0:
+        return ()
+    import pypdfium2
+
+    images = []
+    try:
+        document = pypdfium2.PdfDocument(raw)
+        for index in range(min(count, len(document))):
+            page = document[index]
+            width, height = page.get_size()
+            bitmap = page.render(scale=PAGE_IMAGE_SIDE / max(width, height, 1.0))
+            out = io.BytesIO()
+            bitmap.to_pil().save(out, format="PNG", optimize=True)
+            images.append("data:image/png;base64," + base64.b64encode(out.getvalue()).decode())
+    except pypdfium2.PdfiumError:
+        return ()
+    return tuple(images)
 
 
 def read_docx(raw: bytes) -> str:

@@ -8,8 +8,9 @@ text and HTML read in a thread, their cost linear in their size), and `stream_do
 being ingested, any size: read by the child from a file on disk, its text sent back a page or a
 piece at a time, so that neither process holds the whole of it).
 
-`python -m app.documents.isolated MODE KIND MEMORY_MB [PATH]` is the child: `read` takes the
-bytes on stdin and answers one JSON object; `stream` reads PATH and answers JSON lines.
+`python -m app.documents.isolated MODE KIND MEMORY_MB WHERE` is the child: `read` takes the
+bytes on stdin (WHERE: how many of a PDF's pages to draw as images) and answers one JSON object;
+`stream` reads the file at WHERE and answers JSON lines.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from app.documents.formats import (
     DocumentRefused,
     docx_blocks,
     kind_of,
+    page_images,
     pdf_pages,
     read_docx,
     read_html,
@@ -44,14 +46,15 @@ STREAMED_PDF_PAGES = 100_000  # a file ingested may be long; its time and memory
 _LINE_LIMIT = 64 * 1024 * 1024  # one page's or piece's text, as JSON
 
 
-async def read_document(raw: bytes, filename: str, *, seconds: float, memory_mb: int) -> Document:
-    """The document's text; `DocumentRefused` for a file that cannot or may not be read."""
+async def read_document(raw: bytes, filename: str, *, seconds: float, memory_mb: int, page_images: int = 0) -> Document:
+    """The document's text (and, for a PDF, its first `page_images` pages as images);
+    `DocumentRefused` for a file that cannot or may not be read."""
     kind = kind_of(raw, filename)
     if kind == "text":
         return Document(await asyncio.to_thread(read_text, raw))
     if kind == "html":
         return Document(await asyncio.to_thread(read_html, raw))
-    child = await _child("read", kind, memory_mb)
+    child = await _child("read", kind, memory_mb, images=page_images)
     try:
         async with asyncio.timeout(seconds):
             out, _ = await child.communicate(raw)
@@ -64,7 +67,7 @@ async def read_document(raw: bytes, filename: str, *, seconds: float, memory_mb:
     answer = orjson.loads(out)
     if "refused" in answer:
         raise DocumentRefused(answer["refused"], answer["message"])
-    return Document(answer["text"], answer.get("pages"))
+    return Document(answer["text"], answer.get("pages"), tuple(answer.get("images", ())))
 
 
 async def stream_document(path: Path, filename: str, *, seconds: float, memory_mb: int) -> AsyncIterator[str]:
@@ -113,7 +116,9 @@ class _ReadingClock:
             self.left -= time.monotonic() - started
 
 
-async def _child(mode: str, kind: str, memory_mb: int, path: Path | None = None) -> asyncio.subprocess.Process:
+async def _child(
+    mode: str, kind: str, memory_mb: int, path: Path | None = None, images: int = 0
+) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -121,7 +126,7 @@ async def _child(mode: str, kind: str, memory_mb: int, path: Path | None = None)
         mode,
         kind,
         str(memory_mb),
-        *([str(path)] if path is not None else []),
+        str(path) if path is not None else str(images),
         stdin=asyncio.subprocess.PIPE if path is None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
@@ -140,11 +145,11 @@ def _died(memory_mb: int) -> DocumentRefused:
     return DocumentRefused("invalid", f"reading it failed (it needed more than {memory_mb} MB, or is damaged)")
 
 
-def _read(kind: str) -> dict[str, object]:
+def _read(kind: str, images: int) -> dict[str, object]:
     raw = sys.stdin.buffer.read()
     if kind == "pdf":
         document = read_pdf(raw)
-        return {"text": document.text, "pages": document.pages}
+        return {"text": document.text, "pages": document.pages, "images": page_images(raw, images)}
     return {"text": read_docx(raw)}
 
 
@@ -158,16 +163,16 @@ def _blocks(kind: str, path: Path) -> Iterator[str]:
             yield from text_blocks(source, html=kind == "html")
 
 
-def _main(mode: str, kind: str, memory_mb: int, path: str | None) -> None:
+def _main(mode: str, kind: str, memory_mb: int, where: str) -> None:
+    """`where`: the file's path (stream), or how many page images to draw (read)."""
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     out = sys.stdout.buffer
     try:
         if mode == "read":
-            out.write(orjson.dumps(_read(kind)))
+            out.write(orjson.dumps(_read(kind, int(where))))
             return
-        assert path is not None
-        for block in _blocks(kind, Path(path)):
+        for block in _blocks(kind, Path(where)):
             out.write(orjson.dumps({"text": block}) + b"\n")
             out.flush()
         out.write(b'{"end":true}\n')
@@ -178,4 +183,4 @@ def _main(mode: str, kind: str, memory_mb: int, path: str | None) -> None:
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else None)
+    _main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])

@@ -2,7 +2,8 @@
 the model reads of them, and shown to clients as they were sent.
 
 The service reads each file (app/service/file_inputs.py) and keeps what the model reads of it
-in the stored part under `MODEL_TEXT`, beside the fields the client sent: the file is then read
+in the stored part under `MODEL_TEXT` (and a PDF's page images under `MODEL_IMAGES`), beside
+the fields the client sent: the file is then read
 once, when the request arrives, and every later turn of a chain or conversation sends the model
 the same text. Clients never see that key (`as_listed`).
 """
@@ -14,6 +15,8 @@ from collections.abc import Iterator
 from app.protocol.shapes import Item, content_parts
 
 MODEL_TEXT = "_text"
+MODEL_IMAGES = "_pages"  # a PDF's first pages, as image data URLs, for a model that sees images
+_MODEL_KEYS = (MODEL_TEXT, MODEL_IMAGES)
 
 
 def file_parts(items: list[Item], param: str = "input") -> Iterator[tuple[Item, str]]:
@@ -28,10 +31,17 @@ def as_listed(item: Item) -> Item:
     if not isinstance(parts, list) or not any(part.get("type") == "input_file" for part in parts):
         return item
     shown = [
-        {k: v for k, v in part.items() if k != MODEL_TEXT} if part.get("type") == "input_file" else part
+        {k: v for k, v in part.items() if k not in _MODEL_KEYS} if part.get("type") == "input_file" else part
         for part in parts
     ]
     return {**item, field: shown}
+
+
+def part_images(part: Item) -> list[str]:
+    """The images the model sees of a content part: an image's URL, or a file's page images."""
+    if part.get("type") == "input_image":
+        return [part["image_url"]]
+    return list(part.get(MODEL_IMAGES) or ())
 
 
 def part_text(part: Item) -> str:

@@ -4,7 +4,9 @@
 anything is stored: one that cannot be read is a 400 naming its part, and nothing is kept.
 
 The files of one request hold `RESPONSES_INPUT_FILES_MAX_BYTES` together (OpenAI's 32 MB); a
-parsed format is read in a bounded child process (app/documents/isolated.py).
+parsed format is read in a bounded child process (app/documents/isolated.py). For a model that
+sees images, a PDF's first pages are drawn as images too, as many as the model may still take
+beside the request's own images (its catalog `max_images`), as OpenAI sends a PDF's pages.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import posixpath
 from app import errors
 from app.documents.formats import DocumentRefused
 from app.documents.isolated import read_document
-from app.protocol.input_files import MODEL_TEXT, file_parts, framed
+from app.protocol.input_files import MODEL_IMAGES, MODEL_TEXT, file_parts, framed
 from app.protocol.shapes import Item
 from app.service.files import file_not_found
 from app.service.state import AppState
@@ -31,8 +33,11 @@ _EXTENSIONS = {
 _REFUSAL_CODES = {"invalid": "invalid_file", "unsupported": "unsupported_file", "too_large": "file_too_large"}
 
 
-async def read_input_files(state: AppState, account_id: str, items: list[Item], param: str = "input") -> None:
-    """Gives every input_file part of these items the text the model reads of it."""
+async def read_input_files(
+    state: AppState, account_id: str, items: list[Item], param: str = "input", page_images: int = 0
+) -> None:
+    """Gives every input_file part of these items the text the model reads of it, and a PDF's
+    first pages as images while `page_images` (the images the model may still take) lasts."""
     room = state.settings.input_files_max_bytes
     for part, where in file_parts(items, param):
         raw, filename = await _bytes_of(state, account_id, part, where, room)
@@ -43,6 +48,7 @@ async def read_input_files(state: AppState, account_id: str, items: list[Item], 
                 filename,
                 seconds=state.settings.document_read_seconds,
                 memory_mb=state.settings.document_read_memory_mb,
+                page_images=page_images,
             )
         except DocumentRefused as refused:
             raise errors.InvalidRequest(
@@ -51,6 +57,9 @@ async def read_input_files(state: AppState, account_id: str, items: list[Item], 
                 code=_REFUSAL_CODES[refused.reason],
             ) from None
         part[MODEL_TEXT] = framed(filename, document.text, document.pages)
+        if document.page_images:
+            part[MODEL_IMAGES] = list(document.page_images)
+            page_images -= len(document.page_images)
 
 
 async def _bytes_of(state: AppState, account_id: str, part: Item, where: str, room: int) -> tuple[bytes, str]:

@@ -12,6 +12,7 @@ from app.catalog import ModelEntry
 from app.process.metrics import HOSTED_TOOLS_NOT_OFFERED
 from app.protocol.create_request import ValidatedCreate, echoed_settings, parse_create_request
 from app.protocol.ids import new_id
+from app.protocol.input_items import image_count
 from app.protocol.model_fit import check_fit
 from app.protocol.response_object import ResponseRecord
 from app.protocol.sealing import open_sealed_items
@@ -58,7 +59,8 @@ async def validated(
     model = state.catalog.resolve(create.request.model)
     check_fit(create, model)
     await check_images(create.input_items, state.urls)
-    await read_input_files(state, account_id, create.input_items)
+    page_images = max(model.max_images - image_count(create.input_items), 0)
+    await read_input_files(state, account_id, create.input_items, page_images=page_images)
     if create.runs_file_search:
         await check_vector_stores(state, account_id, create.tools)
     return create, model

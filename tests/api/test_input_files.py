@@ -206,3 +206,22 @@ def test_reading_a_file_is_bounded_in_time_and_size(strict_reader: TestClient, a
         assert answer.status_code == 400, answer.text
         assert words in answer.json()["error"]["message"]
     assert fake.requests() == []
+
+
+def test_a_model_that_sees_images_is_sent_a_pdfs_first_pages_beside_its_text(
+    client: openai.OpenAI, fake: FakeRuntime
+) -> None:
+    """counted-model takes 2 images a request: one is the request's own, one is left for pages."""
+    from tests.fake_runtime import png
+
+    three = {"type": "input_file", "filename": "deck.pdf", "file_data": data_of(pdf("One", "Two", "Three"))}
+    own = {"type": "input_image", "image_url": data_of(png(), "image/png")}
+    response = client.responses.create(model="counted-model", input=asked(own, three))
+    content = fake.requests()[-1]["messages"][-1]["content"]
+    kinds = [part["type"] for part in content]
+    assert kinds == ["text", "image_url", "text", "image_url"]  # the question, its image, the file, its first page
+    assert "[page 3]\nThree" in content[2]["text"] and content[3]["image_url"]["url"].startswith("data:image/png")
+    [item] = client.responses.input_items.list(response.id)
+    assert item.model_dump(exclude_none=True)["content"][2] == three  # as sent: no page images
+    client.responses.create(model="fake", input=asked(three))  # a model that sees no images: text alone
+    assert isinstance(fake.requests()[-1]["messages"][-1]["content"], str)

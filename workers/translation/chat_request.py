@@ -8,7 +8,7 @@ from typing import Any
 
 from app.catalog import ModelEntry
 from app.protocol.file_search import FUNCTION_NAME
-from app.protocol.input_files import part_text
+from app.protocol.input_files import part_images, part_text
 from app.protocol.input_items import TOOL_OUTPUT_TYPES, item_text
 from app.protocol.response_object import ResponseRecord
 from app.protocol.shapes import Item, Tool
@@ -158,6 +158,7 @@ class _Messages:
             text = "".join(part_text(p) for p in parts)
             self.messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
             self.tool_images += [_image_part(p) for p in parts if p["type"] == "input_image"]
+            self.tool_images += [{"type": "image_url", "image_url": {"url": u}} for p in parts for u in _pages(p)]
 
     def _result(self, call_id: str, text: str) -> None:
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
@@ -223,13 +224,25 @@ def reasoning_text(item: Item) -> str:
 
 
 def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-    """Text as a string (a file as its text); with images, the chat API's list of text and
-    image_url parts."""
-    if len(parts) == 1 and parts[0]["type"] != "input_image":  # most messages: one part of text
+    """Text as a string (a file as its text); with images (a PDF's pages among them), the chat
+    API's list of text and image_url parts."""
+    if len(parts) == 1 and not part_images(parts[0]):  # most messages: one part of text
         return part_text(parts[0])
-    if not any(part["type"] == "input_image" for part in parts):
+    if not any(part_images(part) for part in parts):
         return "".join(part_text(part) for part in parts)
-    return [_image_part(p) if p["type"] == "input_image" else {"type": "text", "text": part_text(p)} for p in parts]
+    content: list[dict[str, Any]] = []
+    for part in parts:
+        if part["type"] == "input_image":
+            content.append(_image_part(part))
+            continue
+        content.append({"type": "text", "text": part_text(part)})
+        content += [{"type": "image_url", "image_url": {"url": url}} for url in part_images(part)]
+    return content
+
+
+def _pages(part: dict[str, Any]) -> list[str]:
+    """A file's page images (an image part's own image goes as itself, with its detail)."""
+    return part_images(part) if part["type"] == "input_file" else []
 
 
 def _image_part(part: dict[str, Any]) -> dict[str, Any]:
