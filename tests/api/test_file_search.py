@@ -6,6 +6,7 @@ annotations (never streamed raw, even split across deltas), and bad input refuse
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import openai
@@ -228,3 +229,30 @@ def test_a_background_search_is_followed_and_resumed_and_a_conversation_keeps_it
     later = fake.requests()[-1]["messages"]
     search_result = next(m for m in later if m["role"] == "tool")
     assert "not kept" in search_result["content"]  # (no include: the results were not stored)
+
+
+def test_a_response_cancelled_while_it_searches_ends_cancelled(vector_client: openai.OpenAI, fake: FakeRuntime) -> None:
+    store: Any = vector_client.post(
+        "/vector_stores", body={"name": "slow", "embedding_model": "remote-embedder"}, cast_to=dict[str, Any]
+    )
+    made = vector_client.files.create(file=("notes.txt", b"notes about vacation"), purpose="assistants")
+    attached = vector_client.vector_stores.files.create_and_poll(
+        file_id=made.id, vector_store_id=store["id"], poll_interval_ms=100
+    )
+    assert attached.status == "completed"
+    slow_query = json.dumps({"queries": ["slow-embedding vacation"]})  # its embedding takes half a second
+    started = vector_client.responses.create(
+        model="fake",
+        input=script(tool_calls=[{"name": "file_search", "arguments": slow_query}], then={"text": "Never said."}),
+        tools=[{"type": "file_search", "vector_store_ids": [store["id"]]}],
+        background=True,
+    )
+    deadline = time.monotonic() + 10
+    while vector_client.responses.retrieve(started.id).status == "queued" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    cancelled = vector_client.responses.cancel(started.id)
+    assert cancelled.status == "cancelled"
+    time.sleep(1)  # (the search's answer comes, and finds its response ended)
+    ended = vector_client.responses.retrieve(started.id)
+    assert ended.status == "cancelled" and "Never said." not in json.dumps(ended.model_dump())
+    assert len(fake.requests()) == 1  # the model was not asked again
