@@ -57,11 +57,10 @@ def mean_of(vectors: list[list[float]]) -> list[float]:
 class MiniLMEmbedder:
     """The embedded model, loaded on first use (about a second, 100 MB)."""
 
-    _load_lock = asyncio.Lock()
-
     def __init__(self, entry: EmbeddedEmbeddingModel) -> None:
         self.entry = entry
         self._model: object | None = None
+        self._load_lock = asyncio.Lock()
         self._running = asyncio.Semaphore(1)
 
     async def embed(self, texts: list[str]) -> Embedded:
