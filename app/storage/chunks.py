@@ -4,7 +4,8 @@ table for every store; and the search over them.
 A search runs two ranked reads of the stores' chunks (of files `completed`, whose attributes
 pass the filter): the nearest by cosine distance (pgvector's HNSW index of the embedding's
 length, scanned on past the filter: `hnsw.iterative_scan`), and the best by full-text rank
-(`websearch_to_tsquery`, `ts_rank_cd`). They are fused by weighted reciprocal rank, and each
+(`ts_rank_cd`) among the chunks holding any of the query's words (stemmed, stop words left out:
+a question's words are rarely all in the passage that answers it). They are fused by weighted reciprocal rank, and each
 score divided by the highest a chunk could have (first in both lists), so that every score is in
 [0, 1] before any threshold: the same scale whatever the query.
 """
@@ -160,7 +161,9 @@ async def _keyword(conn: AsyncConnection, words: str, where: str, parameters: di
         text(f"""
             SELECT c.id FROM chunks c
             JOIN vector_store_files f ON f.vector_store_id = c.vector_store_id AND f.file_id = c.file_id,
-            websearch_to_tsquery('english', :words) AS q
+            to_tsquery('simple', array_to_string(ARRAY(
+                SELECT quote_literal(lexeme) FROM unnest(tsvector_to_array(to_tsvector('english', :words))) lexeme
+            ), ' | ')) AS q
             WHERE c.search @@ q AND c.vector_store_id = ANY(:stores) AND f.status = 'completed' AND {where}
             ORDER BY ts_rank_cd(c.search, q) DESC, c.id
             LIMIT :limit

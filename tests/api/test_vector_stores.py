@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from app.housekeeping import retention
+from app.storage import chunks as chunks_db
 from app.storage.engine import create_engine
 from tests.conftest import Environment
 from tests.documents import pdf
@@ -359,3 +360,33 @@ def test_an_expired_store_says_so_refuses_search_and_is_removed_a_day_later(
     with pytest.raises(openai.NotFoundError):
         vector_client.vector_stores.retrieve(store_id)
     assert _count(vector_environment, "SELECT count(*) FROM chunks WHERE vector_store_id = $1", store_id) == 0
+
+
+def test_the_word_ranking_finds_a_passage_that_holds_some_of_a_questions_words(
+    vector_client: openai.OpenAI, vector_environment: Environment
+) -> None:
+    store_id = _ready_store(vector_client, NOTES)
+
+    async def by_words(question: str) -> list[str]:
+        engine = create_engine(vector_environment.settings(), pool_size=1, max_overflow=0)
+        try:
+            async with engine.begin() as conn:
+                found = await chunks_db.search(
+                    conn,
+                    [store_id],
+                    [chunks_db.Query(None, question)],
+                    limit=3,
+                    filters=None,
+                    score_threshold=0.0,
+                    pgvector=True,
+                )
+        finally:
+            await engine.dispose()
+        return [hit.filename for hit in found]
+
+    # ("came" is in no file: a search for all the words would find nothing)
+    assert asyncio.run(by_words("Where was the holiday party held in 2024, and who came?"))[:2] == [
+        "hr-2024.txt",
+        "hr-2023.txt",
+    ]
+    assert asyncio.run(by_words("the of and")) == []  # stop words alone match nothing
