@@ -46,7 +46,6 @@ async def search_stores(
                 limit=limit,
                 filters=filters,
                 score_threshold=score_threshold,
-                pgvector=True,
             )
             await stores_db.touch(conn, [store.id for store in group])
     return sorted(hits, key=lambda hit: -hit.score)[:limit]

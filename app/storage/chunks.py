@@ -68,16 +68,6 @@ async def stored_count(conn: AsyncConnection, store_id: str, file_id: str) -> in
     return int(count or 0)
 
 
-async def stored_bytes(conn: AsyncConnection, store_id: str, file_id: str) -> int:
-    total = await conn.scalar(
-        text(
-            "SELECT coalesce(sum(octet_length(text)), 0) FROM chunks WHERE vector_store_id = :store AND file_id = :file"
-        ),
-        {"store": store_id, "file": file_id},
-    )
-    return int(total or 0)
-
-
 async def file_text(conn: AsyncConnection, store_id: str, file_id: str) -> list[str]:
     rows = await conn.execute(
         text("SELECT text FROM chunks WHERE vector_store_id = :store AND file_id = :file ORDER BY seq"),
@@ -113,7 +103,6 @@ async def search(
     limit: int,
     filters: Filter | None,
     score_threshold: float,
-    pgvector: bool,
 ) -> list[Found]:
     """The best `limit` chunks of these stores for the queries together (each chunk once, with
     its best score over the queries), best first."""
@@ -122,7 +111,7 @@ async def search(
     best: dict[int, float] = {}
     for query in queries:
         lists: list[tuple[float, list[int]]] = []
-        if query.vector is not None and query.embedding_weight > 0 and pgvector:
+        if query.vector is not None and query.embedding_weight > 0:
             lists.append((query.embedding_weight, await _nearest(conn, query.vector, where, parameters, limit)))
         if query.text.strip() and query.text_weight > 0:
             lists.append((query.text_weight, await _keyword(conn, query.text, where, parameters, limit)))

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import delete, func, insert, or_, select, text, tuple_
+from sqlalchemy import delete, func, insert, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.storage.keyset import keyset_page
 from app.storage.tables import file_pieces, files
 
 
@@ -142,13 +143,15 @@ async def page(
     query = select(*_COLUMNS).where(files.c.account_id == account_id, _LIVE)
     if purpose is not None:
         query = query.where(files.c.purpose == purpose)
-    place = tuple_(files.c.created_at, files.c.id)
-    if after is not None:
-        cursor = tuple_(after.created_at, after.id)
-        query = query.where(place > cursor if order == "asc" else place < cursor)
-    keys = (files.c.created_at, files.c.id) if order == "asc" else (files.c.created_at.desc(), files.c.id.desc())
-    rows = (await conn.execute(query.order_by(*keys).limit(limit + 1))).all()
-    return FilePage([_file(row) for row in rows[:limit]], has_more=len(rows) > limit)
+    rows, has_more = await keyset_page(
+        conn,
+        query,
+        (files.c.created_at, files.c.id),
+        ascending=order == "asc",
+        limit=limit,
+        after=None if after is None else (after.created_at, after.id),
+    )
+    return FilePage([_file(row) for row in rows], has_more)
 
 
 async def remove(conn: AsyncConnection, account_id: str, file_id: str) -> bool:

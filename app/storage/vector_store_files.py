@@ -14,12 +14,13 @@ from datetime import datetime
 from typing import Any, Literal
 
 import orjson
-from sqlalchemy import Select, case, func, select, text, tuple_, update
+from sqlalchemy import Select, case, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.storage.keyset import keyset_page
 from app.storage.tables import vector_store_file_batches, vector_store_files
-from app.storage.vector_stores import file_counts, paged
+from app.storage.vector_stores import file_counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,17 +169,16 @@ async def page(
         query = query.where(vector_store_files.c.status == status)
     if batch_id is not None:
         query = query.where(vector_store_files.c.batch_id == batch_id)
-    place = tuple_(vector_store_files.c.created_at, vector_store_files.c.file_id)
-    ascending = order == "asc"
-    if after is not None:
-        cursor = tuple_(after.created_at, after.file_id)
-        query = query.where(place > cursor if ascending else place < cursor)
-    if before is not None:
-        cursor = tuple_(before.created_at, before.file_id)
-        query = query.where(place < cursor if ascending else place > cursor)
-    columns = (vector_store_files.c.created_at, vector_store_files.c.file_id)
-    rows = await paged(conn, query, columns, ascending, before, limit)
-    return StoreFilePage([_file(row) for row in rows[:limit]], has_more=len(rows) > limit)
+    rows, has_more = await keyset_page(
+        conn,
+        query,
+        (vector_store_files.c.created_at, vector_store_files.c.file_id),
+        ascending=order == "asc",
+        limit=limit,
+        after=None if after is None else (after.created_at, after.file_id),
+        before=None if before is None else (before.created_at, before.file_id),
+    )
+    return StoreFilePage([_file(row) for row in rows], has_more)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Select, delete, func, insert, select, text, tuple_, update
+from sqlalchemy import Select, delete, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.storage.tables import VECTOR_STORE_FILE_STATUSES, vector_store_files, vector_stores
+from app.storage.keyset import keyset_page
+from app.storage.tables import VECTOR_STORE_FILE_STATUSES, vector_stores
 
 EXPIRED_KEPT_HOURS = 24  # an expired store shows as `expired` this long, then retention removes it
 
@@ -192,31 +193,16 @@ async def page(
     before: StoredVectorStore | None,
 ) -> StorePage:
     query: Select[Any] = select(*_COLUMNS).where(vector_stores.c.account_id == account_id)
-    place = tuple_(vector_stores.c.created_at, vector_stores.c.id)
-    ascending = order == "asc"
-    if after is not None:
-        cursor = tuple_(after.created_at, after.id)
-        query = query.where(place > cursor if ascending else place < cursor)
-    if before is not None:
-        cursor = tuple_(before.created_at, before.id)
-        query = query.where(place < cursor if ascending else place > cursor)
-    rows = await paged(conn, query, (vector_stores.c.created_at, vector_stores.c.id), ascending, before, limit)
-    return StorePage([_store(row) for row in rows[:limit]], has_more=len(rows) > limit)
-
-
-async def paged(
-    conn: AsyncConnection, query: Select[Any], keys: tuple[Any, ...], ascending: bool, before: object, limit: int
-) -> list[Any]:
-    """The rows of a page in its order, and one more if there are more. A page `before` a cursor
-    is the one just before it: read backwards from the cursor, then put in order."""
-    backwards = before is not None
-    forward = ascending != backwards
-    rows = list(
-        (await conn.execute(query.order_by(*(k if forward else k.desc() for k in keys)).limit(limit + 1))).all()
+    rows, has_more = await keyset_page(
+        conn,
+        query,
+        (vector_stores.c.created_at, vector_stores.c.id),
+        ascending=order == "asc",
+        limit=limit,
+        after=None if after is None else (after.created_at, after.id),
+        before=None if before is None else (before.created_at, before.id),
     )
-    if backwards:
-        rows = rows[:limit][::-1] + rows[limit:]
-    return rows
+    return StorePage([_store(row) for row in rows], has_more)
 
 
 _COUNTS = text("""
@@ -234,7 +220,3 @@ async def counts(conn: AsyncConnection, store_ids: Sequence[str]) -> tuple[dict[
         by_status[row.vector_store_id][row.status] = int(row.n)
         usage[row.vector_store_id] += int(row.bytes or 0)
     return by_status, usage
-
-
-async def files_of_store(conn: AsyncConnection, store_id: str) -> int:
-    return int(await conn.scalar(select(func.count()).where(vector_store_files.c.vector_store_id == store_id)) or 0)

@@ -378,7 +378,6 @@ def test_the_word_ranking_finds_a_passage_that_holds_some_of_a_questions_words(
                     limit=3,
                     filters=None,
                     score_threshold=0.0,
-                    pgvector=True,
                 )
         finally:
             await engine.dispose()

@@ -47,9 +47,9 @@ class MessageOutput:
 
     def delta(self, text: str, logprobs: list[Item] | None = None) -> list[Event]:
         """`logprobs` as an output_text part holds them; a delta event carries them without bytes."""
-        made: list[Item] = []
-        if self.citations is not None:
-            text, made = self.citations.feed(text)
+        if self.citations is None:  # (the token path of nearly every answer: nothing more to do)
+            return [self._delta(text, logprobs)]
+        text, made = self.citations.feed(text)
         events = [self._delta(text, logprobs)] if text or logprobs else []
         first = len(self.annotations) - len(made)
         return events + [self._annotated(first + n, annotation) for n, annotation in enumerate(made)]
