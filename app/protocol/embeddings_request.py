@@ -17,6 +17,7 @@ from app.protocol.validation import StrictModel, validate
 
 MAX_INPUTS = 2048  # OpenAI's
 MAX_INPUT_CHARS = 8192 * 8  # about 8,192 tokens, OpenAI's limit for one input
+MAX_TOTAL_CHARS = 300_000 * 4  # about 300,000 tokens, OpenAI's limit for one request's inputs together
 
 
 class _Request(StrictModel):
@@ -50,6 +51,8 @@ def parse(body: dict[str, Any]) -> EmbeddingsRequest:
             raise _invalid(param, "an input must not be empty")
         if len(text) > MAX_INPUT_CHARS:
             raise _invalid(param, f"an input holds at most {MAX_INPUT_CHARS} characters")
+    if sum(len(text) for text in texts) > MAX_TOTAL_CHARS:
+        raise _invalid("input", f"the inputs hold at most {MAX_TOTAL_CHARS:,} characters together")
     return EmbeddingsRequest(texts, request.model, request.encoding_format, request.dimensions)
 
 

@@ -22,6 +22,7 @@ AUTO_CHUNKING = {"max_chunk_size_tokens": 800, "chunk_overlap_tokens": 400}  # O
 MAX_FILE_IDS = 500  # on a store's create
 MAX_BATCH_FILES = 2000
 ATTRIBUTE_VALUE_CHARS = 512
+MAX_QUERY_CHARS = 4096  # a search query: it is embedded, and embedding costs what the text is long
 
 
 class _ExpiresAfter(StrictModel):
@@ -231,6 +232,8 @@ def parse_search(body: dict[str, Any]) -> Search:
     queries = [search.query] if isinstance(search.query, str) else list(search.query)
     if not queries or any(not q.strip() for q in queries) or len(queries) > 10:
         raise _invalid("query", "expected a non-empty string, or an array of 1 to 10 of them")
+    if any(len(q) > MAX_QUERY_CHARS for q in queries):
+        raise _invalid("query", f"a query holds at most {MAX_QUERY_CHARS} characters")
     ranking = search.ranking_options or _Ranking()
     return Search(
         queries=queries,

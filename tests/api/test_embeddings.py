@@ -39,6 +39,7 @@ def test_an_external_servers_vectors_are_passed_on(client: openai.OpenAI) -> Non
         ({"model": "minilm", "input": ""}, 400, "input"),
         ({"model": "minilm", "input": ["ok", ""]}, 400, "input[1]"),
         ({"model": "minilm", "input": [[1, 2, 3]]}, 400, "input[0]"),
+        ({"model": "minilm", "input": ["x" * 60_000] * 21}, 400, "input"),  # past 1.2 million characters together
         ({"model": "minilm", "input": "x", "dimensions": 128}, 400, "dimensions"),
         ({"model": "fake", "input": "x"}, 400, "model"),
         ({"model": "nope", "input": "x"}, 400, "model"),

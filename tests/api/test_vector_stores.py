@@ -214,6 +214,7 @@ def test_a_bad_create_is_refused_naming_its_parameter_and_stores_nothing(
     [
         ({"query": ""}, "query"),
         ({"query": "x", "max_num_results": 51}, "max_num_results"),
+        ({"query": "word " * 1000}, "query"),  # (too long to embed on a request's time)
         ({"query": "x", "filters": {"type": "like", "key": "a", "value": "b"}}, "filters.type"),
         ({"query": "x", "filters": {"type": "in", "key": "a", "value": "b"}}, "filters.value"),
         ({"query": "x", "filters": {"type": "and", "filters": []}}, "filters.filters"),
