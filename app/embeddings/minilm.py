@@ -6,10 +6,9 @@ Vectors are the mean of the token states over the attention mask, normalised to 
 sentence-transformers makes them. The model reads at most 256 word pieces of a text (its
 training length); the rest is not seen.
 
-Texts are run one at a time, without onnxruntime's memory arena: on this int8 model a batch of
-16 texts of 256 pieces ran at 10.8 texts a second and peaked at 594 MiB, one at a time at 17.2
-and 265 MiB (padding and attention grow with the batch; measured with the numbers below on the
-development machine, one thread).
+Texts are run one at a time, without onnxruntime's memory arena: on this int8 model, batches of
+texts run slower and peak at several times the memory (padding and attention grow with the
+batch), and the arena keeps what a run took.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ from app.storage.tables import chunks
 
 RRF_K = 60  # reciprocal rank fusion's constant: a chunk's part of a list's weight is 1 / (RRF_K + rank)
 # How the vector index is scanned: on past the filter until enough rows pass it (pgvector 0.8's
-# iterative scans), with a candidate list of 100 (pgvector's default, 40, found 0.81 of the exact
-# top 10 at 100,000 chunks: docs/benchmark.md, "Documents").
+# iterative scans), with a candidate list of 100: pgvector's default, 40, finds about 0.81 of the
+# exact top 10 at 100,000 chunks (docs/benchmark.md, "Documents").
 HNSW_SETTINGS = ("SET LOCAL hnsw.iterative_scan = relaxed_order", "SET LOCAL hnsw.ef_search = 100")
 
 
