@@ -28,6 +28,16 @@ def index_name(dimensions: int) -> str:
     return f"ix_chunks_embedding_{int(dimensions)}"
 
 
+def index_statement(dimensions: int, *, concurrently: bool = True) -> str:
+    """The DDL of the vector index of this embedding length."""
+    dims = int(dimensions)
+    how = "CONCURRENTLY " if concurrently else ""
+    return (
+        f"CREATE INDEX {how}IF NOT EXISTS {index_name(dims)} ON chunks "
+        f"USING hnsw ((CAST(embedding AS vector({dims}))) vector_cosine_ops) WHERE dimensions = {dims}"
+    )
+
+
 async def ensure_index(engine: AsyncEngine, dimensions: int) -> None:
     """Makes the vector index of this embedding length, if it is not there yet. Made without
     locking out writes (CONCURRENTLY): on a table with chunks already, it takes a while."""
@@ -39,9 +49,4 @@ async def ensure_index(engine: AsyncEngine, dimensions: int) -> None:
     async with engine.connect() as conn:
         conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
         log.info("making the vector index of %d-dimension embeddings (%s)", dims, index_name(dims))
-        await conn.execute(
-            text(
-                f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {index_name(dims)} ON chunks "
-                f"USING hnsw ((CAST(embedding AS vector({dims}))) vector_cosine_ops) WHERE dimensions = {dims}"
-            )
-        )
+        await conn.execute(text(index_statement(dims)))
