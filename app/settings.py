@@ -90,6 +90,9 @@ class Settings(BaseSettings):
 
     # How long POST /v1/responses/input_tokens waits for a worker of the model to count (503 after).
     count_timeout: int = Field(30, gt=0, alias="RESPONSES_COUNT_TIMEOUT")
+    # How long a process waits for the worker hosting an embedding model (runtime vllm) to embed
+    # texts it asked for (a search's query, POST /v1/embeddings): the call fails after it.
+    embed_timeout: float = Field(60.0, gt=0, alias="RESPONSES_EMBED_TIMEOUT")
 
     max_body_bytes: int = Field(16 * 1024 * 1024, alias="RESPONSES_MAX_BODY_BYTES")
     # Files (app/service/files.py): the largest file an upload may send (OpenAI's 512 MB at most),

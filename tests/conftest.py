@@ -421,6 +421,15 @@ id = "remote-embedder"
 runtime = "openai"
 base_url = "{fake_runtime_url}/v1"
 dimensions = 8
+
+# Hosted by `worker --model hosted-embedder`: vLLM's pooling runner, with tests/stand_in_vllm.py
+# as the `vllm` executable (it serves the fake runtime's /v1/embeddings).
+[[embedding_models]]
+id = "hosted-embedder"
+runtime = "vllm"
+model = "org/embedder"
+dimensions = 8
+startup_timeout_seconds = 30
 """)
     environment = Environment(
         database_url=postgres.database_url(name),

@@ -133,6 +133,7 @@ class WorkerState(ProcessState):
                 commit_patience=settings.postgres_outage_seconds,
             ),
             runtime=ChatRuntimeClient(settings.runtime_connect_timeout, settings.runtime_read_timeout),
+            embedders=Embedders(redis, settings.queue_name, settings.embed_timeout),
         )
 
     def start(self) -> None:
@@ -159,12 +160,17 @@ class WorkerState(ProcessState):
 
     async def _requeue_lost_ingestions(self) -> None:
         """Files still to be ingested whose job is lost (a worker died holding one, or Redis
-        lost it) get a job again: the ingestion goes on from the chunks stored."""
-        if self.queue_name != self.settings.queue_name:
-            return  # a worker hosting one model does not ingest
+        lost it) get a job again, each from the workers of its queue (the base queue's, or those
+        hosting the store's embedding model): the ingestion goes on from the chunks stored."""
         async with self.engine.connect() as conn:
             lost = await store_files_db.lost(conn, self.settings.requeue_after_seconds)
-        await enqueue_ingestions(self.redis, self.queue_name, lost)
+        base = self.settings.queue_name
+        ours = [
+            (f.vector_store_id, f.file_id, f.attempts)
+            for f in lost
+            if self.catalog.embedding_queue_for(f.embedding_model, base) == self.queue_name
+        ]
+        await enqueue_ingestions(self.redis, self.queue_name, ours)
 
     def stop_generation(self, response_id: str) -> None:
         task = self.running.get(response_id)

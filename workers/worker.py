@@ -10,10 +10,11 @@ from app.catalog import Catalog
 from app.process import gc_tuning
 from app.queue.arq_seam import QueueWorker
 from app.queue.jobs import JobFunction, queue_worker
-from app.queue.redis_keys import COUNT_TOKENS_JOB, GENERATE_JOB, INGEST_JOB
+from app.queue.redis_keys import COUNT_TOKENS_JOB, EMBED_JOB, GENERATE_JOB, INGEST_JOB
 from app.settings import Settings
 from workers.health_port import WorkerHealth
 from workers.jobs.count_tokens import count_input_tokens
+from workers.jobs.embed import embed_texts
 from workers.jobs.generate import generate
 from workers.jobs.ingest import ingest_file
 from workers.runtimes.hosting import hosted_queue, start_model_server
@@ -59,6 +60,7 @@ def build_worker(settings: Settings, hosted_model: str | None = None, **override
         JobFunction(GENERATE_JOB, generate, 3),
         JobFunction(COUNT_TOKENS_JOB, count_input_tokens, 1),
         JobFunction(INGEST_JOB, ingest_file, 1),
+        JobFunction(EMBED_JOB, embed_texts, 1),
     ]
     options: dict[str, Any] = {
         "on_startup": _startup,

@@ -1,5 +1,7 @@
 """Embedding a list of texts with a catalog embedding model, in whichever process asks (the API
-for a search's query and `POST /v1/embeddings`, a worker for a file's chunks).
+for a search's query and `POST /v1/embeddings`, a worker for a file's chunks). A model a worker
+hosts (runtime vllm) is reached over HTTP by that worker, and by every other process through
+the worker: a job on the model's queue answered on a Redis key (app/queue/replies.py).
 
 A text longer than the model reads whole (`max_input_tokens`) is embedded as the normalised mean
 of the vectors of its windows, so that no part of a chunk goes unseen; the embedded model's
@@ -18,7 +20,15 @@ from typing import Protocol
 
 import httpx
 
-from app.catalog import EmbeddedEmbeddingModel, EmbeddingModel, OpenAIEmbeddingModel
+from app.catalog import EmbeddedEmbeddingModel, EmbeddingModel, OpenAIEmbeddingModel, VllmEmbeddingModel, model_queue
+from app.protocol.ids import new_id
+from app.queue import replies
+from app.queue.jobs import QueueRedis
+from app.queue.redis_keys import EMBED_JOB
+from app.queue.redis_link import REDIS_DOWN
+
+# A hosted server is this worker's own: as long as a batch takes on a busy GPU, not a network's wait.
+HOSTED_TIMEOUT_SECONDS = 120.0
 
 
 class EmbeddingFailed(Exception):
@@ -93,15 +103,17 @@ class MiniLMEmbedder:
 
 
 class HttpEmbedder:
-    """An OpenAI-compatible `/v1/embeddings` server."""
+    """An OpenAI-compatible `/v1/embeddings` server: an external one, or the one this worker hosts."""
 
-    def __init__(self, entry: OpenAIEmbeddingModel) -> None:
+    def __init__(
+        self, entry: EmbeddingModel, base_url: str, served_name: str, timeout: float, api_key: str | None = None
+    ) -> None:
         self.entry = entry
-        key = os.environ.get(entry.api_key_env) if entry.api_key_env else None
+        self._served_name = served_name
         self._client = httpx.AsyncClient(
-            base_url=entry.base_url.rstrip("/"),
-            timeout=entry.timeout_seconds,
-            headers={"authorization": f"Bearer {key}"} if key else {},
+            base_url=base_url.rstrip("/"),
+            timeout=timeout,
+            headers={"authorization": f"Bearer {api_key}"} if api_key else {},
             trust_env=False,
         )
 
@@ -112,7 +124,7 @@ class HttpEmbedder:
             batch = texts[start : start + self.entry.batch_size]
             try:
                 answer = await self._client.post(
-                    "/embeddings", json={"model": self.entry.served_name, "input": batch, "encoding_format": "float"}
+                    "/embeddings", json={"model": self._served_name, "input": batch, "encoding_format": "float"}
                 )
             except httpx.HTTPError as exc:
                 raise EmbeddingFailed(f"the embedding server could not be reached ({type(exc).__name__})") from None
@@ -132,20 +144,60 @@ class HttpEmbedder:
         await self._client.aclose()
 
 
+class WorkerEmbedder:
+    """A model hosted by a worker, from any other process: each call an `embed_texts` job on the
+    model's queue, its answer pushed to a Redis key this process waits on."""
+
+    def __init__(self, entry: VllmEmbeddingModel, queue: QueueRedis, base_queue: str, timeout: float) -> None:
+        self.entry = entry
+        self._queue = queue
+        self._queue_name = model_queue(base_queue, entry.id)
+        self._timeout = timeout
+
+    async def embed(self, texts: list[str]) -> Embedded:
+        try:
+            answer = await replies.ask(
+                self._queue, self._queue_name, EMBED_JOB, new_id("req"), (self.entry.id, texts), self._timeout
+            )
+        except REDIS_DOWN:
+            raise EmbeddingFailed("the job queue (Redis) is unavailable") from None
+        if answer is None:
+            raise EmbeddingFailed(f"no worker of the embedding model '{self.entry.id}' answered in time")
+        if "error" in answer:
+            raise EmbeddingFailed(str(answer["error"]))
+        return Embedded(answer["vectors"], int(answer["tokens"]))
+
+    async def close(self) -> None:
+        pass
+
+
 @dataclass
 class Embedders:
-    """One embedder per catalog embedding model, made when first asked for."""
+    """One embedder per catalog embedding model, made when first asked for. `queue` and
+    `base_queue` reach the workers that host a model; `timeout` is how long one waits for them."""
 
+    queue: QueueRedis | None = None
+    base_queue: str = ""
+    timeout: float = 60.0
     made: dict[str, Embedder] = field(default_factory=dict)
 
     def of(self, entry: EmbeddingModel) -> Embedder:
         if entry.id not in self.made:
-            if isinstance(entry, EmbeddedEmbeddingModel):
-                self.made[entry.id] = MiniLMEmbedder(entry)
-            else:
-                assert isinstance(entry, OpenAIEmbeddingModel)
-                self.made[entry.id] = HttpEmbedder(entry)
+            self.made[entry.id] = self._made(entry)
         return self.made[entry.id]
+
+    def _made(self, entry: EmbeddingModel) -> Embedder:
+        if isinstance(entry, EmbeddedEmbeddingModel):
+            return MiniLMEmbedder(entry)
+        if isinstance(entry, OpenAIEmbeddingModel):
+            key = os.environ.get(entry.api_key_env) if entry.api_key_env else None
+            return HttpEmbedder(entry, entry.base_url, entry.served_name, entry.timeout_seconds, key)
+        assert isinstance(entry, VllmEmbeddingModel)
+        if entry.base_url is not None:  # this worker hosts it
+            return HttpEmbedder(entry, entry.base_url, entry.id, HOSTED_TIMEOUT_SECONDS)
+        if self.queue is None:
+            raise EmbeddingFailed(f"the embedding model '{entry.id}' is reached through its worker; no queue here")
+        return WorkerEmbedder(entry, self.queue, self.base_queue, self.timeout)
 
     async def close(self) -> None:
         for embedder in self.made.values():

@@ -37,7 +37,11 @@ FUNCTION = {
             }
         },
         "required": ["queries"],
+        "additionalProperties": False,
     },
+    # Held to the schema where the engine holds arguments only of strict functions (vLLM's
+    # named and required calls): a small model's search then always parses.
+    "strict": True,
 }
 
 

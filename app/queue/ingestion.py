@@ -1,7 +1,9 @@
-"""Ingestion jobs: one `ingest_file` job per file attached to a vector store, on the base queue,
-which the workers serving external models (`responses-server worker`) take beside generation; a
-GPU worker hosting one model never takes them. Its id names the store, the file and the attempt,
-so that enqueueing the same attachment twice is one job."""
+"""Ingestion jobs: one `ingest_file` job per file attached to a vector store, on the queue of the
+workers that embed with the store's model: the base queue, which the workers serving external
+models (`responses-server worker`) take beside generation, or, for an embedding model a worker
+hosts (runtime vllm), that worker's own; a worker hosting a generation model never takes them.
+Its id names the store, the file and the attempt, so that enqueueing the same attachment twice
+is one job."""
 
 from __future__ import annotations
 

@@ -17,9 +17,11 @@ COUNT_TOKENS_JOB = "count_input_tokens"
 # The job ingesting one file into one vector store (chunks, embeddings); its id names both and
 # the attempt (a lapsed one is enqueued again under a new id).
 INGEST_JOB = "ingest_file"
-# A token count's answer, pushed by the worker that counted, popped by the API that asked.
-TOKEN_COUNT_PREFIX = "responses:input_tokens:"
-TOKEN_COUNT_TTL_SECONDS = 60  # an answer nobody popped (its request gave up) goes
+# The job embedding texts with a model only its worker reaches (runtime vllm); its id is its own.
+EMBED_JOB = "embed_texts"
+# A worker's answer to a call (app/queue/replies.py), pushed by the worker, popped by the asker.
+REPLY_PREFIX = "responses:reply:"
+REPLY_TTL_SECONDS = 60  # an answer nobody popped (its request gave up) goes
 
 
 def events_channel(queue_name: str) -> str:

@@ -16,7 +16,8 @@ from typing import Any
 
 from app import errors
 from app.protocol.ids import new_id
-from app.queue import token_counts
+from app.queue import replies
+from app.queue.redis_keys import COUNT_TOKENS_JOB
 from app.queue.redis_link import REDIS_DOWN
 from app.service.state import AppState
 from app.service.storing import chain_link
@@ -49,7 +50,9 @@ async def count(state: AppState, account_id: str, body: dict[str, Any]) -> dict[
     job = {"record": asdict(new_record(create, model)), "context": context + create.input_items}
     queue_name = state.catalog.queue_for(model.id, state.settings.queue_name)
     try:
-        counted = await token_counts.ask(state.redis, queue_name, count_id, job, state.settings.count_timeout)
+        counted = await replies.ask(
+            state.redis, queue_name, COUNT_TOKENS_JOB, count_id, (job,), state.settings.count_timeout
+        )
     except REDIS_DOWN as exc:
         raise errors.ServiceUnavailable("The job queue (Redis) is unavailable; please retry.") from exc
     if counted is None:

@@ -121,6 +121,7 @@ class AppState(ProcessState):
         hub = EventHub(redis, events_channel(settings.queue_name), settings.follow_idle_seconds, engine)
         await hub.start()
         state = cls(settings, Catalog.load(settings.models_path), engine, held_engine, redis, hub)
+        state.embedders = Embedders(redis, settings.queue_name, settings.embed_timeout)
         await state.check_pgvector()
         state.start()
         return state

@@ -45,7 +45,7 @@ async def _attach(
             await store_files_db.create_batch(conn, store.id, batch_id)
         attachments = [store_files_db.Attachment(w.file_id, w.attributes, w.chunking or store.chunking) for w in wanted]
         attached = await store_files_db.attach(conn, store.id, attachments, batch_id)
-    await enqueue(state, attached)
+    await enqueue(state, store, attached)
     return attached
 
 

@@ -83,7 +83,7 @@ async def create(state: AppState, account_id: str, body: dict[str, Any]) -> dict
         attached = await store_files_db.attach(
             conn, store.id, [store_files_db.Attachment(f, {}, new.chunking) for f in new.file_ids]
         )
-    await enqueue(state, attached)
+    await enqueue(state, store, attached)
     return (await rendered(state, [store]))[0]
 
 
@@ -95,12 +95,16 @@ async def check_files(conn: Any, account_id: str, file_ids: Sequence[str], param
             raise errors.NotFound(f"No such File object: {file_id}", param=where)
 
 
-async def enqueue(state: AppState, attached: Sequence[store_files_db.StoredStoreFile]) -> None:
-    """Hands the files still to be ingested to the workers. Should Redis not take them now, the
-    workers' housekeeping finds them in Postgres and enqueues them itself."""
+async def enqueue(
+    state: AppState, store: stores_db.StoredVectorStore, attached: Sequence[store_files_db.StoredStoreFile]
+) -> None:
+    """Hands the files still to be ingested to the workers that embed with the store's model.
+    Should Redis not take them now, the workers' housekeeping finds them in Postgres and enqueues
+    them itself."""
     waiting = [(f.vector_store_id, f.file_id, 0) for f in attached if f.status == "in_progress"]
+    queue_name = state.catalog.embedding_queue_for(store.embedding_model, state.settings.queue_name)
     with REDIS_LINK.tolerated("enqueue ingestions"):
-        await enqueue_ingestions(state.redis, state.settings.queue_name, waiting)
+        await enqueue_ingestions(state.redis, queue_name, waiting)
 
 
 async def retrieve(state: AppState, account_id: str, store_id: str) -> dict[str, Any]:

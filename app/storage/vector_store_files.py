@@ -340,16 +340,25 @@ async def end(
     return row is not None
 
 
-async def lost(conn: AsyncConnection, older_than_seconds: float, limit: int = 500) -> list[tuple[str, str, int]]:
+@dataclass(frozen=True, slots=True)
+class LostIngestion:
+    vector_store_id: str
+    file_id: str
+    attempts: int
+    embedding_model: str  # the store's: which workers ingest it
+
+
+async def lost(conn: AsyncConnection, older_than_seconds: float, limit: int = 500) -> list[LostIngestion]:
     """Files still to be ingested whose job may be lost: a lapsed claim (its worker died), or
-    none yet long after they were attached (Redis lost the job); as (store, file, attempts)."""
+    none yet long after they were attached (Redis lost the job)."""
     rows = await conn.execute(
         text("""
-            SELECT vector_store_id, file_id, attempts FROM vector_store_files
-            WHERE status = 'in_progress' AND created_at < now() - make_interval(secs => :older)
-              AND (lease_until IS NULL OR lease_until < now())
-            ORDER BY created_at LIMIT :limit
+            SELECT f.vector_store_id, f.file_id, f.attempts, s.embedding_model
+            FROM vector_store_files f JOIN vector_stores s ON s.id = f.vector_store_id
+            WHERE f.status = 'in_progress' AND f.created_at < now() - make_interval(secs => :older)
+              AND (f.lease_until IS NULL OR f.lease_until < now())
+            ORDER BY f.created_at LIMIT :limit
         """),
         {"older": older_than_seconds, "limit": limit},
     )
-    return [(row.vector_store_id, row.file_id, row.attempts) for row in rows]
+    return [LostIngestion(row.vector_store_id, row.file_id, row.attempts, row.embedding_model) for row in rows]

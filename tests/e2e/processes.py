@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ import openai
 import redis
 
 from tests.conftest import (
+    ROOT,
     Environment,
     create_key,
     free_port,
@@ -61,8 +63,8 @@ class Stack:
         wait_for_http(f"http://127.0.0.1:{self.port}/ready", process)
         return process
 
-    def start_worker(self, **env: str) -> subprocess.Popen[bytes]:
-        process = start_worker(self.environment, **{**self.env, **env})
+    def start_worker(self, *args: str, **env: str) -> subprocess.Popen[bytes]:
+        process = start_worker(self.environment, *args, **{**self.env, **env})
         self.processes.append(process)
         return process
 
@@ -87,6 +89,17 @@ class Stack:
             if process.poll() is None:
                 process.kill()
             process.wait(10)
+
+
+def stand_in_vllm(folder: Path) -> Path:
+    """A folder holding a `vllm` for PATH: tests/stand_in_vllm.py, serving the fake runtime's
+    contract as `vllm serve` would serve the model."""
+    bin_dir = folder / "vllm-bin"
+    bin_dir.mkdir()
+    vllm = bin_dir / "vllm"
+    vllm.write_text(f'#!/bin/sh\ncd {ROOT} && exec {sys.executable} -m tests.stand_in_vllm "$@"\n')
+    vllm.chmod(0o755)
+    return bin_dir
 
 
 class PrivateRedis:

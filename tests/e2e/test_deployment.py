@@ -26,6 +26,7 @@ import pytest
 from cryptography.fernet import Fernet
 
 from tests.conftest import ROOT, Environment, free_port, wait_until
+from tests.e2e.processes import stand_in_vllm
 
 BIN = Path(sys.executable).parent  # where the dev install put responses-server, docker-compose, hadolint
 GPU_AND_CPU = ["--profile", "cpu", "--profile", "gpu"]
@@ -159,15 +160,10 @@ class Process:
         return time.monotonic() - started
 
 
-@pytest.fixture
-def stand_in_vllm(tmp_path: Path) -> Path:
+@pytest.fixture(name="stand_in_vllm")
+def stand_in_vllm_bin(tmp_path: Path) -> Path:
     """A `vllm` on PATH that serves the fake runtime's contract, as the vLLM image's would serve the model."""
-    bin_dir = tmp_path / "vllm-bin"
-    bin_dir.mkdir()
-    vllm = bin_dir / "vllm"
-    vllm.write_text(f'#!/bin/sh\ncd {ROOT} && exec {sys.executable} -m tests.stand_in_vllm "$@"\n')
-    vllm.chmod(0o755)
-    return bin_dir
+    return stand_in_vllm(tmp_path)
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.conftest import ROOT, Environment, FakeRuntime, api_client, free_port, start_worker, wait_until
+from tests.e2e.processes import stand_in_vllm
 from tests.integration.test_supervisor import alive
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(100)), "delay": 0.05})
@@ -27,11 +28,7 @@ SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(100)), "de
 
 class HostingWorker:
     def __init__(self, environment: Environment, tmp_path: Path, **env: str) -> None:
-        bin_dir = tmp_path / "bin"
-        bin_dir.mkdir()
-        vllm = bin_dir / "vllm"
-        vllm.write_text(f'#!/bin/sh\ncd {ROOT} && exec {sys.executable} -m tests.stand_in_vllm "$@"\n')
-        vllm.chmod(0o755)
+        bin_dir = stand_in_vllm(tmp_path)
         self.launches = tmp_path / "launches.jsonl"
         self.process = start_worker(
             environment,

@@ -28,6 +28,18 @@ context_window = 32768
 [[models]]
 id = "local"
 runtime = "llamacpp"
+
+[[embedding_models]]
+id = "bge"
+runtime = "vllm"
+model = "BAAI/bge-m3"
+dimensions = 1024
+
+[[embedding_models]]
+id = "remote-embedder"
+runtime = "openai"
+base_url = "http://embedder:8000/v1"
+dimensions = 1024
 """
 
 
@@ -57,6 +69,15 @@ def test_hosted_models_have_queues_of_their_own(tmp_path: Path) -> None:
     assert catalog.queue_for("gone-from-catalog", "q") == "q"  # a plain worker fails it with a clear error
 
 
+def test_an_embedding_models_work_goes_to_the_workers_that_embed_with_it(tmp_path: Path) -> None:
+    catalog = load(tmp_path, CATALOG)
+    assert catalog.embedding_queue_for("bge", "q") == "q:model:bge"  # its hosting worker's
+    assert catalog.embedding_queue_for("remote-embedder", "q") == "q"
+    assert catalog.embedding_queue_for("gone-from-catalog", "q") == "q"
+    assert catalog.hosted("bge") is catalog.embeddings_by_name["bge"]
+    assert catalog.hosted("remote-embedder") is None and catalog.hosted("default") is None
+
+
 def test_a_worker_points_its_hosted_model_at_its_server(tmp_path: Path) -> None:
     catalog = load(tmp_path, CATALOG)
     local = catalog.by_name["local"]
@@ -64,6 +85,11 @@ def test_a_worker_points_its_hosted_model_at_its_server(tmp_path: Path) -> None:
     assert updated.by_name["local"].base_url == "http://127.0.0.1:9/v1"
     assert catalog.by_name["local"].base_url is None
     assert updated.by_name["default"] is catalog.by_name["default"]
+    assert updated.embedding_models == catalog.embedding_models  # a hosting worker's file searches need them
+    bge = catalog.embeddings_by_name["bge"]
+    pointed = catalog.replaced(bge.model_copy(update={"base_url": "http://127.0.0.1:9/v1"}))
+    assert pointed.embedding_model("bge").base_url == "http://127.0.0.1:9/v1"  # type: ignore[attr-defined]
+    assert pointed.by_name == catalog.by_name
 
 
 @pytest.mark.parametrize(
@@ -75,6 +101,16 @@ def test_a_worker_points_its_hosted_model_at_its_server(tmp_path: Path) -> None:
         ('[[models]]\nid = "a"\nruntime = "tgi"\nbase_url = "http://x/v1"\n', "runtime"),
         ('[[models]]\nid = "a"\nruntime = "vllm"\nmodel = "m"\ngpu_memory_utilization = 1.5\n', "gpu_memory"),
         ('[[models]]\nid = "a"\nruntime = "llamacpp"\nthreds = 2\n', "threds"),
+        ('[[embedding_models]]\nid = "e"\nruntime = "vllm"\ndimensions = 8\n', "model"),
+        ('[[embedding_models]]\nid = "e"\nruntime = "vllm"\nmodel = "m"\n', "dimensions"),
+        (
+            '[[embedding_models]]\nid = "e"\nruntime = "vllm"\nmodel = "m"\ndimensions = 8\nbase_url = "http://x"\n',
+            "set by the worker",
+        ),
+        (
+            '[[embedding_models]]\nid = "e"\nruntime = "vllm"\nmodel = "m"\ndimensions = 8\nkv_cache_gib = 2\n',
+            "gpu_memory_utilization",
+        ),
         (
             '[[models]]\nid = "a"\nruntime = "vllm"\nmodel = "m"\nmax_model_len = 4096\ncontext_window = 8192\n',
             "larger than max_model_len",

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.catalog import LlamaCppModel, OpenAIModel, VllmModel
+from app.catalog import Catalog, LlamaCppModel, OpenAIEmbeddingModel, OpenAIModel, VllmEmbeddingModel, VllmModel
+from workers.runtimes.hosting import hosted_model
 from workers.runtimes.launch import (
     LaunchError,
     embedded_model_path,
@@ -108,3 +109,39 @@ def test_vllm_on_the_cpu_sizes_its_kv_cache_in_gib_not_as_a_share_of_a_gpu() -> 
 def test_a_memory_setting_of_the_other_device_is_refused(fields: dict[str, object], complaint: str) -> None:
     with pytest.raises(ValueError, match=complaint):
         VllmModel.model_validate({"id": "m", "runtime": "vllm", "model": "m", **fields})
+
+
+def test_an_embedding_model_is_served_by_vllms_pooling_runner_under_its_catalog_id() -> None:
+    model = VllmEmbeddingModel(
+        id="bge",
+        runtime="vllm",
+        model="BAAI/bge-m3",
+        dimensions=1024,
+        gpu_memory_utilization=0.2,
+        extra_args=("--max-num-seqs", "64"),
+    )
+    assert server_command(model, 8200) == [
+        "vllm", "serve", "BAAI/bge-m3", "--host", "127.0.0.1", "--port", "8200",
+        "--served-model-name", "bge", "--tensor-parallel-size", "1", "--gpu-memory-utilization", "0.2",
+        "--runner", "pooling", "--max-num-seqs", "64",
+    ]  # fmt: skip
+    cpu = VllmEmbeddingModel(id="e", runtime="vllm", model="m", dimensions=8, device="cpu", max_model_len=512)
+    command = server_command(cpu, 1)
+    assert "--gpu-memory-utilization" not in command
+    assert command[command.index("--max-model-len") + 1] == "512"
+    assert server_environment(cpu, {})["VLLM_CPU_KVCACHE_SPACE"] == "4"
+
+
+def test_a_worker_hosts_only_models_it_starts_and_says_which_it_cannot() -> None:
+    catalog = Catalog.from_entries(
+        [VllmModel(id="chat", runtime="vllm", model="m")],
+        [
+            VllmEmbeddingModel(id="bge", runtime="vllm", model="m", dimensions=8),
+            OpenAIEmbeddingModel(id="remote", runtime="openai", base_url="http://x/v1", dimensions=8),
+        ],
+    )
+    assert hosted_model(catalog, "bge").id == "bge" and hosted_model(catalog, "chat").id == "chat"
+    with pytest.raises(LaunchError, match=r"'remote' .* not started by a worker"):
+        hosted_model(catalog, "remote")
+    with pytest.raises(LaunchError, match="not in the catalog"):
+        hosted_model(catalog, "missing")

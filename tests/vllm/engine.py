@@ -24,12 +24,12 @@ def set_up() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-def cpu_model_lines(home: Path, kv_cache_gib: float) -> str:
-    """The TOML lines of a vllm model on the CPU build in `home`: SmolLM2, started eager (40 s
-    instead of 90), offline, its caches and temporary files in `home`."""
+def cpu_model_lines(home: Path, kv_cache_gib: float, model: Path | None = None) -> str:
+    """The TOML lines of a vllm model on the CPU build in `home`: SmolLM2 unless `model` says
+    another checkpoint, offline, its caches and temporary files in `home`."""
     return (
         f'runtime = "vllm"\ndevice = "cpu"\nkv_cache_gib = {kv_cache_gib:g}\n'
-        f'model = "{home}/smollm2-135m-instruct"\nexecutable = "{home}/vllm"\n'
+        f'model = "{model or home / "smollm2-135m-instruct"}"\nexecutable = "{home}/vllm"\n'
         f'env = {{ HF_HUB_OFFLINE = "1", TRANSFORMERS_OFFLINE = "1", VLLM_CACHE_ROOT = "{home}/cache", '
         f'TMPDIR = "{home}/tmp" }}\n'
     )

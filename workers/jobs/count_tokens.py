@@ -8,7 +8,7 @@ import logging
 from typing import Any
 
 from app.protocol.response_object import ResponseRecord
-from app.queue import token_counts
+from app.queue import replies
 from workers.runtime_failure import RuntimeFailure
 from workers.state import WorkerState
 from workers.translation import compaction
@@ -33,4 +33,4 @@ async def count_input_tokens(ctx: dict[str, Any], count_id: str, job: dict[str, 
         answer = {"input_tokens": tokens} if tokens is not None else {"error": "this model server cannot count"}
     except RuntimeFailure as exc:
         answer = {"error": str(exc)}
-    await token_counts.answer(state.redis, count_id, answer)
+    await replies.answer(state.redis, count_id, answer)

