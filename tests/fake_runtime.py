@@ -376,13 +376,16 @@ def fake_embedding(text: str) -> list[float]:
 
 async def embeddings(request: Request) -> Response:
     """POST /v1/embeddings, as an OpenAI-compatible server answers it; a text holding
-    `fail-embedding` makes it answer 500, one holding `slow-embedding` half a second late."""
+    `fail-embedding` makes it answer 500, one holding `slow-embedding` half a second late, one
+    holding `stalled-embedding` three seconds late (time to stop a worker waiting on it)."""
     body = await request.json()
     stats["embedding_requests"] = stats.get("embedding_requests", 0) + 1
     texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
     if any("fail-embedding" in text for text in texts):
         return JSONResponse({"error": {"message": "embedding failed"}}, status_code=500)
-    if any("slow-embedding" in text for text in texts):
+    if any("stalled-embedding" in text for text in texts):
+        await asyncio.sleep(3)
+    elif any("slow-embedding" in text for text in texts):
         await asyncio.sleep(0.5)
     data = [{"object": "embedding", "index": i, "embedding": fake_embedding(t)} for i, t in enumerate(texts)]
     tokens = sum(len(t.split()) for t in texts)

@@ -94,6 +94,11 @@ def _too_large(max_bytes: int) -> errors.PayloadTooLarge:
     return errors.PayloadTooLarge(f"The request body is larger than the limit of {max_bytes} bytes.")
 
 
+def query_include(request: Request) -> list[str]:
+    """`include`, as the SDK sends a list in a query (`include[]=…`) or repeated."""
+    return request.query_params.getlist("include[]") + request.query_params.getlist("include")
+
+
 def query_bool(request: Request, name: str, default: bool = False) -> bool:
     value = request.query_params.get(name)
     if value is None or value == "":

@@ -10,12 +10,12 @@ from app import errors
 from app.catalog import SamplingDefaults
 from app.protocol.input_items import parse_input
 from app.protocol.mcp_tools import MCP_NOT_RUN, Credentials, McpPolicy
+from app.protocol.search_results import SEARCH_RESULTS
 from app.protocol.shapes import Item, Tool
 from app.protocol.text_format import parse_text_format
 from app.protocol.tools import HostedToolsPolicy, ToolChoice, parse_tool_choice, parse_tools
 from app.protocol.validation import INT32_MAX, StrictModel, validate
 
-SEARCH_RESULTS = "file_search_call.results"
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 LOGPROBS = "message.output_text.logprobs"
 INCLUDABLE = {

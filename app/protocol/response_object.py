@@ -5,9 +5,11 @@ Every field is present, null rather than omitted, in the order OpenAI emits them
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from app.protocol.search_results import output_shown
 from app.protocol.vocabulary import TERMINAL_STATUSES, Status
 
 
@@ -38,6 +40,12 @@ class ResponseRecord:
         return replace(self, **changes)
 
     @property
+    def include(self) -> list[str]:
+        """What its create asked `include` to add."""
+        included: list[str] = self.settings.get("requested", {}).get("include") or []
+        return included
+
+    @property
     def durable(self) -> bool:
         """In Postgres: stored responses, and background ones for their polling window even with
         store=false. Only a foreground store=false response is transient: it lives in its job and
@@ -45,7 +53,8 @@ class ResponseRecord:
         return self.store or self.background
 
 
-def render(record: ResponseRecord) -> dict[str, Any]:
+def render(record: ResponseRecord, include: Collection[str] = ()) -> dict[str, Any]:
+    """The Response object; `include`: what the read asks for beside its create's `include`."""
     s = record.settings
     # `conversation` only for a response in one, as OpenAI's traffic shows it.
     conversation = {"conversation": s["conversation"]} if s.get("conversation") else {}
@@ -65,7 +74,7 @@ def render(record: ResponseRecord) -> dict[str, Any]:
         "max_output_tokens": s["max_output_tokens"],
         "max_tool_calls": s["max_tool_calls"],
         "model": record.model,
-        "output": record.output,
+        "output": output_shown(record.output, [*record.include, *include]),
         "parallel_tool_calls": s["parallel_tool_calls"],
         "presence_penalty": s["presence_penalty"],
         "previous_response_id": record.previous_response_id,

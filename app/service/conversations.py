@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from app import errors
 from app.protocol import conversation_request
-from app.protocol.input_files import as_listed
+from app.protocol.item_views import as_shown
 from app.protocol.pages import listed
 from app.protocol.sealing import open_sealed_items
 from app.protocol.shapes import Item
@@ -95,11 +95,11 @@ async def list_items(
                     code="invalid_value",
                 )
         page = await conversations_db.items_page(conn, conversation_id, order=order, limit=limit, after=cursor)
-    return _listed(page.data, page.has_more)
+    return _listed(page.data, page.has_more, include)
 
 
-def _listed(data: list[Item], has_more: bool) -> dict[str, Any]:
-    return listed([as_listed(item) for item in data], has_more)
+def _listed(data: list[Item], has_more: bool, include: list[str]) -> dict[str, Any]:
+    return listed([as_shown(item, include) for item in data], has_more)
 
 
 async def add_items(
@@ -126,8 +126,8 @@ async def add_items(
     except idempotency.Replay as replay:
         async with state.engine.connect() as conn:
             added = [await conversations_db.get_item(conn, replay.resource_id, item_id) for item_id in replay.item_ids]
-        return _listed([item for item in added if item is not None], has_more=False)
-    return _listed(items, has_more=False)
+        return _listed([item for item in added if item is not None], False, include)
+    return _listed(items, False, include)
 
 
 async def retrieve_item(
@@ -140,7 +140,7 @@ async def retrieve_item(
         item = await conversations_db.get_item(conn, conversation_id, item_id)
     if item is None:
         raise errors.NotFound(f"Item with id '{item_id}' not found in conversation '{conversation_id}'.")
-    return as_listed(item)
+    return as_shown(item, include)
 
 
 async def delete_item(state: AppState, account_id: str, conversation_id: str, item_id: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from app.process import request_log
 from app.process.metrics import CREATED
 from app.protocol.encoding import WireEvent
 from app.protocol.response_object import ResponseRecord
+from app.protocol.search_results import events_shown
 from app.protocol.vocabulary import ACTIVE_STATUSES
 from app.service import admission, enqueueing, idempotency, reading, storing, validating
 from app.service.enqueueing import Accepted
@@ -82,7 +83,10 @@ async def create(
         return Created(record, None, None, accepted.headers)
     # Before its job runs, a response's log holds what its create stored: nothing, or a background
     # one's first two events.
-    events = follow(state.log_source(accepted.durable), subscription, record.id, -1, known_log=accepted.opening)
+    events = events_shown(
+        follow(state.log_source(accepted.durable), subscription, record.id, -1, known_log=accepted.opening),
+        record.include,
+    )
     on_disconnect = None if record.background else partial(stop, state, record.id, accepted.durable)
     return Created(record, events, on_disconnect, accepted.headers)
 
@@ -104,7 +108,7 @@ async def _replayed(state: AppState, account_id: str, response_id: str) -> Creat
     if record.background and not record.stream:
         return Created(record, None, None)
     try:
-        events = await reading.replay(state, account_id, response_id)
+        events = events_shown(await reading.replay(state, account_id, response_id), record.include)
     except errors.InvalidRequest:
         if record.status in ACTIVE_STATUSES or record.stream:
             raise

@@ -9,10 +9,12 @@ from typing import Any, Literal
 
 from app import errors
 from app.events.follow import follow
+from app.protocol.conversation_request import check_include
 from app.protocol.encoding import WireEvent
-from app.protocol.input_files import as_listed
+from app.protocol.item_views import as_shown
 from app.protocol.pages import listed
 from app.protocol.response_object import ResponseRecord
+from app.protocol.search_results import events_shown
 from app.service.state import AppState
 from app.storage import events as events_db
 from app.storage import items as items_db
@@ -45,7 +47,7 @@ async def resume(
     except BaseException:
         await subscription.close()
         raise
-    return follow(state.log_source(True), subscription, response_id, after, first_page=page)
+    return events_shown(follow(state.log_source(True), subscription, response_id, after, first_page=page), page.include)
 
 
 async def replay(state: AppState, account_id: str, response_id: str) -> AsyncIterator[list[WireEvent] | None]:
@@ -94,7 +96,10 @@ async def input_items(
     limit: int,
     after: str | None,
     before: str | None,
+    include: list[str] | None = None,
 ) -> dict[str, Any]:
+    include = include or []
+    check_include(include)
     async with state.engine.connect() as conn:
         response = await responses_db.get_row(conn, response_id, account_id)
         if response is None:
@@ -112,4 +117,4 @@ async def input_items(
         page = await items_db.input_items_page(
             conn, response, order=order, limit=limit, after=cursors["after"], before=cursors["before"]
         )
-    return listed([as_listed(item) for item in page.data], page.has_more)
+    return listed([as_shown(item, include) for item in page.data], page.has_more)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
@@ -430,7 +430,7 @@ _EVENTS_AFTER = text(f"""
 _LOGS_AFTER = DriverStatement(
     text(f"""
     SELECT f.ord, r.status, r.account_id, r.background, r.stream, extract(epoch FROM r.completed_at)::float8,
-           r.events_purged_at IS NOT NULL,
+           r.events_purged_at IS NOT NULL, (r.settings -> 'requested' -> 'include')::text,
            e.sequence_number, e.type, e.payload
     FROM unnest(CAST(:ids AS text[]), CAST(:afters AS int[])) WITH ORDINALITY AS f(response_id, after, ord)
     LEFT JOIN responses r ON r.id = f.response_id
@@ -465,6 +465,7 @@ class LogPage:
     stream: bool = False
     completed_at: float | None = None
     events_purged: bool = False
+    include: list[str] = field(default_factory=list)  # what its create's `include` asked for
 
     @property
     def ended(self) -> bool:
@@ -482,12 +483,13 @@ async def logs_after(
         key = wanted[row[0] - 1]
         found = pages.get(key)
         if found is None:
-            status, account_id, background, stream, completed_at, purged = row[1:7]
+            status, account_id, background, stream, completed_at, purged, include = row[1:8]
             found = pages[key] = LogPage(
-                [], status is not None, status, account_id, background, stream, completed_at, purged
-            )
-        if row[7] is not None:
-            found.events.append(WireEvent(row[7], row[8], row[9]))
+                [], status is not None, status, account_id, background, stream, completed_at, purged,
+                json.loads(include) if include else [],
+            )  # fmt: skip
+        if row[8] is not None:
+            found.events.append(WireEvent(row[8], row[9], row[10]))
     return pages
 
 

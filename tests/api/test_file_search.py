@@ -1,6 +1,6 @@
 """`file_search` run by the server in the response loop: the model calls it, the request's vector
 stores are searched, a `file_search_call` item with its three events in OpenAI's order, the
-results shown only under `include`, the model's citation markers turned into `file_citation`
+results kept but shown only under `include`, the model's citation markers turned into `file_citation`
 annotations (never streamed raw, even split across deltas), and bad input refused."""
 
 from __future__ import annotations
@@ -165,6 +165,32 @@ def test_a_replayed_search_is_not_made_again_and_the_model_reads_its_results(
     assert "Vacation is 30 days." in next(m for m in messages if m["role"] == "tool")["content"]
 
 
+def test_input_items_show_a_sent_searchs_results_only_when_the_listing_includes_them(
+    vector_client: openai.OpenAI, store_id: str
+) -> None:
+    sent: Any = [
+        {
+            "type": "file_search_call",
+            "id": "fs_sent",
+            "status": "completed",
+            "queries": ["vacation"],
+            "results": [{"file_id": "file-x", "filename": "old.txt", "score": 0.9, "text": "Vacation is 30 days."}],
+        },
+        {"role": "user", "content": "Thanks."},
+    ]
+    response = vector_client.responses.create(
+        model="fake", input=sent, tools=[{"type": "file_search", "vector_store_ids": [store_id]}]
+    )
+    plain = vector_client.responses.input_items.list(response.id, order="asc").data
+    assert plain[0].type == "file_search_call" and plain[0].results is None
+    asked = vector_client.responses.input_items.list(response.id, order="asc", include=["file_search_call.results"])
+    shown = asked.data[0]
+    assert shown.type == "file_search_call" and shown.results and shown.results[0].text == "Vacation is 30 days."
+    with pytest.raises(openai.BadRequestError) as refused:
+        vector_client.responses.input_items.list(response.id, include=["file_search_call.everything"])  # type: ignore[list-item]
+    assert refused.value.body["param"] == "include[0]"
+
+
 @pytest.mark.parametrize(
     ("tool", "param"),
     [
@@ -215,9 +241,18 @@ def test_a_background_search_is_followed_and_resumed_and_a_conversation_keeps_it
         vector_client.responses.retrieve(response_id, stream=True, starting_after=first_search.sequence_number - 1)
     )
     assert [e.type for e in resumed] == [e.type for e in events[first_search.sequence_number :]]
+    assert [e.model_dump(exclude={"obfuscation"}) for e in resumed] == [
+        e.model_dump(exclude={"obfuscation"}) for e in events[first_search.sequence_number :]
+    ]
+    done = next(e for e in resumed if e.type == "response.output_item.done")
+    assert done.item.type == "file_search_call" and done.item.results is None  # (its create had no include)
     kept = vector_client.responses.retrieve(response_id)
     assert [item.type for item in kept.output] == ["file_search_call", "message"]
+    assert kept.output[0].results is None and resumed[-1].response.output[0].results is None
     assert kept.output[1].content[0].annotations[0].filename == "handbook.txt"
+    # Kept whole all the same: a read that includes them sees them.
+    asked = vector_client.responses.retrieve(response_id, include=["file_search_call.results"])
+    assert asked.output[0].results and asked.output[0].results[0].filename == "handbook.txt"
 
     conversation = vector_client.conversations.create()
     vector_client.responses.create(
@@ -225,10 +260,24 @@ def test_a_background_search_is_followed_and_resumed_and_a_conversation_keeps_it
     )
     items = vector_client.conversations.items.list(conversation.id, order="asc").data
     assert [item.type for item in items] == ["message", "file_search_call", "message"]
-    vector_client.responses.create(model="fake", input="And remote work?", tools=tools, conversation=conversation.id)
+    assert items[1].results is None
+    listed = vector_client.conversations.items.list(conversation.id, order="asc", include=["file_search_call.results"])
+    assert listed.data[1].results[0].filename == "handbook.txt"
+    later_turn = vector_client.responses.create(
+        model="fake", input="And remote work?", tools=tools, conversation=conversation.id
+    )
     later = fake.requests()[-1]["messages"]
     search_result = next(m for m in later if m["role"] == "tool")
-    assert "not kept" in search_result["content"]  # (no include: the results were not stored)
+    # The model reads the earlier search's results again, without include, and without its markers.
+    assert "thirty days of paid vacation" in search_result["content"] and "【" not in search_result["content"]
+    assert later_turn.status == "completed"
+    search_id = str(items[1].id)
+    one = vector_client.conversations.items.retrieve(search_id, conversation_id=conversation.id)
+    assert one.type == "file_search_call" and one.results is None
+    one = vector_client.conversations.items.retrieve(
+        search_id, conversation_id=conversation.id, include=["file_search_call.results"]
+    )
+    assert one.type == "file_search_call" and one.results and one.results[0].filename == "handbook.txt"
 
 
 def test_a_response_cancelled_while_it_searches_ends_cancelled(vector_client: openai.OpenAI, fake: FakeRuntime) -> None:

@@ -6,7 +6,7 @@ import openai
 import pytest
 
 from app.storage.migrate import migrate
-from tests.conftest import Environment, Server, new_environment
+from tests.conftest import Environment, PostgresServer, Server, new_environment
 from tests.e2e.processes import PrivateRedis, Stack
 from tests.mcp_server import McpTestServer
 from tests.private_postgres import private_cluster
@@ -32,6 +32,15 @@ def database_of_its_own(tmp_path_factory: pytest.TempPathFactory, fake_runtime_u
     on) the session's queue instead of the test's (one deployment, one queue namespace, never
     meets this)."""
     with new_environment(tmp_path_factory, fake_runtime_url) as environment:
+        yield environment
+
+
+@pytest.fixture
+def vector_database_of_its_own(
+    tmp_path_factory: pytest.TempPathFactory, fake_runtime_url: str, pgvector_postgres: PostgresServer
+) -> Iterator[Environment]:
+    """As `database_of_its_own`, on the PostgreSQL with pgvector: for killing workers that search."""
+    with new_environment(tmp_path_factory, fake_runtime_url, pgvector_postgres) as environment:
         yield environment
 
 

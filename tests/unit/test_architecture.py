@@ -83,7 +83,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "app.process": set(),
     "app.protocol": set(),
     "app.documents": {"app.process"},
-    "app.embeddings": set(),
+    # A model a worker hosts is reached through that worker: a job on its queue (app.queue).
+    "app.embeddings": {"app.protocol", "app.queue"},
     "app.retrieval": {"app.storage", "app.embeddings", "app.protocol"},
     "app.queue": {"app.process", "app.protocol"},
     "app.storage": {"app.protocol"},

@@ -42,10 +42,15 @@ class FileSearchKind:
 
     async def prepare(self, context: list[Item]) -> None:
         """The markers of this response's searches before now (a continued loop's), so that the
-        next ones follow them and its answer's citations still name their files."""
+        next ones follow them, its answer's citations still name their files, and the model
+        reads those results with the same markers as the worker before this one gave it."""
         for item in self.translator.before:
             if item["type"] == "file_search_call":
-                self.translator.citations += [(r["file_id"], r["filename"]) for r in item.get("results") or []]
+                results = item.get("results")
+                if results is not None:
+                    first_marker = len(self.translator.citations) + 1
+                    self.translator.search_texts[item["id"]] = for_the_model(results, first_marker)
+                self.translator.citations += [(r["file_id"], r["filename"]) for r in results or []]
 
     def opening(self, call: HostedCallOutput) -> list[Event]:
         assert isinstance(call, FileSearchCallOutput)

@@ -397,16 +397,16 @@ def mcp_list_tools_events(item: Item, output_index: int, failed: bool) -> tuple[
 class FileSearchCallOutput:
     """A search of the request's vector stores, which the server makes (the tool loop's
     file_search kind). Its events are the loop's: `opening()` once the model's arguments are whole
-    (its queries), `closing()` once the search answered. Its `results` are kept in the item only
-    when the request's `include` asks for them (as OpenAI shows them); the loop hands them to the
-    model in any case (`for_model`)."""
+    (its queries), `closing()` once the search answered. Its `results` are kept in the item
+    whatever `include` says: the model reads them in later turns, and a worker continuing the
+    response needs them; clients see them only when `include` asks (app/protocol/search_results.py).
+    The loop hands them to the model with citation markers (`for_model`)."""
 
     output_index: int
     id: str = field(default_factory=lambda: new_id("fs"))
     parts: list[str] = field(default_factory=list)  # of the arguments
     queries: list[str] = field(default_factory=list)
     results: list[Item] | None = None
-    include_results: bool = False
     for_model: str = ""  # what the model reads of the results (their text, with citation markers)
     status: str | None = None  # set once the search answered: completed or failed
 
@@ -420,7 +420,7 @@ class FileSearchCallOutput:
             "type": "file_search_call",
             "status": self.status or status,
             "queries": self.queries,
-            "results": self.results if self.include_results else None,
+            "results": self.results,
         }
 
     def started(self) -> list[Event]:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.protocol.create_request import ENCRYPTED_REASONING, SEARCH_RESULTS
+from app.protocol.create_request import ENCRYPTED_REASONING
 from app.protocol.ids import new_id
 from app.protocol.response_object import usage_object
 from app.protocol.sealing import Seal
@@ -75,8 +75,6 @@ class StreamTranslator:
     # Calls the server may still make for the response (max_tool_calls, which counts hosted calls
     # only: MCP calls and file searches); the model's calls past it are dropped.
     hosted_calls_left: int | None = None
-    # Whether the request's include asks for file_search_call results (else they are not kept).
-    include_search_results: bool = False
     # The answer's citation markers become annotations (the server runs a file search): the
     # results the model was given so far, by marker number - 1, as (file id, filename).
     cites: bool = False
@@ -115,7 +113,6 @@ class StreamTranslator:
             grammar_tool=None if grammar_tool is None else grammar_tool["name"],
             max_calls=None if settings.get("parallel_tool_calls", True) else 1,
             hosted_calls_left=settings.get("max_tool_calls"),
-            include_search_results=SEARCH_RESULTS in settings.get("requested", {}).get("include", []),
             cites=bool(settings.get("requested", {}).get("runs_file_search")),
             summarise_reasoning=settings["reasoning"].get("summary") is not None,
             seal_reasoning=seal.seal if seal is not None and sealed else None,
@@ -143,7 +140,7 @@ class StreamTranslator:
             return ""
         if last["type"] == "file_search_call" and last.get("status") not in ("completed", "failed"):
             self.before = finished  # a search is read-only: it is made again
-            search = FileSearchCallOutput(len(finished), last["id"], include_results=self.include_search_results)
+            search = FileSearchCallOutput(len(finished), last["id"])
             search.queries = list(last.get("queries") or [])
             self.interrupted = search
             self.items.append(search)
@@ -264,7 +261,7 @@ class StreamTranslator:
             current = mcp_kind(self._next_index, ref.name, ref.namespace)
             self._count_hosted()
         elif ref.kind == "file_search":
-            current = FileSearchCallOutput(self._next_index, include_results=self.include_search_results)
+            current = FileSearchCallOutput(self._next_index)
             self._count_hosted()
         else:
             kind = CustomToolCallOutput if ref.kind == "custom" else FunctionCallOutput

@@ -11,7 +11,7 @@ from starlette.routing import Route
 
 from app import errors
 from app.api.auth import authenticate
-from app.api.http import json_body, query_choice, query_int
+from app.api.http import json_body, query_choice, query_include, query_int
 from app.service import conversations
 from app.service.idempotency import HEADER, IdempotencyKey
 from app.service.state import AppState
@@ -27,11 +27,6 @@ def _conversation_id(request: Request) -> str:
     if "\x00" in conversation_id:  # no stored id holds one
         raise errors.conversation_not_found(conversation_id)
     return conversation_id
-
-
-def _include(request: Request) -> list[str]:
-    """`include`, as the SDK sends a list in a query (`include[]=…`) or repeated."""
-    return request.query_params.getlist("include[]") + request.query_params.getlist("include")
 
 
 async def create(request: Request) -> JSONResponse:
@@ -72,7 +67,7 @@ async def list_items(request: Request) -> JSONResponse:
         order=order,
         limit=query_int(request, "limit", default=20, low=1, high=100) or 20,
         after=request.query_params.get("after") or None,
-        include=_include(request),
+        include=query_include(request),
     )
     return JSONResponse(page)
 
@@ -87,7 +82,7 @@ async def add_items(request: Request) -> JSONResponse:
     )
     key = IdempotencyKey.of(request.headers.get(HEADER), route, body.data)
     return JSONResponse(
-        await conversations.add_items(state, caller.account_id, conversation_id, body.data, _include(request), key)
+        await conversations.add_items(state, caller.account_id, conversation_id, body.data, query_include(request), key)
     )
 
 
@@ -96,7 +91,7 @@ async def retrieve_item(request: Request) -> JSONResponse:
     caller = await authenticate(state, request)
     conversation_id, item_id = _conversation_id(request), request.path_params["item_id"]
     return JSONResponse(
-        await conversations.retrieve_item(state, caller.account_id, conversation_id, item_id, _include(request))
+        await conversations.retrieve_item(state, caller.account_id, conversation_id, item_id, query_include(request))
     )
 
 

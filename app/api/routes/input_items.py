@@ -9,7 +9,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from app.api.auth import authenticate
-from app.api.http import query_choice, query_int, response_id_in_path
+from app.api.http import query_choice, query_include, query_int, response_id_in_path
 from app.service import reading
 from app.service.state import AppState
 
@@ -27,6 +27,7 @@ async def list_input_items(request: Request) -> JSONResponse:
         limit=limit,
         after=request.query_params.get("after") or None,
         before=request.query_params.get("before") or None,
+        include=query_include(request),
     )
     return JSONResponse(page)
 

@@ -14,9 +14,10 @@ from starlette.types import ASGIApp
 
 from app import errors
 from app.api.auth import authenticate
-from app.api.http import json_body, query_bool, query_int, response_id_in_path
+from app.api.http import json_body, query_bool, query_include, query_int, response_id_in_path
 from app.events.final_response import FinalResponse
 from app.events.sse import EventStreamResponse
+from app.protocol.conversation_request import check_include
 from app.protocol.encoding import WireEvent
 from app.protocol.response_object import render
 from app.service import compaction, creation, input_tokens, reading, stopping
@@ -67,7 +68,9 @@ async def retrieve(request: Request) -> Response | ASGIApp:
     caller = await authenticate(state, request)
     response_id = response_id_in_path(request)
     if not query_bool(request, "stream"):
-        return JSONResponse(render(await reading.retrieve(state, caller.account_id, response_id)))
+        include = query_include(request)
+        check_include(include)
+        return JSONResponse(render(await reading.retrieve(state, caller.account_id, response_id), include))
     after = query_int(request, "starting_after", default=-1, low=-1)
     events = await reading.resume(state, caller.account_id, response_id, -1 if after is None else after)
     return EventStreamResponse(
