@@ -183,7 +183,8 @@ class VllmServer(BaseModel):
     device: Literal["gpu", "cpu"] = "gpu"
     tensor_parallel_size: int = Field(1, gt=0)
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)  # on a GPU, 0.9 when unset
-    kv_cache_gib: float | None = Field(None, gt=0)  # on the CPU, 4 when unset
+    # On the CPU, 4 when unset; whole GiB: vLLM reads VLLM_CPU_KVCACHE_SPACE as an integer.
+    kv_cache_gib: int | None = Field(None, gt=0, strict=True)
     max_model_len: int | None = Field(None, gt=0)
 
     @model_validator(mode="after")

@@ -15,8 +15,10 @@ import asyncio
 import math
 import os
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
@@ -26,6 +28,9 @@ from app.queue import replies
 from app.queue.jobs import QueueRedis
 from app.queue.redis_keys import EMBED_JOB
 from app.queue.redis_link import REDIS_DOWN
+
+if TYPE_CHECKING:
+    from app.embeddings.minilm import MiniLM  # (loaded on first use: onnxruntime is heavy)
 
 # A hosted server is this worker's own: as long as a batch takes on a busy GPU, not a network's wait.
 HOSTED_TIMEOUT_SECONDS = 120.0
@@ -58,6 +63,26 @@ def windows(text: str, size: int) -> list[str]:
     return ["".join(words[i : i + per_window]) for i in range(0, len(words), per_window)] or [text]
 
 
+async def in_windows(
+    texts: list[str], size: int, batch_size: int, embed_batch: Callable[[list[str]], Awaitable[Embedded]]
+) -> Embedded:
+    """The texts embedded batch by batch, each longer one as the mean of its windows' vectors."""
+    pieces = [windows(text, size) for text in texts]
+    flat = [piece for text_pieces in pieces for piece in text_pieces]
+    vectors: list[list[float]] = []
+    tokens = 0
+    for start in range(0, len(flat), batch_size):
+        embedded = await embed_batch(flat[start : start + batch_size])
+        vectors += embedded.vectors
+        tokens += embedded.tokens
+    out, at = [], 0
+    for text_pieces in pieces:
+        part = vectors[at : at + len(text_pieces)]
+        out.append(part[0] if len(part) == 1 else mean_of(part))
+        at += len(text_pieces)
+    return Embedded(out, tokens)
+
+
 def mean_of(vectors: list[list[float]]) -> list[float]:
     summed = [sum(values) for values in zip(*vectors, strict=True)]
     norm = math.sqrt(sum(x * x for x in summed)) or 1.0
@@ -82,21 +107,13 @@ class MiniLMEmbedder:
                     self._model = await asyncio.to_thread(MiniLM, self.entry.threads)
         model = self._model
         assert isinstance(model, MiniLM)
-        pieces = [windows(text, self.entry.max_input_tokens) for text in texts]
-        flat = [piece for text_pieces in pieces for piece in text_pieces]
-        vectors: list[list[float]] = []
-        tokens = 0
-        for start in range(0, len(flat), self.entry.batch_size):
-            batch = flat[start : start + self.entry.batch_size]
-            async with self._running:
-                vectors += await asyncio.to_thread(model.embed, batch)
-                tokens += sum(await asyncio.to_thread(model.count_tokens, batch))
-        out, at = [], 0
-        for text_pieces in pieces:
-            part = vectors[at : at + len(text_pieces)]
-            out.append(part[0] if len(part) == 1 else mean_of(part))
-            at += len(text_pieces)
-        return Embedded(out, tokens)
+        return await in_windows(texts, self.entry.max_input_tokens, self.entry.batch_size, partial(self._batch, model))
+
+    async def _batch(self, model: MiniLM, batch: list[str]) -> Embedded:
+        async with self._running:
+            vectors = await asyncio.to_thread(model.embed, batch)
+            tokens = sum(await asyncio.to_thread(model.count_tokens, batch))
+        return Embedded(vectors, tokens)
 
     async def close(self) -> None:
         pass
@@ -106,10 +123,18 @@ class HttpEmbedder:
     """An OpenAI-compatible `/v1/embeddings` server: an external one, or the one this worker hosts."""
 
     def __init__(
-        self, entry: EmbeddingModel, base_url: str, served_name: str, timeout: float, api_key: str | None = None
+        self,
+        entry: EmbeddingModel,
+        base_url: str,
+        served_name: str,
+        timeout: float,
+        api_key: str | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
+        """`extra`: fields of each request beside OpenAI's (a known server's own)."""
         self.entry = entry
         self._served_name = served_name
+        self._extra = extra or {}
         self._client = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
             timeout=timeout,
@@ -118,27 +143,25 @@ class HttpEmbedder:
         )
 
     async def embed(self, texts: list[str]) -> Embedded:
-        vectors: list[list[float]] = []
-        tokens = 0
-        for start in range(0, len(texts), self.entry.batch_size):
-            batch = texts[start : start + self.entry.batch_size]
-            try:
-                answer = await self._client.post(
-                    "/embeddings", json={"model": self._served_name, "input": batch, "encoding_format": "float"}
-                )
-            except httpx.HTTPError as exc:
-                raise EmbeddingFailed(f"the embedding server could not be reached ({type(exc).__name__})") from None
-            if answer.status_code != 200:
-                raise EmbeddingFailed(f"the embedding server answered HTTP {answer.status_code}: {answer.text[:300]}")
-            body = answer.json()
-            data = sorted(body["data"], key=lambda d: d["index"])
-            if len(data) != len(batch) or any(len(d["embedding"]) != self.entry.dimensions for d in data):
-                raise EmbeddingFailed(
-                    f"the embedding server's vectors are not {len(batch)} of {self.entry.dimensions} dimensions"
-                )
-            vectors += [d["embedding"] for d in data]
-            tokens += int((body.get("usage") or {}).get("prompt_tokens") or 0)
-        return Embedded(vectors, tokens)
+        return await in_windows(texts, self.entry.max_input_tokens, self.entry.batch_size, self._batch)
+
+    async def _batch(self, batch: list[str]) -> Embedded:
+        try:
+            answer = await self._client.post(
+                "/embeddings",
+                json={"model": self._served_name, "input": batch, "encoding_format": "float", **self._extra},
+            )
+        except httpx.HTTPError as exc:
+            raise EmbeddingFailed(f"the embedding server could not be reached ({type(exc).__name__})") from None
+        if answer.status_code != 200:
+            raise EmbeddingFailed(f"the embedding server answered HTTP {answer.status_code}: {answer.text[:300]}")
+        body = answer.json()
+        data = sorted(body["data"], key=lambda d: d["index"])
+        if len(data) != len(batch) or any(len(d["embedding"]) != self.entry.dimensions for d in data):
+            raise EmbeddingFailed(
+                f"the embedding server's vectors are not {len(batch)} of {self.entry.dimensions} dimensions"
+            )
+        return Embedded([d["embedding"] for d in data], int((body.get("usage") or {}).get("prompt_tokens") or 0))
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -194,7 +217,10 @@ class Embedders:
             return HttpEmbedder(entry, entry.base_url, entry.served_name, entry.timeout_seconds, key)
         assert isinstance(entry, VllmEmbeddingModel)
         if entry.base_url is not None:  # this worker hosts it
-            return HttpEmbedder(entry, entry.base_url, entry.id, HOSTED_TIMEOUT_SECONDS)
+            # vLLM cuts a text past its context rather than refusing it (a word of many pieces
+            # can take a window past `max_input_tokens`).
+            truncating = {"truncate_prompt_tokens": -1}
+            return HttpEmbedder(entry, entry.base_url, entry.id, HOSTED_TIMEOUT_SECONDS, extra=truncating)
         if self.queue is None:
             raise EmbeddingFailed(f"the embedding model '{entry.id}' is reached through its worker; no queue here")
         return WorkerEmbedder(entry, self.queue, self.base_queue, self.timeout)

@@ -33,6 +33,8 @@ FUNCTION = {
             "queries": {
                 "type": "array",
                 "items": {"type": "string"},
+                "minItems": 1,
+                "maxItems": 5,
                 "description": "One to five search queries, each a short phrase or question.",
             }
         },

@@ -101,6 +101,7 @@ def test_a_worker_points_its_hosted_model_at_its_server(tmp_path: Path) -> None:
         ('[[models]]\nid = "a"\nruntime = "tgi"\nbase_url = "http://x/v1"\n', "runtime"),
         ('[[models]]\nid = "a"\nruntime = "vllm"\nmodel = "m"\ngpu_memory_utilization = 1.5\n', "gpu_memory"),
         ('[[models]]\nid = "a"\nruntime = "llamacpp"\nthreds = 2\n', "threds"),
+        ('[[models]]\nid = "a"\nruntime = "vllm"\nmodel = "m"\ndevice = "cpu"\nkv_cache_gib = 1.5\n', "kv_cache_gib"),
         ('[[embedding_models]]\nid = "e"\nruntime = "vllm"\ndimensions = 8\n', "model"),
         ('[[embedding_models]]\nid = "e"\nruntime = "vllm"\nmodel = "m"\n', "dimensions"),
         (

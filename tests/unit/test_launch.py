@@ -85,10 +85,10 @@ def test_no_worker_starts_an_external_server() -> None:
 
 
 def test_vllm_on_the_cpu_sizes_its_kv_cache_in_gib_not_as_a_share_of_a_gpu() -> None:
-    cpu = VllmModel(id="m", runtime="vllm", model="m", device="cpu", kv_cache_gib=1.5, env={"HF_HUB_OFFLINE": "1"})
+    cpu = VllmModel(id="m", runtime="vllm", model="m", device="cpu", kv_cache_gib=2, env={"HF_HUB_OFFLINE": "1"})
     assert "--gpu-memory-utilization" not in vllm_command(cpu, 1)
     env = server_environment(cpu, {"PATH": "/bin", "HF_HUB_OFFLINE": "0"})
-    assert env == {"PATH": "/bin", "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1.5"}
+    assert env == {"PATH": "/bin", "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "2"}
     assert (
         server_environment(VllmModel(id="m", runtime="vllm", model="m", device="cpu"), {})["VLLM_CPU_KVCACHE_SPACE"]
         == "4"

@@ -120,9 +120,8 @@ sampling = {{ temperature = 0.2, top_p = 0.9 }}
 
 [[embedding_models]]
 id = "{EMBEDDER}"
-{cpu_model_lines(home, kv_cache_gib=0.5, model=minilm_checkpoint())}dimensions = 384
-max_input_tokens = 256
-max_model_len = 512
+{cpu_model_lines(home, kv_cache_gib=1, model=minilm_checkpoint())}dimensions = 384
+max_input_tokens = 256  # (vLLM reads all-MiniLM-L6-v2's sentence-transformers limit: 256)
 startup_timeout_seconds = 300
 extra_args = ["--enforce-eager"]
 """
@@ -137,7 +136,8 @@ class VllmStack:
     worker_url: str  # the hosting worker's own port: /ready, /metrics
     worker_log: Path
     hosting: subprocess.Popen[bytes]
-    embedding_worker_log: Path  # the worker hosting the pooling runner
+    embedding_worker: subprocess.Popen[bytes]  # the worker hosting the pooling runner
+    embedding_worker_log: Path
     processes: list[subprocess.Popen[bytes]]  # every process of the stack, stopped at its end
     plain_workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     readiness_seen: list[dict[str, Any]] = field(default_factory=list)  # the hosting worker's /ready answers
@@ -213,7 +213,8 @@ def vllm_stack(
         )
         processes.append(hosting)
         embedding_worker_log = folder / "embedding-worker.log"
-        processes.append(start_logged(own, embedding_worker_log, "worker", "--model", EMBEDDER, **HOUSEKEEPING))
+        embedding_worker = start_logged(own, embedding_worker_log, "worker", "--model", EMBEDDER, **HOUSEKEEPING)
+        processes.append(embedding_worker)
         proxy = subprocess.Popen(
             [sys.executable, "-m", "tests.vllm.recording_proxy", "--port", str(proxy_port), "--upstream",
              f"http://127.0.0.1:{vllm_port}"],
@@ -227,7 +228,7 @@ def vllm_stack(
         )
         stack = VllmStack(
             own, client, f"http://127.0.0.1:{vllm_port}", proxy_url, f"http://127.0.0.1:{worker_port}", worker_log,
-            hosting, embedding_worker_log, processes,
+            hosting, embedding_worker, embedding_worker_log, processes,
         )  # fmt: skip
         stack.start_plain_worker()
         stack.start_plain_worker()

@@ -24,11 +24,11 @@ def set_up() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-def cpu_model_lines(home: Path, kv_cache_gib: float, model: Path | None = None) -> str:
+def cpu_model_lines(home: Path, kv_cache_gib: int, model: Path | None = None) -> str:
     """The TOML lines of a vllm model on the CPU build in `home`: SmolLM2 unless `model` says
     another checkpoint, offline, its caches and temporary files in `home`."""
     return (
-        f'runtime = "vllm"\ndevice = "cpu"\nkv_cache_gib = {kv_cache_gib:g}\n'
+        f'runtime = "vllm"\ndevice = "cpu"\nkv_cache_gib = {kv_cache_gib}\n'
         f'model = "{model or home / "smollm2-135m-instruct"}"\nexecutable = "{home}/vllm"\n'
         f'env = {{ HF_HUB_OFFLINE = "1", TRANSFORMERS_OFFLINE = "1", VLLM_CACHE_ROOT = "{home}/cache", '
         f'TMPDIR = "{home}/tmp" }}\n'

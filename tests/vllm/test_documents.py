@@ -26,6 +26,8 @@ def _embeddings_ready(vllm: VllmStack) -> None:
     """Once the worker hosting the pooling runner has started it (the tier's engines start together)."""
 
     def answered() -> bool:
+        worker = vllm.embedding_worker
+        assert worker.poll() is None, f"its worker exited:\n{vllm.embedding_worker_log.read_text()[-3000:]}"
         try:
             vllm.client.embeddings.create(model=EMBEDDER, input="ready?")
         except openai.APIStatusError:  # a 503 while its engine starts

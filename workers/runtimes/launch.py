@@ -26,7 +26,7 @@ EMBEDDED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
-DEFAULT_CPU_KV_CACHE_GIB = 4.0
+DEFAULT_CPU_KV_CACHE_GIB = 4
 
 
 class LaunchError(Exception):
@@ -122,7 +122,7 @@ def server_environment(model: ServerLaunch, inherited: Mapping[str, str]) -> dic
     to start)."""
     env = {**inherited, **model.env}
     if isinstance(model, VllmServer) and model.device == "cpu":
-        env["VLLM_CPU_KVCACHE_SPACE"] = f"{model.kv_cache_gib or DEFAULT_CPU_KV_CACHE_GIB:g}"
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(model.kv_cache_gib or DEFAULT_CPU_KV_CACHE_GIB)
     return env
 
 

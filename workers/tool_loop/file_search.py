@@ -2,9 +2,10 @@
 caller's, checked when the request came; a store deleted since is skipped), as the tool's
 `max_num_results`, `filters` and `ranking_options` say. The call is a `file_search_call` item with
 its `queries`, opened as OpenAI streams it (added, in_progress, searching) and closed with its
-results (completed; in the item only under `include`). The model reads each result with a
-citation marker; the markers become `file_citation` annotations (the translator's citations).
-A search changes nothing: one in flight when its worker stopped is simply made again.
+results (completed; kept in the item, shown to clients under `include`). The model reads each
+result with a citation marker; the markers become `file_citation` annotations (the translator's
+citations). A call without queries (a small model's, even held to the schema) searches what the
+user last said. A search changes nothing: one in flight when its worker stopped is made again.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from typing import Any
 
 from app.embeddings.embedders import EmbeddingFailed
 from app.protocol.file_search import for_the_model, queries_of
+from app.protocol.input_items import item_text
 from app.protocol.response_object import ResponseRecord
 from app.protocol.search_filters import parse_filter
 from app.protocol.shapes import Event, Item
+from app.protocol.vector_store_request import MAX_QUERY_CHARS
 from app.retrieval.search import search_stores
 from app.storage import vector_stores as stores_db
 from workers.state import WorkerState
@@ -32,6 +35,7 @@ class FileSearchKind:
     state: WorkerState
     record: ResponseRecord
     translator: StreamTranslator
+    asked: str = ""  # what the user last said: the query of a call that gives none
 
     @property
     def tool(self) -> dict[str, Any]:
@@ -44,6 +48,8 @@ class FileSearchKind:
         """The markers of this response's searches before now (a continued loop's), so that the
         next ones follow them, its answer's citations still name their files, and the model
         reads those results with the same markers as the worker before this one gave it."""
+        said = [item_text(item) for item in context if item["type"] == "message" and item["role"] == "user"]
+        self.asked = next((text.strip() for text in reversed(said) if text.strip()), "")[:MAX_QUERY_CHARS]
         for item in self.translator.before:
             if item["type"] == "file_search_call":
                 results = item.get("results")
@@ -58,6 +64,8 @@ class FileSearchKind:
 
     async def make(self, call: HostedCallOutput) -> list[Event]:
         assert isinstance(call, FileSearchCallOutput)
+        if not call.queries and self.asked:
+            call.queries = [self.asked]
         if not call.queries:
             return call.closing([], "The search was called without queries: give it one or more.")
         try:
