@@ -15,7 +15,8 @@ Search: a store of N synthetic chunks per `--sizes` (clustered unit vectors, as 
 and words; bulk-loaded, then the server's vector index made again), `--queries` searches through
 the API's route (the query embedded, both rankings, the fusion), latency p50/p99; and recall@10
 of the HNSW scan against an exact scan on the same queries (scanned as the server's search
-scans: app/storage/chunks.py HNSW_SETTINGS).
+scans: app/storage/chunks.py HNSW_SETTINGS), with the scan's own time, at the server's
+`hnsw.ef_search` and at others beside it.
 
 Memory: a `--big-mb` PDF and one a tenth of its size uploaded and ingested; the API's and the
 worker's peak resident memory (VmHWM) after each: it must not grow with the file.
@@ -55,6 +56,8 @@ from bench.stack import running_stack
 from tests.documents import document
 
 DIMS = 384
+SERVER_EF_SEARCH = int(next(s for s in HNSW_SETTINGS if "ef_search" in s).rsplit("=", 1)[1])
+EF_SEARCH = sorted({40, 100, 200, 400, SERVER_EF_SEARCH})  # recall and scan time at each
 WORDS = "policy vacation remote office expense travel receipt badge printer garage lisbon porto budget".split()
 
 
@@ -170,20 +173,25 @@ async def search(client: httpx.AsyncClient, database_url: str, size: int, querie
         index_seconds = time.monotonic() - indexing
         await conn.execute("ANALYZE chunks")
         probes = _clustered(rng, centers, queries).tolist()
-        hits = 0
+        hits = dict.fromkeys(EF_SEARCH, 0)
+        scan_seconds: dict[int, list[float]] = {ef: [] for ef in EF_SEARCH}
         for probe in probes:
             literal = "[" + ",".join(f"{x:.7f}" for x in probe) + "]"
             nearest = f"""
                 SELECT id FROM chunks WHERE dimensions = {DIMS} AND vector_store_id = $1
                 ORDER BY CAST(embedding AS vector({DIMS})) <=> CAST($2 AS vector({DIMS})) LIMIT 10"""
             async with conn.transaction():
-                for setting in HNSW_SETTINGS:  # as the server's search scans
-                    await conn.execute(setting)
-                approximate = {r["id"] for r in await conn.fetch(nearest, store["id"], literal)}
-            async with conn.transaction():
                 await conn.execute("SET LOCAL enable_indexscan = off")
                 exact = {r["id"] for r in await conn.fetch(nearest, store["id"], literal)}
-            hits += len(approximate & exact)
+            for ef in EF_SEARCH:
+                async with conn.transaction():
+                    for setting in HNSW_SETTINGS:  # as the server's search scans, at this ef_search
+                        await conn.execute(setting)
+                    await conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
+                    started = time.monotonic()
+                    approximate = {r["id"] for r in await conn.fetch(nearest, store["id"], literal)}
+                    scan_seconds[ef].append(time.monotonic() - started)
+                hits[ef] += len(approximate & exact)
         plan = await conn.fetch(
             f"EXPLAIN SELECT id FROM chunks WHERE dimensions = {DIMS} AND vector_store_id = $1 "
             f"ORDER BY CAST(embedding AS vector({DIMS})) <=> CAST($2 AS vector({DIMS})) LIMIT 10",
@@ -207,7 +215,11 @@ async def search(client: httpx.AsyncClient, database_url: str, size: int, querie
         "bulk_load_s": round(load_seconds, 1),
         "index_build_s": round(index_seconds, 1),
         "api_search": percentiles(latencies),
-        "recall_at_10": round(hits / (10 * queries), 4),
+        "recall_at_10": round(hits[SERVER_EF_SEARCH] / (10 * queries), 4),
+        "by_ef_search": {
+            ef: {"recall_at_10": round(hits[ef] / (10 * queries), 4), "scan": percentiles(scan_seconds[ef])}
+            for ef in EF_SEARCH
+        },
         "vector_plan": re.sub(r"'\[[^']*\]'", "'[…]'", " / ".join(row[0].strip() for row in plan)),
     }
 
