@@ -22,6 +22,8 @@ from app.protocol.validation import StrictModel, discriminator, validate
 # A call the model makes, and the item that answers it (by call_id).
 TOOL_CALL_TYPES = ("function_call", "custom_tool_call")
 TOOL_OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output")
+# What a client sends to answer a response that waits for it.
+ANSWER_TYPES = (*TOOL_OUTPUT_TYPES, "mcp_approval_response")
 
 # Known to OpenAI, not served here yet: a clear 400 rather than a silent drop.
 UNSUPPORTED_CONTENT_TYPES = {"input_audio"}

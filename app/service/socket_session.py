@@ -30,6 +30,7 @@ from typing import Any
 from app import errors
 from app.error_reporting import client_error
 from app.protocol import encoding
+from app.protocol.input_items import ANSWER_TYPES
 from app.protocol.lifecycle import lifecycle_event
 from app.protocol.response_object import usage_object
 from app.protocol.socket_frames import ClientEvent, error_frame, read_frame, stream_frame
@@ -129,7 +130,8 @@ class SocketSession:
         await self._create(body, event.size, event.stream_id, taking)
 
     async def _create(self, body: dict[str, Any], size: int, stream_id: str | None, taking: list[Steer]) -> None:
-        """A create on a lane; `taking`: the steers whose input goes first in it."""
+        """A create on a lane; `taking`: the steers whose input goes in it, after the answers to the
+        calls it continues and before the rest."""
         generate = body.pop("generate", True)
         if not isinstance(generate, bool):
             raise errors.InvalidRequest("Invalid type for 'generate': expected a boolean.", param="generate")
@@ -140,7 +142,10 @@ class SocketSession:
             body["prompt_cache_options"] = {key: value for key, value in cache.items() if key != "prewarm"}
         opening = dict(body)  # (what a successor inherits)
         if taking:
-            body["input"] = [item for steer in taking for item in steer.items] + _as_items(body.get("input"))
+            sent = _as_items(body.get("input"))
+            answers = next((n for n, item in enumerate(sent) if not _answers(item)), len(sent))
+            steered = [item for steer in taking for item in steer.items]
+            body["input"] = sent[:answers] + steered + sent[answers:]
         parent = self._continued(body)
         if parent is not None:
             body.pop("previous_response_id")
@@ -230,6 +235,10 @@ class SocketSession:
 
 class _SocketGone(Exception):
     """The client closed the socket: nothing can be sent on it any more."""
+
+
+def _answers(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") in ANSWER_TYPES
 
 
 def _as_items(value: Any) -> list[Any]:

@@ -5,7 +5,9 @@ Postgres; a `store: false` one's only here), then acknowledged, and the response
 to end the response at its next output boundary (`incomplete`, reason `steered`). When the
 response has ended, its steers become its successor's input, on the same lane, with its settings;
 or, when it waits for its client (tool output, an approval), they wait for the client's next
-create naming it, which they are prepended to (`response.steer.pending`). Steers the socket closes
+create naming it, which they join after the answers it sends first (its tool outputs, approval
+responses: a chat template may refuse a user message between calls and their results)
+(`response.steer.pending`). Steers the socket closes
 with are not applied: as OpenAI's, they live on the connection.
 
 A steer's check, storing and acknowledgement hold its response's lock, which the response's end

@@ -162,17 +162,22 @@ def test_a_response_waiting_for_tool_output_keeps_its_steer_for_the_next_create(
     assert pending["reason"] == "waiting_for_required_input"
     assert pending["steer"]["previous_response_id"] == called_id
     assert pending["required_input"] == [{"type": "function_call_output", "call_id": "call_0", "name": "lookup"}]
-    # No successor of its own: the client's create naming it takes the steer, first.
+    # No successor of its own: the client's create naming it takes the steer, after the tool's
+    # output (a user message between a call and its result is refused by strict chat templates).
     output = {"type": "function_call_output", "call_id": "call_0", "output": "plum: a fruit"}
     create = {"type": "response.create", "model": "fake", "tools": [LOOKUP], "previous_response_id": called_id}
-    raw_socket.send(json.dumps({**create, "input": [output]}))
+    raw_socket.send(json.dumps({**create, "input": [output, {"role": "user", "content": "thanks"}]}))
     [answered] = _ends(_until_ends(raw_socket, 1))
     assert answered["previous_response_id"] == called_id and answered["status"] == "completed"
-    new_input = client.responses.input_items.list(answered["id"], order="asc").data[-2:]
+    new_input = client.responses.input_items.list(answered["id"], order="asc").data[-3:]
     assert [(item.type, getattr(item, "role", None)) for item in new_input] == [
-        ("message", "user"),
         ("function_call_output", None),
+        ("message", "user"),
+        ("message", "user"),
     ]
+    sent = fake.requests()[-1]["messages"]
+    assert [m["role"] for m in sent[-4:]] == ["assistant", "tool", "user", "user"]  # call, result, steer, input
+    assert "and hurry" in str(sent[-2]["content"]) and "thanks" in str(sent[-1]["content"])
 
 
 def test_steers_whose_create_is_refused_fail_with_their_ids(raw_socket: Connection) -> None:

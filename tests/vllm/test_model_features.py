@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import jsonschema
 import openai
 import pytest
 
+from tests.conftest import read_socket
 from tests.vllm.conftest import CONTEXT, EXTERNAL, HOSTED, VllmStack
 from tests.vllm.test_lifecycle import LONG, user
 
@@ -182,3 +184,40 @@ def test_input_tokens_count_the_tools_as_vllm_renders_them(vllm: VllmStack) -> N
     )
     assert answered.usage is not None and answered.usage.input_tokens == counted.input_tokens
     assert without.input_tokens == vllm.engine_count([user("Weather in Rome?")])
+
+
+def test_a_steer_pending_for_a_tools_result_reaches_the_engine_after_that_result(vllm: VllmStack) -> None:
+    """The tier's template refuses a message between tool calls and their results, as templates
+    that enforce role order do; a steer sent while the model calls a tool waits for the client's
+    tool output, and the engine reads it after that output."""
+    call = {"role": "assistant", "content": "", "tool_calls": [_weather_call("call_1")]}
+    result = {"role": "tool", "tool_call_id": "call_1", "content": "Sunny."}
+    misplaced = [user("Weather in Paris?"), call, user("In Celsius."), result]
+    refused = httpx.post(f"{vllm.vllm_url}/v1/chat/completions", json={"model": HOSTED, "messages": misplaced})
+    assert refused.status_code == 400 and "followed by their results" in refused.text
+
+    with vllm.client.responses.connect() as connection:
+        connection.response.create(
+            model=EXTERNAL, input="Weather in Paris?", tools=[WEATHER], tool_choice="required", temperature=0
+        )
+        events: list[Any] = []
+        read_socket(connection, events, until=lambda e: e.type == "response.output_item.added")
+        called_id = events[0].response.id
+        connection.response.steer(input="In Celsius, please.", previous_response_id=called_id)
+        read_socket(connection, events, until=lambda e: e.type == "response.steer.pending")
+        [called] = [e.response for e in events if e.type == "response.completed"]
+        [function_call] = [item for item in called.output if item.type == "function_call"]
+        vllm.clear_proxied()
+        output: Any = {"type": "function_call_output", "call_id": function_call.call_id, "output": "Sunny, 24 C."}
+        connection.response.create(
+            model=EXTERNAL, input=[output], previous_response_id=called_id, tools=[WEATHER], max_output_tokens=40
+        )
+        [answered] = read_socket(connection, events, ends=1)
+    assert answered.status in ("completed", "incomplete") and answered.error is None
+    [sent] = vllm.proxied()
+    assert [m["role"] for m in sent["messages"]][-3:] == ["assistant", "tool", "user"]
+    assert "Celsius" in str(sent["messages"][-1]["content"])
+
+
+def _weather_call(call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
