@@ -165,7 +165,9 @@ def test_the_workers_port_says_starting_ready_and_runtime_down_as_its_model_serv
 
 def test_a_worker_refuses_to_host_what_it_cannot(environment: Environment) -> None:
     for model, complaint in [
-        ("fake-model", "external server"),
+        ("fake-model", "not started by a worker"),
+        ("remote-embedder", "not started by a worker"),
+        ("minilm", "not started by a worker"),
         ("no-such-model", "not in the catalog"),
         ("broken-vllm", "model server for 'broken-vllm' exited with 1 while starting"),
     ]:
