@@ -189,6 +189,9 @@ def test_input_items_show_a_sent_searchs_results_only_when_the_listing_includes_
     with pytest.raises(openai.BadRequestError) as refused:
         vector_client.responses.input_items.list(response.id, include=["file_search_call.everything"])  # type: ignore[list-item]
     assert refused.value.body["param"] == "include[0]"
+    with pytest.raises(openai.BadRequestError) as refused:
+        vector_client.responses.retrieve(response.id, include=["file_search_call.everything"])  # type: ignore[list-item]
+    assert refused.value.body["param"] == "include[0]"
 
 
 @pytest.mark.parametrize(
