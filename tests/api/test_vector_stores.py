@@ -45,6 +45,18 @@ def _count(environment: Environment, sql: str, *args: object) -> int:
     return int(environment.query(sql, *args)[0][0])
 
 
+def test_each_embedding_length_has_one_vector_index_with_the_servers_graph(
+    vector_client: openai.OpenAI, vector_environment: Environment
+) -> None:
+    vector_client.vector_stores.create(name="indexed")
+    rows = vector_environment.query(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE indexname LIKE 'ix_chunks_embedding_%'"
+    )
+    assert {row["indexname"] for row in rows} >= {"ix_chunks_embedding_384", "ix_chunks_embedding_8"}
+    for row in rows:  # (a million chunks need the larger graph for 0.95 of the exact top 10)
+        assert "hnsw" in row["indexdef"] and "m='32'" in row["indexdef"] and "ef_construction='128'" in row["indexdef"]
+
+
 def test_a_batch_is_polled_until_no_file_is_in_progress_and_its_counts_add_up(vector_client: openai.OpenAI) -> None:
     store = vector_client.vector_stores.create(name="mixed")
     batch = vector_client.vector_stores.file_batches.upload_and_poll(
