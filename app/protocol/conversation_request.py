@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from app import errors
-from app.protocol.create_request import INCLUDABLE, METADATA_VALUE_CHARS, string_map_limits
+from app.protocol.create_request import METADATA_VALUE_CHARS, string_map_limits
 from app.protocol.input_items import parse_items
 from app.protocol.shapes import Item
 from app.protocol.validation import StrictModel, validate
@@ -65,12 +65,3 @@ def _items(raw: list[Any], *, allow_none: bool) -> list[Item]:
             code="array_above_max_length",
         )
     return parse_items(raw, "items")
-
-
-def check_include(values: list[str]) -> None:
-    """`include` of the items routes: values OpenAI knows (they change nothing here)."""
-    for index, name in enumerate(values):
-        if name not in INCLUDABLE:
-            raise errors.InvalidRequest(
-                f"Invalid 'include[{index}]': unknown value '{name}'.", param=f"include[{index}]", code="invalid_value"
-            )

@@ -375,3 +375,13 @@ def echoed_settings(
 
 def _first(*values: float | None) -> float | None:
     return next((value for value in values if value is not None), None)
+
+
+def check_include(values: list[str]) -> None:
+    """`include` of a read (a Response, its input items, a conversation's items): values OpenAI
+    knows; only `file_search_call.results` changes what is shown (app/protocol/search_results.py)."""
+    for index, name in enumerate(values):
+        if name not in INCLUDABLE:
+            raise errors.InvalidRequest(
+                f"Invalid 'include[{index}]': unknown value '{name}'.", param=f"include[{index}]", code="invalid_value"
+            )

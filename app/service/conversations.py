@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from app import errors
 from app.protocol import conversation_request
+from app.protocol.create_request import check_include
 from app.protocol.item_views import as_shown
 from app.protocol.pages import listed
 from app.protocol.sealing import open_sealed_items
@@ -81,7 +82,7 @@ async def list_items(
     after: str | None,
     include: list[str],
 ) -> dict[str, Any]:
-    conversation_request.check_include(include)
+    check_include(include)
     async with state.engine.connect() as conn:
         if await conversations_db.get(conn, account_id, conversation_id) is None:
             raise errors.conversation_not_found(conversation_id)
@@ -112,7 +113,7 @@ async def add_items(
 ) -> dict[str, Any]:
     """With `key` (Idempotency-Key), the same request sent again answers with the items the
     first added (those still there), adding none."""
-    conversation_request.check_include(include)
+    check_include(include)
     items = await _checked(state, account_id, conversation_request.parse_added_items(body))
     try:
         async with state.engine.begin() as conn:
@@ -133,7 +134,7 @@ async def add_items(
 async def retrieve_item(
     state: AppState, account_id: str, conversation_id: str, item_id: str, include: list[str]
 ) -> Item:
-    conversation_request.check_include(include)
+    check_include(include)
     async with state.engine.connect() as conn:
         if await conversations_db.get(conn, account_id, conversation_id) is None:
             raise errors.conversation_not_found(conversation_id)

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from app import errors
 from app.events.follow import follow
-from app.protocol.conversation_request import check_include
+from app.protocol.create_request import check_include
 from app.protocol.encoding import WireEvent
 from app.protocol.item_views import as_shown
 from app.protocol.pages import listed

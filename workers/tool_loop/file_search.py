@@ -48,8 +48,8 @@ class FileSearchKind:
         """The markers of this response's searches before now (a continued loop's), so that the
         next ones follow them, its answer's citations still name their files, and the model
         reads those results with the same markers as the worker before this one gave it."""
-        said = [item_text(item) for item in context if item["type"] == "message" and item["role"] == "user"]
-        self.asked = next((text.strip() for text in reversed(said) if text.strip()), "")[:MAX_QUERY_CHARS]
+        said = (item_text(item).strip() for item in reversed(context) if item.get("role") == "user")
+        self.asked = next((text for text in said if text), "")[:MAX_QUERY_CHARS]  # (the last only is read)
         for item in self.translator.before:
             if item["type"] == "file_search_call":
                 results = item.get("results")

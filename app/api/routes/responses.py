@@ -17,7 +17,7 @@ from app.api.auth import authenticate
 from app.api.http import json_body, query_bool, query_include, query_int, response_id_in_path
 from app.events.final_response import FinalResponse
 from app.events.sse import EventStreamResponse
-from app.protocol.conversation_request import check_include
+from app.protocol.create_request import check_include
 from app.protocol.encoding import WireEvent
 from app.protocol.response_object import render
 from app.service import compaction, creation, input_tokens, reading, stopping
