@@ -88,6 +88,12 @@ class Settings(BaseSettings):
     mcp_max_output_bytes: int = Field(1024 * 1024, gt=0, alias="RESPONSES_MCP_MAX_OUTPUT_BYTES")
     mcp_max_rounds: int = Field(10, ge=1, alias="RESPONSES_MCP_MAX_ROUNDS")
 
+    # The `web_search` tool (app/protocol/web_search.py): the address of the SearXNG instance
+    # searched (its JSON API enabled); unset, web_search tools are hosted tools, as
+    # RESPONSES_HOSTED_TOOLS says. One search may take TIMEOUT_SECONDS (then it failed).
+    web_search_url: str = Field("", alias="RESPONSES_WEB_SEARCH_URL")
+    web_search_timeout_seconds: float = Field(10.0, gt=0, alias="RESPONSES_WEB_SEARCH_TIMEOUT_SECONDS")
+
     # How long POST /v1/responses/input_tokens waits for a worker of the model to count (503 after).
     count_timeout: int = Field(30, gt=0, alias="RESPONSES_COUNT_TIMEOUT")
     # How long a process waits for the worker hosting an embedding model (runtime vllm) to embed

@@ -27,6 +27,8 @@ from app.settings import Settings
 from app.storage import responses as responses_db
 from app.storage import vector_store_files as store_files_db
 from app.storage.held import HeldConnection
+from app.web_search.backend import SearchBackend
+from app.web_search.configured import configured_backend
 from workers.caches.chain_contexts import ChainContexts
 from workers.caches.conversation_items import ConversationItems
 from workers.leases import LeaseKeeper
@@ -65,6 +67,8 @@ class WorkerState(ProcessState):
     embedders: Embedders = field(default_factory=Embedders)
     conversations: ConversationItems = field(init=False)
     chains: ChainContexts = field(init=False)
+    # The backend the web_search tool asks (RESPONSES_WEB_SEARCH_URL), if one is configured.
+    web_search: SearchBackend | None = field(init=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -72,6 +76,7 @@ class WorkerState(ProcessState):
         self.chains = ChainContexts(int(self.settings.chain_cache_mb * 1_000_000))
         # What the MCP servers a caller names may be (workers/tool_loop/mcp_transport.py).
         self.mcp_guard = EgressGuard.from_config(self.settings.mcp_allow)
+        self.web_search = configured_backend(self.settings)
         self._claims = Batched(self._claim_many, "claims")
         self.claim_connection = HeldConnection(self.held_engine)
         # A generation whose events can no longer be written (refused, or its response ended
@@ -154,6 +159,8 @@ class WorkerState(ProcessState):
         await self.claim_connection.close()
         await self.runtime.aclose()
         await self.embedders.close()
+        if self.web_search is not None:
+            await self.web_search.close()
         await self.dispose_engines()
         if self.supervisor is not None:  # last: generations have ended by now
             await self.supervisor.shut_down()

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.protocol.hosted_calls import CALL_TYPES, runs_tools
 from app.protocol.shapes import Event, Item
 from app.protocol.vocabulary import DELTA_TARGETS
 
@@ -77,18 +78,17 @@ def continuable(output: list[Item], settings: dict[str, Any]) -> bool:
     not past a finished item, and not text held to a schema (the server would hold the
     continuation to the schema from its start).
 
-    A response whose tool loop the server runs (MCP tools, file search) may also be cut between its steps: after the
-    finished items of its earlier answers and calls, it goes on with a call in flight (made
-    again or failed: workers/tool_loop/loop.py), the text of the message being written, or the next
-    answer."""
+    A response whose tool loop the server runs (MCP tools, file and web searches) may also be cut
+    between its steps: after the finished items of its earlier answers and calls, it goes on with
+    a call in flight (made again or failed: workers/tool_loop/loop.py), the text of the message
+    being written, or the next answer."""
     if not output:
         return True
     *before, last = output
-    requested = settings.get("requested", {})
-    if requested.get("runs_mcp") or requested.get("runs_file_search"):
+    if runs_tools(settings):
         if not all(_finished_step(item) for item in before):
             return False
-        if last.get("type") in ("mcp_list_tools", "mcp_call", "file_search_call"):
+        if last.get("type") in ("mcp_list_tools", *CALL_TYPES):
             return True  # between two steps, or with a call in flight
     elif before:
         return False
@@ -110,7 +110,7 @@ def _finished_step(item: Item) -> bool:
     kind = item.get("type")
     if kind == "mcp_list_tools":
         return True  # (its events are written together, once the server answered)
-    if kind in ("mcp_call", "file_search_call"):
+    if kind in CALL_TYPES:
         return item.get("status") in ("completed", "failed")
     if kind == "message":
         return item.get("status") == "completed"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
@@ -10,18 +11,18 @@ from app import errors
 from app.catalog import SamplingDefaults
 from app.protocol.input_items import parse_input
 from app.protocol.mcp_tools import MCP_NOT_RUN, Credentials, McpPolicy
-from app.protocol.search_results import SEARCH_RESULTS
+from app.protocol.search_results import SEARCH_RESULTS, WEB_SEARCH_RESULTS, WEB_SEARCH_SOURCES
 from app.protocol.shapes import Item, Tool
 from app.protocol.text_format import parse_text_format
-from app.protocol.tools import HostedToolsPolicy, ToolChoice, parse_tool_choice, parse_tools
+from app.protocol.tools import HostedToolsPolicy, ToolChoice, parse_tool_choice, parse_tools, served_kind
 from app.protocol.validation import INT32_MAX, StrictModel, validate
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
 LOGPROBS = "message.output_text.logprobs"
 INCLUDABLE = {
     SEARCH_RESULTS,
-    "web_search_call.results",
-    "web_search_call.action.sources",
+    WEB_SEARCH_RESULTS,
+    WEB_SEARCH_SOURCES,
     "message.input_image.image_url",
     "computer_call_output.output.image_url",
     "code_interpreter_call.outputs",
@@ -207,6 +208,8 @@ class ValidatedCreate(BaseModel):
     runs_mcp: bool = False
     # The server runs the file_search tool among `tools` (it has pgvector and an embedding model).
     runs_file_search: bool = False
+    # The server runs the web_search tool among `tools` (a search backend is configured).
+    runs_web_search: bool = False
     mcp_credentials: dict[str, Credentials] = Field(default_factory=dict, repr=False, exclude=True)
 
     @property
@@ -239,7 +242,7 @@ def parse_create_request(
     *,
     input_optional: bool = False,
     mcp: McpPolicy = MCP_NOT_RUN,
-    file_search: bool = False,
+    served: Collection[str] = (),
 ) -> ValidatedCreate:
     """`input_optional`: a request without `input` (counting a chain's or the instructions'
     tokens) has no new input items; a create needs at least one."""
@@ -254,16 +257,17 @@ def parse_create_request(
     _reject_unserved_values(request)
     _check_conversation(request)
     text_format = parse_text_format(request.text.format if request.text else None)
-    tools, credentials = parse_tools(request.tools, hosted_tools, mcp, file_search)
-    runs_file_search = file_search and any(tool["type"] == "file_search" for tool in tools)
+    tools, credentials = parse_tools(request.tools, hosted_tools, mcp, served)
+    runs = {served_kind(tool["type"]) for tool in tools} & set(served)
     return ValidatedCreate(
         request=request.model_copy(update={"tools": tools}),  # (with credentials redacted)
         input_items=[] if without_input else parse_input(request.input),
         text_format=text_format,
         tools=tools,
-        tool_choice=parse_tool_choice(request.tool_choice, tools, runs_file_search),
+        tool_choice=parse_tool_choice(request.tool_choice, tools, served),
         runs_mcp=mcp.run and any(tool["type"] == "mcp" for tool in tools),
-        runs_file_search=runs_file_search,
+        runs_file_search="file_search" in runs,
+        runs_web_search="web_search" in runs,
         mcp_credentials=credentials,
     )
 

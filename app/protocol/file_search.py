@@ -105,6 +105,11 @@ def queries_of(arguments: str) -> list[str]:
     return [q.strip() for q in queries if isinstance(q, str) and q.strip()][:MAX_QUERIES]
 
 
+def citation_of(result: Item) -> Item:
+    """What a marker of this result becomes (its place in the text is added where it stands)."""
+    return {"type": "file_citation", "file_id": result["file_id"], "filename": result["filename"]}
+
+
 def for_the_model(results: list[Item], first_marker: int) -> str:
     """A search's results as the tool's answer: each with its marker, then how to cite."""
     if not results:

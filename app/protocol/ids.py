@@ -29,6 +29,7 @@ Prefix = Literal[
     "vs",
     "vsfb",
     "fs",
+    "ws",
 ]
 
 

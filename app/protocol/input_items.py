@@ -32,7 +32,6 @@ UNSUPPORTED_ITEM_TYPES = {
     "compaction_trigger",
     "computer_call",
     "computer_call_output",
-    "web_search_call",
     "image_generation_call",
     "code_interpreter_call",
     "local_shell_call",
@@ -129,6 +128,43 @@ class _FileSearchResult(StrictModel):
     score: float | None = None
     text: str | None = None
     attributes: dict[str, Any] | None = None
+
+
+class _Source(StrictModel):
+    type: Literal["url"] = "url"
+    url: str
+
+
+class _SearchAction(StrictModel):
+    type: Literal["search"]
+    query: str | None = None
+    queries: list[str] | None = None
+    sources: list[_Source] | None = None
+
+
+class _OpenPageAction(StrictModel):
+    type: Literal["open_page"]
+    url: str | None = None
+
+
+class _FindInPageAction(StrictModel):
+    type: Literal["find_in_page", "find"]  # (`find`: what older servers wrote)
+    url: str | None = None
+    pattern: str | None = None
+
+
+class _WebResult(StrictModel):
+    url: str
+    title: str = ""
+    snippet: str = ""
+
+
+class _WebSearchCall(StrictModel):
+    type: Literal["web_search_call"]
+    action: _SearchAction | _OpenPageAction | _FindInPageAction = Field(discriminator="type")
+    status: Literal["in_progress", "searching", "completed", "incomplete", "failed"] | None = None
+    results: list[_WebResult] | None = None
+    id: str | None = None
 
 
 class _FileSearchCall(StrictModel):
@@ -300,6 +336,20 @@ def _file_search_call(raw: dict[str, Any], param: str) -> Item:
     }
 
 
+def _web_search_call(raw: dict[str, Any], param: str) -> Item:
+    # A search made earlier (a client replays what it was given): not made again; the model reads
+    # its query, and the results it carries where it kept them (include web_search_call.results).
+    call = validate(_WebSearchCall, raw, prefix=param)
+    item: Item = {
+        "type": "web_search_call",
+        "status": call.status or "completed",
+        "action": call.action.model_dump(exclude_none=True),
+    }
+    if call.results is not None:
+        item["results"] = [result.model_dump() for result in call.results]
+    return item
+
+
 def _mcp_approval_request(raw: dict[str, Any], param: str) -> Item:
     return validate(_McpApprovalRequest, raw, prefix=param).model_dump()  # (its id is named by its answer)
 
@@ -321,6 +371,7 @@ _ITEM_PARSERS: dict[str, Callable[[dict[str, Any], str], Item]] = {
     "mcp_approval_request": _mcp_approval_request,
     "mcp_approval_response": _mcp_approval_response,
     "file_search_call": _file_search_call,
+    "web_search_call": _web_search_call,
 }
 
 

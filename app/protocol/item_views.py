@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from app.protocol.input_files import as_listed
-from app.protocol.search_results import shows_results, without_results
+from app.protocol.search_results import item_shown
 from app.protocol.shapes import Item
 
 
 def as_shown(item: Item, include: Collection[str]) -> Item:
     listed = as_listed(item)
-    return listed if shows_results(include) else without_results(listed)
+    return item_shown(listed, include)

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Literal
 
 from pydantic import Field
@@ -26,9 +27,12 @@ from app.protocol.mcp_tools import MCP_NOT_RUN, Credentials, McpPolicy, parse_mc
 from app.protocol.shapes import Tool
 from app.protocol.strict_schema import effective_strict
 from app.protocol.validation import StrictModel, check_json_schema, discriminator, validate
+from app.protocol.web_search import TOOL_TYPES as WEB_SEARCH_TYPES
+from app.protocol.web_search import parse_tool as parse_web_search
 
 ToolChoice = str | dict[str, Any]
 HostedToolsPolicy = Literal["ignore", "refuse"]
+ServedKind = Literal["file_search", "web_search"]  # the hosted tools a server may run itself
 
 # OpenAI runs these itself; a deployment of open models has none of them.
 HOSTED_TOOL_TYPES = frozenset(
@@ -48,6 +52,16 @@ HOSTED_TOOL_TYPES = frozenset(
     }
 )
 NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+
+
+def served_kind(tool_type: Any) -> ServedKind | None:
+    """The hosted tool the server may run that a tool type is (`web_search` for each of its
+    versions), or None."""
+    if not isinstance(tool_type, str):  # (a request's any JSON)
+        return None
+    if tool_type == "file_search":
+        return "file_search"
+    return "web_search" if tool_type in WEB_SEARCH_TYPES else None
 
 
 class _FunctionTool(StrictModel):
@@ -97,11 +111,12 @@ def parse_tools(
     raw: list[Any] | None,
     hosted: HostedToolsPolicy = "refuse",
     mcp: McpPolicy = MCP_NOT_RUN,
-    file_search: bool = False,
+    served: Collection[str] = (),
 ) -> tuple[list[Tool], dict[str, Credentials]]:
     """The tools as a Response echoes them (a 400 naming the first one at fault), and the
-    credentials MCP tools came with, by server label. `file_search`: whether this server runs
-    that tool (it has pgvector and an embedding model); if not, it is a hosted tool like others."""
+    credentials MCP tools came with, by server label. `served`: the hosted tools this server runs
+    (`file_search` where it has pgvector and an embedding model, `web_search` where a search
+    backend is configured); the others are hosted tools it does not run."""
     tools: list[Tool] = []
     credentials: dict[str, Credentials] = {}
     for index, entry in enumerate(raw or []):
@@ -116,12 +131,14 @@ def parse_tools(
                 raise errors.UnsupportedParameter(f"{param}.type", "the hosted tool 'mcp'")
             tools.append(tool)
             continue
-        if kind == "file_search" and file_search:
-            if any(known["type"] == "file_search" for known in tools):
+        if served_kind(kind) in served:
+            if any(served_kind(known["type"]) == served_kind(kind) for known in tools):
                 raise errors.InvalidRequest(
-                    f"Invalid '{param}': only one file_search tool may be given.", param=param, code="invalid_value"
+                    f"Invalid '{param}': only one {served_kind(kind)} tool may be given.",
+                    param=param,
+                    code="invalid_value",
                 )
-            tools.append(parse_file_search(entry, param))
+            tools.append(parse_file_search(entry, param) if kind == "file_search" else parse_web_search(entry, param))
             continue
         if kind in HOSTED_TOOL_TYPES:
             if hosted == "refuse":
@@ -212,7 +229,8 @@ def _check_unique_label(label: str, tools: list[Tool], param: str) -> None:
         )
 
 
-def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool], runs_file_search: bool = False) -> ToolChoice:
+def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool], served: Collection[str] = ()) -> ToolChoice:
+    """`served`: the hosted tools this server runs (as parse_tools takes them)."""
     if raw is None:
         return "auto"
     if isinstance(raw, str):
@@ -222,8 +240,8 @@ def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool], runs_file_searc
                 param="tool_choice",
                 code="invalid_value",
             )
-        run = {"mcp", "file_search"} if runs_file_search else {"mcp"}
-        if raw == "required" and not any(tool["type"] not in HOSTED_TOOL_TYPES - run for tool in tools):
+        runs = {"mcp"} | {tool["type"] for tool in tools if served_kind(tool["type"]) in served}
+        if raw == "required" and not any(tool["type"] not in HOSTED_TOOL_TYPES - runs for tool in tools):
             raise errors.InvalidRequest(
                 "Invalid 'tool_choice': 'required' needs at least one tool.", param="tool_choice", code="invalid_value"
             )
@@ -235,14 +253,14 @@ def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool], runs_file_searc
     kind = discriminator(raw, "tool_choice")
     if kind == "mcp":
         return _mcp_choice(raw, tools)
-    if kind == "file_search":
-        if set(raw) != {"type"} or not runs_file_search:
+    if served_kind(kind) is not None:
+        if set(raw) != {"type"} or served_kind(kind) not in served or not any(t["type"] == kind for t in tools):
             raise errors.InvalidRequest(
-                'Invalid \'tool_choice\': {"type": "file_search"} needs a file_search tool that this server runs.',
+                f'Invalid \'tool_choice\': {{"type": "{kind}"}} needs a {kind} tool that this server runs.',
                 param="tool_choice",
                 code="invalid_value",
             )
-        return {"type": "file_search"}
+        return {"type": kind}
     if kind not in ("function", "custom"):
         raise errors.UnsupportedParameter("tool_choice.type", f"a tool_choice of type '{raw.get('type')}'")
     named = validate(_NamedChoice, raw, prefix="tool_choice")

@@ -17,7 +17,7 @@ from app.protocol.model_fit import check_fit
 from app.protocol.response_object import ResponseRecord
 from app.protocol.sealing import open_sealed_items
 from app.protocol.shapes import Tool
-from app.protocol.tools import HOSTED_TOOL_TYPES
+from app.protocol.tools import HOSTED_TOOL_TYPES, served_kind
 from app.service.file_inputs import read_input_files
 from app.service.image_fetch import check_images
 from app.service.state import AppState
@@ -31,15 +31,12 @@ async def validated(
 ) -> tuple[ValidatedCreate, ModelEntry]:
     """A create request's body checked in full (a 400 naming what is wrong), with its model;
     sealed reasoning opened, image URLs fetched, files read."""
-    runs_file_search = (
-        _asks_file_search(body) and bool(state.catalog.embedding_models) and await state.check_pgvector() is not None
-    )
     create = parse_create_request(
         body,
         state.settings.hosted_tools,
         input_optional=input_optional,
         mcp=state.mcp_policy,
-        file_search=runs_file_search,
+        served=await _served(state, body),
     )
     if create.mcp_credentials and state.seal is None:
         raise errors.InvalidRequest(
@@ -66,9 +63,17 @@ async def validated(
     return create, model
 
 
-def _asks_file_search(body: dict[str, Any]) -> bool:
+async def _served(state: AppState, body: dict[str, Any]) -> set[str]:
+    """The hosted tools this server runs, of those the request lists: file_search with pgvector
+    and an embedding model, web_search with a search backend configured."""
     tools = body.get("tools")
-    return isinstance(tools, list) and any(isinstance(t, dict) and t.get("type") == "file_search" for t in tools)
+    asked = {served_kind(t.get("type")) for t in tools if isinstance(t, dict)} if isinstance(tools, list) else set()
+    served = set()
+    if "web_search" in asked and state.settings.web_search_url:
+        served.add("web_search")
+    if "file_search" in asked and state.catalog.embedding_models and await state.check_pgvector() is not None:
+        served.add("file_search")
+    return served
 
 
 async def check_vector_stores(state: AppState, account_id: str, tools: list[Tool]) -> None:
@@ -95,6 +100,7 @@ def log_hosted_tools(create: ValidatedCreate) -> None:
         if tool["type"] in HOSTED_TOOL_TYPES
         and not (tool["type"] == "mcp" and create.runs_mcp)
         and not (tool["type"] == "file_search" and create.runs_file_search)
+        and not (served_kind(tool["type"]) == "web_search" and create.runs_web_search)
     ]
     if hosted:
         log.info("hosted tools not offered to the model: %s", ", ".join(hosted))
@@ -121,6 +127,7 @@ def new_record(
         "logprobs": create.logprobs,
         "runs_mcp": create.runs_mcp,
         "runs_file_search": create.runs_file_search,
+        "runs_web_search": create.runs_web_search,
     }
     if create.runs_file_search:
         settings["requested"]["account_id"] = account_id

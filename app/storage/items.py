@@ -38,6 +38,7 @@ _ID_PREFIX: dict[str, Any] = {
     "mcp_approval_request": "mcpr",
     "mcp_approval_response": "mcpa",
     "file_search_call": "fs",
+    "web_search_call": "ws",
 }
 
 

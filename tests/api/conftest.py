@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from concurrent.futures import CancelledError
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import openai
 import pytest
@@ -24,6 +25,7 @@ from app.api.app import create_app
 from app.queue.arq_seam import QueueWorker
 from app.settings import Settings
 from tests.conftest import TEST_ENCRYPTION_KEY, Environment, key_of, new_environment
+from tests.searxng_stand_in import SearxngStandIn
 from workers.worker import build_worker
 
 
@@ -48,13 +50,15 @@ def server(environment: Environment) -> Iterator[InProcess]:
 
 
 @contextmanager
-def serving_in_process(environment: Environment) -> Iterator[InProcess]:
-    """The application and a worker, in this process, on the environment's database."""
+def serving_in_process(environment: Environment, **settings_changed: Any) -> Iterator[InProcess]:
+    """The application and a worker, in this process, on the environment's database (with these
+    settings changed)."""
     settings = environment.settings().model_copy(
         update={
             "queue_name": f"responses:api:{secrets.token_hex(4)}",
             "follow_idle_seconds": 1.0,
             "encryption_keys": TEST_ENCRYPTION_KEY,
+            **settings_changed,
         }
     )
     # What the test catalog's keyed model reads its server's key from (as Environment.env sets it).
@@ -87,6 +91,28 @@ def other_client(server: InProcess, other_api_key: str) -> openai.OpenAI:
     """A client of another account."""
     return openai.OpenAI(
         base_url=server.base_url, api_key=other_api_key, max_retries=0, timeout=30, http_client=server.http
+    )
+
+
+@pytest.fixture(scope="session")
+def searxng() -> Iterator[SearxngStandIn]:
+    stand_in = SearxngStandIn().start()
+    yield stand_in
+    stand_in.stop()
+
+
+@pytest.fixture(scope="session")
+def web_server(environment: Environment, searxng: SearxngStandIn) -> Iterator[InProcess]:
+    """The application and a worker searching the web through the SearXNG stand-in (a search
+    taking over a second fails)."""
+    with serving_in_process(environment, web_search_url=searxng.url, web_search_timeout_seconds=1.0) as served:
+        yield served
+
+
+@pytest.fixture
+def web_client(web_server: InProcess, api_key: str) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=web_server.base_url, api_key=api_key, max_retries=0, timeout=30, http_client=web_server.http
     )
 
 

@@ -197,6 +197,8 @@ def test_redis_down_means_fast_503s_and_nothing_accepted_is_lost(
             "postgres": "ok",
             "redis": "ok",
             "vector_stores": "unavailable: PostgreSQL has no pgvector extension",  # (the machine's has none)
+            "web_search": "off: RESPONSES_WEB_SEARCH_URL is not set, so web_search tools are echoed and not offered "
+            "to the model",
         }
         private_redis.kill()
         # Out of the load balancer's rotation, but alive: a process manager must not restart it.

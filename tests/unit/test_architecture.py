@@ -78,6 +78,7 @@ _APP_BELOW_SERVICE = {
     "app.documents",
     "app.embeddings",
     "app.retrieval",
+    "app.web_search",
 }
 MAY_IMPORT: dict[str, set[str]] = {
     "app.process": set(),
@@ -86,6 +87,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     # A model a worker hosts is reached through that worker: a job on its queue (app.queue).
     "app.embeddings": {"app.protocol", "app.queue"},
     "app.retrieval": {"app.storage", "app.embeddings", "app.protocol"},
+    "app.web_search": {"app.protocol"},
     "app.queue": {"app.process", "app.protocol"},
     "app.storage": {"app.protocol"},
     "app.events": {"app.process", "app.protocol", "app.queue", "app.storage"},

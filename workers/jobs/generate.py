@@ -23,6 +23,7 @@ from app.catalog import ModelEntry
 from app.events.writer import Emit
 from app.process.metrics import FINISHED, INPUT_TOKENS, OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
 from app.protocol.accumulate import continuable, stopped
+from app.protocol.hosted_calls import SEARCH_CALL_TYPES, runs_tools
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.response_object import ResponseRecord
 from app.protocol.shapes import Event, Item
@@ -39,7 +40,7 @@ from workers.jobs import compacting, start_times
 from workers.jobs.start_times import StartTimes
 from workers.runtime_failure import RuntimeFailure
 from workers.state import WorkerState
-from workers.tool_loop.loop import MAX_TOOL_ROUNDS, ToolLoop, runs_tools
+from workers.tool_loop.loop import MAX_TOOL_ROUNDS, ToolLoop
 from workers.translation import compaction
 from workers.translation.chat_request import chat_request, continuing
 from workers.translation.translate import STEERED, AnswerSteered, StreamTranslator
@@ -291,7 +292,7 @@ async def _stream(state: WorkerState, generation: Generation, translator: Stream
     emit: Emit = partial(state.writer.append, response_id)
     if prefix is None:  # (a continuation's log holds its compaction, if it made one)
         context = await compacting.compacted_if_due(state, record, model, context, translator, emit)
-    if not runs_tools(record):
+    if not runs_tools(record.settings):
         await _answer(state, generation, translator, context, prefix)
         return
     async with ToolLoop(state, record, translator, emit) as loop:
@@ -306,7 +307,7 @@ async def _stream(state: WorkerState, generation: Generation, translator: Stream
         loop.answers = sum(
             1
             for i in translator.before
-            if (i["type"] == "mcp_call" and not i.get("approval_request_id")) or i["type"] == "file_search_call"
+            if (i["type"] == "mcp_call" and not i.get("approval_request_id")) or i["type"] in SEARCH_CALL_TYPES
         )
         while True:
             await _answer(state, generation, translator, context + translator.before[own_output:], prefix, loop.answers)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.embeddings.embedders import EmbeddingFailed
-from app.protocol.file_search import for_the_model, queries_of
+from app.protocol.file_search import citation_of, for_the_model, queries_of
 from app.protocol.input_items import item_text
 from app.protocol.response_object import ResponseRecord
 from app.protocol.search_filters import parse_filter
@@ -56,7 +56,7 @@ class FileSearchKind:
                 if results is not None:
                     first_marker = len(self.translator.citations) + 1
                     self.translator.search_texts[item["id"]] = for_the_model(results, first_marker)
-                self.translator.citations += [(r["file_id"], r["filename"]) for r in results or []]
+                self.translator.citations += [citation_of(result) for result in results or []]
 
     def opening(self, call: HostedCallOutput) -> list[Event]:
         assert isinstance(call, FileSearchCallOutput)
@@ -74,7 +74,7 @@ class FileSearchKind:
             log.warning("response %s: file search failed: %s", self.record.id, failed)
             return call.closing(None, f"The search failed: {failed}.")
         first_marker = len(self.translator.citations) + 1
-        self.translator.citations += [(result["file_id"], result["filename"]) for result in results]
+        self.translator.citations += [citation_of(result) for result in results]
         return call.closing(results, for_the_model(results, first_marker))
 
     async def make_interrupted(self, call: HostedCallOutput) -> list[Event]:

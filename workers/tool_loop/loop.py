@@ -1,5 +1,5 @@
 """A response's tool loop, in its worker: the model is offered the tools the server runs (an MCP
-server's, the file search), each call it makes is made here by the call's kind and handed back to
+server's, file and web searches), each call it makes is made here by the call's kind and handed back to
 the model, until the model answers, calls a client's function, or asks for an approval.
 
 Each call is opened in the event log once the model's arguments are whole and committed before
@@ -21,18 +21,13 @@ from workers.state import WorkerState
 from workers.tool_loop.file_search import FileSearchKind
 from workers.tool_loop.kind import HostedKind
 from workers.tool_loop.mcp import McpKind
+from workers.tool_loop.web_search import WebSearchKind
 from workers.translation.output_items import HostedCallOutput
 from workers.translation.translate import StreamTranslator
 
 log = logging.getLogger(__name__)
 
 MAX_TOOL_ROUNDS = "max_tool_rounds"  # the incomplete reason of a loop that ran out of inference rounds
-
-
-def runs_tools(record: ResponseRecord) -> bool:
-    """Whether the response has tools the server runs (then its answers go through the loop)."""
-    requested = record.settings.get("requested", {})
-    return bool(requested.get("runs_mcp") or requested.get("runs_file_search"))
 
 
 @dataclass
@@ -53,6 +48,8 @@ class ToolLoop:
             self.kinds.append(self.mcp)
         if requested.get("runs_file_search"):
             self.kinds.append(FileSearchKind(self.state, self.record, self.translator))
+        if requested.get("runs_web_search"):
+            self.kinds.append(WebSearchKind(self.state, self.record, self.translator))
         return self
 
     async def __aexit__(self, *exc: object) -> None:

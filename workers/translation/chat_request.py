@@ -7,11 +7,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.catalog import ModelEntry
+from app.protocol import web_search
 from app.protocol.file_search import FUNCTION_NAME
+from app.protocol.hosted_calls import SEARCH_CALL_TYPES
 from app.protocol.input_files import part_images, part_text
 from app.protocol.input_items import TOOL_OUTPUT_TYPES, item_text
 from app.protocol.response_object import ResponseRecord
 from app.protocol.shapes import Item, Tool
+from app.protocol.tools import served_kind
+from app.protocol.web_search import FUNCTION_NAME as WEB_SEARCH_FUNCTION
 from workers.translation.tools import RuntimeTools, custom_arguments, forced_grammar_tool
 
 # Chat servers treat top_p 0 as invalid or as "off"; OpenAI means "most likely token only".
@@ -140,10 +144,8 @@ class _Messages:
             name = self.tools.runtime_name("mcp", item["name"], item["server_label"])
             self._call(item["id"], name, item["arguments"])
             self._result(item["id"], _mcp_result(item))
-        elif kind == "file_search_call":  # made by the server: its queries, and what it found
-            name = self.tools.runtime_name("file_search", FUNCTION_NAME, None)
-            self._call(item["id"], name, json.dumps({"queries": item.get("queries") or []}, ensure_ascii=False))
-            self._result(item["id"], self.search_results.get(item["id"]) or _search_result(item))
+        elif kind in SEARCH_CALL_TYPES:  # made by the server: what it searched for, and what it found
+            self._search(item)
         elif kind == "mcp_approval_response" and not item["approve"]:
             # An approved call shows as its mcp_call; an approval still awaited, not at all.
             request = self.approval_requests.get(item["approval_request_id"])
@@ -159,6 +161,20 @@ class _Messages:
             self.messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
             self.tool_images += [_image_part(p) for p in parts if p["type"] == "input_image"]
             self.tool_images += [{"type": "image_url", "image_url": {"url": u}} for p in parts for u in _pages(p)]
+
+    def _search(self, item: Item) -> None:
+        """A search the server made (or a client replays): the model's call, and what it read of
+        the results (this response's own with their markers, an earlier turn's without)."""
+        if item["type"] == "file_search_call":
+            name = self.tools.runtime_name("file_search", FUNCTION_NAME, None)
+            arguments: dict[str, Any] = {"queries": item.get("queries") or []}
+            found = _search_result(item)
+        else:
+            name = self.tools.runtime_name("web_search", WEB_SEARCH_FUNCTION, None)
+            arguments = {"query": (item.get("action") or {}).get("query") or ""}
+            found = web_search.without_markers(item)
+        self._call(item["id"], name, json.dumps(arguments, ensure_ascii=False))
+        self._result(item["id"], self.search_results.get(item["id"]) or found)
 
     def _result(self, call_id: str, text: str) -> None:
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
@@ -255,8 +271,9 @@ def _image_part(part: dict[str, Any]) -> dict[str, Any]:
 def _tools(settings: dict[str, Any], tools: RuntimeTools, choice: Any) -> dict[str, Any]:
     if not tools.functions:
         return {}
-    if isinstance(choice, dict) and choice["type"] == "file_search":
-        choice = {"type": "file_search", "name": FUNCTION_NAME}
+    if isinstance(choice, dict) and served_kind(choice["type"]) is not None:
+        kind = served_kind(choice["type"])
+        choice = {"type": kind, "name": FUNCTION_NAME if kind == "file_search" else WEB_SEARCH_FUNCTION}
     if isinstance(choice, dict) and choice["type"] == "mcp":  # a server's tool by name, or any of them
         named = choice.get("name")
         label = choice["server_label"]

@@ -13,6 +13,7 @@ from typing import Any
 
 from app.protocol.ids import new_id
 from app.protocol.shapes import Event, Item
+from app.protocol.web_search import search_action
 from workers.translation.citations import CitationFilter
 from workers.translation.tools import custom_input
 
@@ -453,6 +454,72 @@ class FileSearchCallOutput:
         ]
 
 
-HostedCallOutput = McpCallOutput | FileSearchCallOutput
-CallOutput = FunctionCallOutput | CustomToolCallOutput | McpCallOutput | McpApprovalRequestOutput | FileSearchCallOutput
+@dataclass
+class WebSearchCallOutput:
+    """A web search the server makes (the tool loop's web_search kind), as OpenAI streams one: the
+    item added without its action, `in_progress` and `searching` once the model's query is whole
+    (`opening()`), `completed` and the item done with its action once the backend answered
+    (`closing()`). Its `results` and its action's `sources` are kept in the item whatever `include`
+    says, and shown only where it asks (app/protocol/search_results.py)."""
+
+    output_index: int
+    id: str = field(default_factory=lambda: new_id("ws"))
+    parts: list[str] = field(default_factory=list)  # of the arguments
+    query: str = ""
+    results: list[Item] | None = None
+    for_model: str = ""  # what the model reads of the results (with citation markers)
+    status: str | None = None  # set once the search answered: completed or failed
+
+    @property
+    def arguments(self) -> str:
+        return "".join(self.parts)
+
+    def item(self, status: str) -> Item:
+        item: Item = {"id": self.id, "type": "web_search_call", "status": self.status or status}
+        if self.status is not None:
+            item["action"] = search_action(self.query, self.results)
+            if self.results is not None:
+                item["results"] = self.results
+        return item
+
+    def started(self) -> list[Event]:
+        return []
+
+    def delta(self, text: str) -> None:
+        self.parts.append(text)
+
+    def done(self, status: str) -> list[Event]:
+        return []
+
+    def opening(self, query: str) -> list[Event]:
+        self.query = query
+        where = {"item_id": self.id, "output_index": self.output_index}
+        return [
+            {"type": "response.output_item.added", "output_index": self.output_index, "item": self.item("in_progress")},
+            {"type": "response.web_search_call.in_progress", **where},
+            {"type": "response.web_search_call.searching", **where},
+        ]
+
+    def closing(self, results: list[Item] | None, for_model: str) -> list[Event]:
+        """`results` None: the search failed."""
+        self.results, self.for_model = results, for_model
+        self.status = "failed" if results is None else "completed"
+        where = {"item_id": self.id, "output_index": self.output_index}
+        done = [{"type": "response.web_search_call.completed", **where}] if results is not None else []
+        return [
+            *done,
+            {"type": "response.output_item.done", "output_index": self.output_index, "item": self.item(self.status)},
+        ]
+
+
+SearchCallOutput = FileSearchCallOutput | WebSearchCallOutput
+HostedCallOutput = McpCallOutput | FileSearchCallOutput | WebSearchCallOutput
+CallOutput = (
+    FunctionCallOutput
+    | CustomToolCallOutput
+    | McpCallOutput
+    | McpApprovalRequestOutput
+    | FileSearchCallOutput
+    | WebSearchCallOutput
+)
 OutputItem = MessageOutput | ReasoningOutput | CallOutput

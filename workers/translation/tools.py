@@ -6,21 +6,23 @@ Chat Completions knows only flat functions. A namespace's members are offered as
 derived from the echoed tools alone, so the worker that builds the request and the one that reads
 the calls (and a later turn replaying them) agree without storing it. An MCP server's tools, as
 its `mcp_list_tools` item lists them, are offered by their own names after the request's own
-tools, as far as its `allowed_tools` lets them; a file_search tool the server runs, as one
-function taking queries. Other hosted tools are echoed only: the model is not offered them.
+tools, as far as its `allowed_tools` lets them; a file_search or web_search tool the server
+runs, as the function of its module (app/protocol/file_search.py, web_search.py). Other hosted
+tools are echoed only: the model is not offered them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from app.protocol import file_search as file_search_function
+from app.protocol import web_search as web_search_function
 from app.protocol.mcp_tools import needs_approval, offered
 from app.protocol.shapes import Tool
-from app.protocol.tools import grammar_of
+from app.protocol.tools import grammar_of, served_kind
 
 CUSTOM_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -30,11 +32,15 @@ CUSTOM_INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
+HOSTED_KINDS = ("mcp", "file_search", "web_search")  # what the server calls, of a ToolRef's kinds
+SEARCH_FUNCTIONS = {"file_search": file_search_function.FUNCTION, "web_search": web_search_function.FUNCTION}
+
+
 @dataclass(frozen=True, slots=True)
 class ToolRef:
     """What a runtime function stands for: a function or custom tool, maybe in a namespace."""
 
-    kind: Literal["function", "custom", "mcp", "file_search"]
+    kind: Literal["function", "custom", "mcp", "file_search", "web_search"]
     name: str
     namespace: str | None = None  # an MCP tool's: its server's label
     approval: bool = False  # an MCP tool's call waits for the client's approval
@@ -51,11 +57,11 @@ class RuntimeTools:
         tools: list[Tool],
         listed: Mapping[str, list[dict[str, Any]]] | None = None,
         *,
-        file_search: bool = False,
+        searches: Collection[str] = (),
     ) -> RuntimeTools:
         """`listed`: the tools of the MCP servers the server runs, by label (their mcp_list_tools);
-        `file_search`: whether the server runs the request's file_search tool (offered as a
-        function taking queries)."""
+        `searches`: the search tools of the request's that the server runs (`file_search`,
+        `web_search`), each offered as the function of its module."""
         members = [(tool, None) for tool in tools if tool["type"] in ("function", "custom")]
         for tool in tools:
             if tool["type"] == "namespace":
@@ -78,10 +84,12 @@ class RuntimeTools:
                 approval = needs_approval(server, listed_tool["name"], read_only)
                 by_runtime_name[name] = ToolRef("mcp", listed_tool["name"], server["server_label"], approval)
                 functions.append({"type": "function", "function": _mcp_function(name, listed_tool, server)})
-        if file_search and any(tool["type"] == "file_search" for tool in tools):
-            name = _free_name(file_search_function.FUNCTION_NAME, by_runtime_name)
-            by_runtime_name[name] = ToolRef("file_search", file_search_function.FUNCTION_NAME)
-            functions.append({"type": "function", "function": {**file_search_function.FUNCTION, "name": name}})
+        for kind in (served_kind(tool["type"]) for tool in tools):
+            if kind is not None and kind in searches:
+                function = SEARCH_FUNCTIONS[kind]
+                name = _free_name(str(function["name"]), by_runtime_name)
+                by_runtime_name[name] = ToolRef(kind, str(function["name"]))
+                functions.append({"type": "function", "function": {**function, "name": name}})
         return cls(functions, by_runtime_name)
 
     @classmethod
@@ -89,12 +97,13 @@ class RuntimeTools:
         cls, settings: dict[str, Any], listed: Mapping[str, list[dict[str, Any]]] | None = None
     ) -> RuntimeTools:
         """A response's tools, from its echoed settings."""
-        runs_file_search = bool(settings.get("requested", {}).get("runs_file_search"))
-        return cls.of(settings.get("tools") or [], listed, file_search=runs_file_search)
+        requested = settings.get("requested", {})
+        searches = [kind for kind in ("file_search", "web_search") if requested.get(f"runs_{kind}")]
+        return cls.of(settings.get("tools") or [], listed, searches=searches)
 
     def without_hosted(self) -> RuntimeTools:
         """The same tools without those the server runs (the response may make no more such calls)."""
-        kept = [f for f in self.functions if self.ref(f["function"]["name"]).kind not in ("mcp", "file_search")]
+        kept = [f for f in self.functions if self.ref(f["function"]["name"]).kind not in HOSTED_KINDS]
         return replace(self, functions=kept)
 
     def runtime_name(self, kind: str, name: str, namespace: str | None) -> str:

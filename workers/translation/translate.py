@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.protocol.create_request import ENCRYPTED_REASONING
+from app.protocol.hosted_calls import SEARCH_CALL_TYPES, runs_searches
 from app.protocol.ids import new_id
 from app.protocol.response_object import usage_object
 from app.protocol.sealing import Seal
@@ -35,8 +36,10 @@ from workers.translation.output_items import (
     MessageOutput,
     OutputItem,
     ReasoningOutput,
+    SearchCallOutput,
+    WebSearchCallOutput,
 )
-from workers.translation.tools import RuntimeTools, forced_grammar_tool
+from workers.translation.tools import HOSTED_KINDS, RuntimeTools, forced_grammar_tool
 
 FINISH_TO_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 STEERED = "steered"  # the incomplete reason of a response a steer ended at an output boundary
@@ -75,10 +78,10 @@ class StreamTranslator:
     # Calls the server may still make for the response (max_tool_calls, which counts hosted calls
     # only: MCP calls and file searches); the model's calls past it are dropped.
     hosted_calls_left: int | None = None
-    # The answer's citation markers become annotations (the server runs a file search): the
-    # results the model was given so far, by marker number - 1, as (file id, filename).
+    # The answer's citation markers become annotations (the server runs a search): the results
+    # the model was given so far, by marker number - 1, as what their annotations say.
     cites: bool = False
-    citations: list[tuple[str, str]] = field(default_factory=list)
+    citations: list[Item] = field(default_factory=list)
     # What the model read of this response's searches, by item id (the items keep the results
     # only under include): its next answers read them again.
     search_texts: dict[str, str] = field(default_factory=dict)
@@ -113,7 +116,7 @@ class StreamTranslator:
             grammar_tool=None if grammar_tool is None else grammar_tool["name"],
             max_calls=None if settings.get("parallel_tool_calls", True) else 1,
             hosted_calls_left=settings.get("max_tool_calls"),
-            cites=bool(settings.get("requested", {}).get("runs_file_search")),
+            cites=runs_searches(settings),
             summarise_reasoning=settings["reasoning"].get("summary") is not None,
             seal_reasoning=seal.seal if seal is not None and sealed else None,
         )
@@ -138,10 +141,13 @@ class StreamTranslator:
             )
             self.items.append(self.interrupted)
             return ""
-        if last["type"] == "file_search_call" and last.get("status") not in ("completed", "failed"):
+        if last["type"] in SEARCH_CALL_TYPES and last.get("status") not in ("completed", "failed"):
             self.before = finished  # a search is read-only: it is made again
-            search = FileSearchCallOutput(len(finished), last["id"])
-            search.queries = list(last.get("queries") or [])
+            search: SearchCallOutput
+            if last["type"] == "file_search_call":
+                search = FileSearchCallOutput(len(finished), last["id"], queries=list(last.get("queries") or []))
+            else:
+                search = WebSearchCallOutput(len(finished), last["id"])
             self.interrupted = search
             self.items.append(search)
             return ""
@@ -152,7 +158,7 @@ class StreamTranslator:
         [part] = last["content"]
         cited = None
         if self.cites:  # (the markers it had are cut from its text already)
-            cited = CitationFilter(self.citations, len(part["text"]), annotations=list(part.get("annotations") or []))
+            cited = CitationFilter.resumed(self.citations, part["text"], list(part.get("annotations") or []))
         logprobs = list(part.get("logprobs") or [])
         self.items.append(MessageOutput(len(finished), last["id"], [part["text"]], logprobs, cited))
         return str(part["text"])
@@ -236,7 +242,7 @@ class StreamTranslator:
         index = call.get("index", 0)
         if index not in self._calls:
             name = _text(function.get("name"), "tool call name")
-            is_hosted = self.tools.ref(name).kind in ("mcp", "file_search")
+            is_hosted = self.tools.ref(name).kind in HOSTED_KINDS
             if (self.max_calls is not None and len(self._calls) >= self.max_calls) or (
                 is_hosted and self.hosted_calls_left == 0
             ):
@@ -262,6 +268,9 @@ class StreamTranslator:
             self._count_hosted()
         elif ref.kind == "file_search":
             current = FileSearchCallOutput(self._next_index)
+            self._count_hosted()
+        elif ref.kind == "web_search":
+            current = WebSearchCallOutput(self._next_index)
             self._count_hosted()
         else:
             kind = CustomToolCallOutput if ref.kind == "custom" else FunctionCallOutput
@@ -291,11 +300,7 @@ class StreamTranslator:
 
     def calls_to_make(self) -> list[HostedCallOutput]:
         """The hosted calls the model made in this answer (MCP calls, searches), to be made by the server."""
-        return [
-            item
-            for item in self.items
-            if isinstance(item, McpCallOutput | FileSearchCallOutput) and item.status is None
-        ]
+        return [item for item in self.items if isinstance(item, HostedCallOutput) and item.status is None]
 
     def asks_client(self) -> bool:
         """Whether this answer ends the response for the client to act: it called a function of
@@ -311,7 +316,7 @@ class StreamTranslator:
         """After this answer's MCP calls were made: its items are finished output, its usage
         counts with what came before, and the model's next answer opens items after them."""
         self.before += [item.item("completed") for item in self.items]
-        self.search_texts |= {item.id: item.for_model for item in self.items if isinstance(item, FileSearchCallOutput)}
+        self.search_texts |= {item.id: item.for_model for item in self.items if isinstance(item, SearchCallOutput)}
         self.before_usage = self.usage_object()
         self.items, self._calls = [], {}
         self.usage, self.finish_reason = None, None

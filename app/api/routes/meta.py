@@ -28,8 +28,19 @@ async def ready(request: Request) -> JSONResponse:
     healthy = all(v == "ok" for v in checks.values())
     # Said, not required: without pgvector everything but vector stores and file_search works.
     vector_stores = "ok" if await state.check_pgvector() else "unavailable: PostgreSQL has no pgvector extension"
+    # Said too: what the server does with a web_search tool (the backend is not asked here).
+    web_search = (
+        "ok: searched through the configured backend"
+        if state.settings.web_search_url
+        else "off: RESPONSES_WEB_SEARCH_URL is not set, so web_search tools are echoed and not offered to the model"
+    )
     return JSONResponse(
-        {"status": "ok" if healthy else "unavailable", **checks, "vector_stores": vector_stores},
+        {
+            "status": "ok" if healthy else "unavailable",
+            **checks,
+            "vector_stores": vector_stores,
+            "web_search": web_search,
+        },
         status_code=200 if healthy else 503,
     )
 

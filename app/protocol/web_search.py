@@ -1,0 +1,167 @@
+"""The `web_search` tool (and `web_search_preview`) as the server runs it, against the search
+backend its operator configured (app/web_search/): the tool checked and echoed, the function the
+model is offered in its place, which results its `filters.allowed_domains` lets through, and the
+results as the model reads them, each with the citation marker file search uses (turned into
+`url_citation` annotations on the way out: workers/translation/citations.py).
+
+What the tool's settings do here: `search_context_size` is how many results the model reads
+(low 3, medium 5, high 10); `user_location` is echoed and not used (SearXNG has no location);
+`external_web_access` false is served as it is by OpenAI, without a live page fetch (a search
+answers from the backend's results only: the server fetches no page in any case).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field
+
+from app import errors
+from app.protocol.file_search import MARKER_CLOSE, MARKER_OPEN
+from app.protocol.shapes import Item, Tool
+from app.protocol.validation import StrictModel, validate
+
+TOOL_TYPES = frozenset({"web_search", "web_search_2025_08_26", "web_search_preview", "web_search_preview_2025_03_11"})
+FUNCTION_NAME = "web_search"
+MAX_ALLOWED_DOMAINS = 100
+MAX_QUERY_CHARS = 400
+SNIPPET_CHARS = 800  # of one result's text, as the model reads it
+RESULTS_BY_CONTEXT = {"low": 3, "medium": 5, "high": 10}
+
+FUNCTION = {
+    "name": FUNCTION_NAME,
+    "description": (
+        "Search the web. Use it for anything recent, or that you do not know for certain. "
+        "Returns the top results, each with its title, address and a passage."
+    ),
+    "parameters": {
+        "type": "object",
+        "properties": {"query": {"type": "string", "description": "What to search for, as a search engine takes it."}},
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+    "strict": True,  # (as file_search's: a small model's call then always parses)
+}
+
+
+class _Filters(StrictModel):
+    allowed_domains: list[str] | None = Field(None, max_length=MAX_ALLOWED_DOMAINS)
+
+
+class _UserLocation(StrictModel):
+    type: Literal["approximate"] = "approximate"
+    country: str | None = None
+    region: str | None = None
+    city: str | None = None
+    timezone: str | None = None
+
+
+class _WebSearchTool(StrictModel):
+    type: Literal["web_search", "web_search_2025_08_26"]
+    filters: _Filters | None = None
+    user_location: _UserLocation | None = None
+    search_context_size: Literal["low", "medium", "high"] = "medium"
+    # Codex sends false by default (its "cached" mode); a boolean in OpenAI's schema, a mode's
+    # name in some newer clients: any of them is served the same way here.
+    external_web_access: bool | str | None = None
+
+
+class _WebSearchPreviewTool(StrictModel):
+    type: Literal["web_search_preview", "web_search_preview_2025_03_11"]
+    user_location: _UserLocation | None = None
+    search_context_size: Literal["low", "medium", "high"] = "medium"
+    search_content_types: list[Literal["text", "image"]] | None = None
+
+
+def parse_tool(entry: dict[str, Any], param: str) -> Tool:
+    """The tool as a Response echoes it, its defaults filled in; a domain that names no host is a
+    400 naming it."""
+    model = _WebSearchPreviewTool if str(entry.get("type", "")).startswith("web_search_preview") else _WebSearchTool
+    tool = validate(model, entry, prefix=param).model_dump(exclude_none=True)
+    for index, domain in enumerate((tool.get("filters") or {}).get("allowed_domains") or []):
+        if not _host(domain):
+            raise errors.InvalidRequest(
+                f"Invalid '{param}.filters.allowed_domains[{index}]': '{domain}' is not a domain.",
+                param=f"{param}.filters.allowed_domains[{index}]",
+                code="invalid_value",
+            )
+    return tool
+
+
+def allowed_domains(tool: Tool) -> list[str]:
+    """The tool's domains, as hosts: any scheme, path or leading `www.` dropped."""
+    domains = (tool.get("filters") or {}).get("allowed_domains") or []
+    return [host for host in map(_host, domains) if host]
+
+
+def _host(domain: str) -> str:
+    return (urlsplit(domain if "//" in domain else f"//{domain}").hostname or "").removeprefix("www.")
+
+
+def is_allowed(url: str, domains: list[str]) -> bool:
+    """Whether a result's address is under one of the domains (a subdomain is), or no domain is set."""
+    if not domains:
+        return True
+    host = (urlsplit(url).hostname or "").lower()
+    return any(host == domain or host.endswith(f".{domain}") for domain in domains)
+
+
+def query_of(arguments: str) -> str:
+    """The query of the model's call (the first of `queries`, for a model that writes a list)."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        return ""
+    if not isinstance(parsed, dict):
+        return ""
+    query = parsed.get("query", parsed.get("queries"))
+    if isinstance(query, list):
+        query = next((q for q in query if isinstance(q, str) and q.strip()), "")
+    return query.strip()[:MAX_QUERY_CHARS] if isinstance(query, str) else ""
+
+
+def search_action(query: str, results: list[Item] | None) -> Item:
+    """The call's `action`, its sources those the model was given."""
+    action: Item = {"type": "search", "query": query, "queries": [query] if query else []}
+    if results is not None:
+        action["sources"] = [{"type": "url", "url": result["url"]} for result in results]
+    return action
+
+
+def citation_of(result: Item) -> Item:
+    """What a marker of this result becomes (its place in the text is added where it stands)."""
+    return {"type": "url_citation", "url": result["url"], "title": result["title"]}
+
+
+def for_the_model(results: list[Item], first_marker: int) -> str:
+    """A search's results as the tool's answer: each with its marker, then how to cite."""
+    if not results:
+        return "The web search found nothing."
+    parts = []
+    for n, result in enumerate(results, first_marker):
+        marker = f"{MARKER_OPEN}{n}{MARKER_CLOSE}"
+        parts.append(_shown(result).replace("<result ", f'<result marker="{marker}" ', 1))
+    example = f"{MARKER_OPEN}{first_marker}{MARKER_CLOSE}"
+    parts.append(
+        f"Answer from these results. After each statement that uses one, write its marker (such as {example})."
+    )
+    return "\n".join(parts)
+
+
+def without_markers(item: Item) -> str:
+    """An earlier search, as a later turn's model reads it (it cites only its own turn's searches)."""
+    action = item.get("action") or {}
+    results = item.get("results")
+    if results is None:
+        searched = action.get("query") or ", ".join(action.get("queries") or [])
+        return f"Searched the web for: {searched}" if searched else "Searched the web."
+    if not results:
+        return "The web search found nothing."
+    return "\n".join(_shown(result) for result in results)
+
+
+def _shown(result: Item) -> str:
+    head = f'<result title="{result.get("title", "")}" url="{result.get("url", "")}">'
+    return f"{head}\n{str(result.get('snippet', ''))[:SNIPPET_CHARS]}\n</result>"
