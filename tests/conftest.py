@@ -536,11 +536,11 @@ def server(environment: Environment) -> Iterator[Server]:
 
 
 @contextmanager
-def processes_serving(environment: Environment) -> Iterator[Server]:
-    """An API process and a worker process on the environment."""
+def processes_serving(environment: Environment, **env: str) -> Iterator[Server]:
+    """An API process and a worker process on the environment (with these variables set)."""
     port = free_port()
-    api = start_api(environment, port)
-    worker = start_worker(environment)
+    api = start_api(environment, port, **env)
+    worker = start_worker(environment, **env)
     try:
         yield Server(f"http://127.0.0.1:{port}/v1", api, worker)
     finally:
