@@ -30,6 +30,12 @@ Prefix = Literal[
     "vsfb",
     "fs",
     "ws",
+    "sh",
+    "sho",
+    "lsh",
+    "lsho",
+    "apc",
+    "apco",
 ]
 
 

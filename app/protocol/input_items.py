@@ -15,15 +15,18 @@ from typing import Any, Literal
 from pydantic import Field
 
 from app import errors
+from app.protocol import client_tools
 from app.protocol.input_files import part_text
 from app.protocol.shapes import Item
 from app.protocol.validation import StrictModel, discriminator, validate
 
-# A call the model makes, and the item that answers it (by call_id).
-TOOL_CALL_TYPES = ("function_call", "custom_tool_call")
+# A call the model makes, and the item that answers it (by call_id): a function's or a custom
+# tool's, whose output is text or content parts, and a typed client tool's (app/protocol/client_tools.py).
 TOOL_OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output")
+CLIENT_CALL_TYPES = ("function_call", "custom_tool_call", *client_tools.CALL_TYPES)
+CLIENT_OUTPUT_TYPES = (*TOOL_OUTPUT_TYPES, *client_tools.OUTPUT_TYPES)
 # What a client sends to answer a response that waits for it.
-ANSWER_TYPES = (*TOOL_OUTPUT_TYPES, "mcp_approval_response")
+ANSWER_TYPES = (*CLIENT_OUTPUT_TYPES, "mcp_approval_response")
 
 # Known to OpenAI, not served here yet: a clear 400 rather than a silent drop.
 UNSUPPORTED_CONTENT_TYPES = {"input_audio"}
@@ -34,12 +37,6 @@ UNSUPPORTED_ITEM_TYPES = {
     "computer_call_output",
     "image_generation_call",
     "code_interpreter_call",
-    "local_shell_call",
-    "local_shell_call_output",
-    "shell_call",
-    "shell_call_output",
-    "apply_patch_call",
-    "apply_patch_call_output",
 }
 
 
@@ -164,6 +161,107 @@ class _WebSearchCall(StrictModel):
     action: _SearchAction | _OpenPageAction | _FindInPageAction = Field(discriminator="type")
     status: Literal["in_progress", "searching", "completed", "incomplete", "failed"] | None = None
     results: list[_WebResult] | None = None
+    id: str | None = None
+
+
+class _Caller(StrictModel):
+    type: Literal["direct", "program"]
+    caller_id: str | None = None
+
+
+class _ShellAction(StrictModel):
+    commands: list[str] = Field(min_length=1)
+    timeout_ms: int | None = Field(None, ge=1)
+    max_output_length: int | None = Field(None, ge=1)
+
+
+class _ShellCall(StrictModel):
+    type: Literal["shell_call"]
+    call_id: str = Field(min_length=1, max_length=64)
+    action: _ShellAction
+    environment: dict[str, Any] | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+    caller: _Caller | None = None
+    created_by: str | None = None
+    id: str | None = None
+
+
+class _ShellOutcome(StrictModel):
+    type: Literal["exit", "timeout"]
+    exit_code: int | None = None
+
+
+class _ShellOutputContent(StrictModel):
+    stdout: str = ""
+    stderr: str = ""
+    outcome: _ShellOutcome
+    created_by: str | None = None
+
+
+class _ShellCallOutput(StrictModel):
+    type: Literal["shell_call_output"]
+    call_id: str = Field(min_length=1, max_length=64)
+    output: list[_ShellOutputContent]
+    max_output_length: int | None = Field(None, ge=1)
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+    caller: _Caller | None = None
+    created_by: str | None = None
+    id: str | None = None
+
+
+class _LocalShellAction(StrictModel):
+    type: Literal["exec"] = "exec"
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout_ms: int | None = Field(None, ge=1)
+    user: str | None = None
+    working_directory: str | None = None
+
+
+class _LocalShellCall(StrictModel):
+    type: Literal["local_shell_call"]
+    call_id: str = Field(min_length=1, max_length=64)
+    action: _LocalShellAction
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+    id: str | None = None
+
+
+class _LocalShellCallOutput(StrictModel):
+    type: Literal["local_shell_call_output"]
+    output: str
+    call_id: str | None = Field(None, min_length=1, max_length=64)
+    id: str | None = None  # (OpenAI's schema names the call by `id`; the Agents SDK sends call_id)
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class _CreateFile(StrictModel):
+    type: Literal["create_file", "update_file"]
+    path: str = Field(min_length=1)
+    diff: str
+
+
+class _DeleteFile(StrictModel):
+    type: Literal["delete_file"]
+    path: str = Field(min_length=1)
+
+
+class _ApplyPatchCall(StrictModel):
+    type: Literal["apply_patch_call"]
+    call_id: str = Field(min_length=1, max_length=64)
+    operation: _CreateFile | _DeleteFile = Field(discriminator="type")
+    status: Literal["in_progress", "completed"] | None = None
+    caller: _Caller | None = None
+    created_by: str | None = None
+    id: str | None = None
+
+
+class _ApplyPatchCallOutput(StrictModel):
+    type: Literal["apply_patch_call_output"]
+    call_id: str = Field(min_length=1, max_length=64)
+    status: Literal["completed", "failed"]
+    output: str | None = None
+    caller: _Caller | None = None
+    created_by: str | None = None
     id: str | None = None
 
 
@@ -350,6 +448,30 @@ def _web_search_call(raw: dict[str, Any], param: str) -> Item:
     return item
 
 
+def _client_tool_item(model: type[StrictModel]) -> Callable[[dict[str, Any], str], Item]:
+    """A typed client tool's call or output, as sent (its id and `created_by`, ours to give, dropped)."""
+
+    def parse(raw: dict[str, Any], param: str) -> Item:
+        item = validate(model, raw, prefix=param).model_dump(exclude_none=True, exclude={"id", "created_by"})
+        if "status" not in item and item["type"] != "apply_patch_call_output":
+            item["status"] = "completed"
+        return item
+
+    return parse
+
+
+def _local_shell_call_output(raw: dict[str, Any], param: str) -> Item:
+    result = validate(_LocalShellCallOutput, raw, prefix=param)
+    call_id = result.call_id or result.id
+    if call_id is None:
+        raise errors.InvalidRequest(
+            f"Missing required parameter: '{param}.call_id'.",
+            param=f"{param}.call_id",
+            code="missing_required_parameter",
+        )
+    return {"type": "local_shell_call_output", "call_id": call_id, "output": result.output, "status": "completed"}
+
+
 def _mcp_approval_request(raw: dict[str, Any], param: str) -> Item:
     return validate(_McpApprovalRequest, raw, prefix=param).model_dump()  # (its id is named by its answer)
 
@@ -372,6 +494,12 @@ _ITEM_PARSERS: dict[str, Callable[[dict[str, Any], str], Item]] = {
     "mcp_approval_response": _mcp_approval_response,
     "file_search_call": _file_search_call,
     "web_search_call": _web_search_call,
+    "shell_call": _client_tool_item(_ShellCall),
+    "shell_call_output": _client_tool_item(_ShellCallOutput),
+    "local_shell_call": _client_tool_item(_LocalShellCall),
+    "local_shell_call_output": _local_shell_call_output,
+    "apply_patch_call": _client_tool_item(_ApplyPatchCall),
+    "apply_patch_call_output": _client_tool_item(_ApplyPatchCallOutput),
 }
 
 

@@ -6,6 +6,8 @@
 - `custom`: a tool taking free text (`format` text), or text of a grammar (`format` grammar, Lark
   or a regex): served where the model's server can hold its output to a grammar and tool_choice
   names the tool (app/protocol/model_fit.py), since such a server constrains the whole answer.
+- `shell`, `local_shell`, `apply_patch`: tools the client runs that are not functions
+  (app/protocol/client_tools.py): the model calls each as a function, the call comes back typed.
 - `mcp`: a remote MCP server whose tools the server itself runs (app/protocol/mcp_tools.py),
   unless the deployment turns that off (RESPONSES_MCP=off): it is then a hosted tool, below, and
   its credentials are dropped all the same.
@@ -22,6 +24,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from app import errors
+from app.protocol.client_tools import TOOL_TYPES as CLIENT_TOOL_TYPES
+from app.protocol.client_tools import parse_tool as parse_client_tool
 from app.protocol.file_search import parse_tool as parse_file_search
 from app.protocol.mcp_tools import MCP_NOT_RUN, Credentials, McpPolicy, parse_mcp_tool
 from app.protocol.shapes import Tool
@@ -145,6 +149,13 @@ def parse_tools(
                 raise errors.UnsupportedParameter(f"{param}.type", f"the hosted tool '{kind}'")
             tools.append(entry)  # echoed as sent; never offered to the model
             continue
+        if kind in CLIENT_TOOL_TYPES:
+            if any(known["type"] == kind for known in tools):
+                raise errors.InvalidRequest(
+                    f"Invalid '{param}': only one {kind} tool may be given.", param=param, code="invalid_value"
+                )
+            tools.append(parse_client_tool(entry, param))
+            continue
         if kind == "namespace":
             tool = _namespace(entry, param)
         else:
@@ -253,14 +264,8 @@ def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool], served: Collect
     kind = discriminator(raw, "tool_choice")
     if kind == "mcp":
         return _mcp_choice(raw, tools)
-    if served_kind(kind) is not None:
-        if set(raw) != {"type"} or served_kind(kind) not in served or not any(t["type"] == kind for t in tools):
-            raise errors.InvalidRequest(
-                f'Invalid \'tool_choice\': {{"type": "{kind}"}} needs a {kind} tool that this server runs.',
-                param="tool_choice",
-                code="invalid_value",
-            )
-        return {"type": kind}
+    if kind is not None and (served_kind(kind) is not None or kind in ("shell", "apply_patch")):
+        return _tool_type_choice(raw, kind, tools, served)
     if kind not in ("function", "custom"):
         raise errors.UnsupportedParameter("tool_choice.type", f"a tool_choice of type '{raw.get('type')}'")
     named = validate(_NamedChoice, raw, prefix="tool_choice")
@@ -271,6 +276,20 @@ def parse_tool_choice(raw: ToolChoice | None, tools: list[Tool], served: Collect
             code="invalid_value",
         )
     return {"type": named.type, "name": named.name}
+
+
+def _tool_type_choice(raw: dict[str, Any], kind: str, tools: list[Tool], served: Collection[str]) -> ToolChoice:
+    """A choice of a tool by its type alone: a search the server runs, or a client's shell or
+    apply_patch (OpenAI has no choice of local_shell)."""
+    runs = served_kind(kind) in served if served_kind(kind) is not None else True
+    if set(raw) != {"type"} or not runs or not any(t["type"] == kind for t in tools):
+        server = " that this server runs" if served_kind(kind) is not None else ""
+        raise errors.InvalidRequest(
+            f'Invalid \'tool_choice\': {{"type": "{kind}"}} needs a {kind} tool{server}.',
+            param="tool_choice",
+            code="invalid_value",
+        )
+    return {"type": kind}
 
 
 def _mcp_choice(raw: dict[str, Any], tools: list[Tool]) -> ToolChoice:

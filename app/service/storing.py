@@ -13,7 +13,7 @@ from app import errors
 from app.protocol import encoding
 from app.protocol.create_request import ValidatedCreate
 from app.protocol.encoding import WireEvent
-from app.protocol.input_items import TOOL_OUTPUT_TYPES
+from app.protocol.input_items import CLIENT_OUTPUT_TYPES
 from app.protocol.lifecycle import lifecycle_event
 from app.protocol.mcp_tools import approvals_asked, check_approvals
 from app.protocol.response_object import ResponseRecord
@@ -123,7 +123,7 @@ async def chain_link(
             param="previous_response_id",
             code="previous_response_not_finished",
         )
-    answered = {item["call_id"] for item in input_items if item["type"] in TOOL_OUTPUT_TYPES}
+    answered = {item["call_id"] for item in input_items if item["type"] in CLIENT_OUTPUT_TYPES}
     for call_id in previous.call_ids:
         if call_id not in answered:  # OpenAI's words for it
             raise errors.InvalidRequest(f"No tool output found for function call {call_id}.", param="input")

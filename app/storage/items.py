@@ -39,6 +39,12 @@ _ID_PREFIX: dict[str, Any] = {
     "mcp_approval_response": "mcpa",
     "file_search_call": "fs",
     "web_search_call": "ws",
+    "shell_call": "sh",
+    "shell_call_output": "sho",
+    "local_shell_call": "lsh",
+    "local_shell_call_output": "lsho",
+    "apply_patch_call": "apc",
+    "apply_patch_call_output": "apco",
 }
 
 

@@ -18,7 +18,7 @@ from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.protocol.encoding import WireEvent
-from app.protocol.input_items import TOOL_CALL_TYPES
+from app.protocol.input_items import CLIENT_CALL_TYPES
 from app.protocol.response_object import ResponseRecord
 from app.protocol.vocabulary import ACTIVE_STATUSES, Status
 from app.storage import DbRow
@@ -284,7 +284,7 @@ _CHAIN_LINK = DriverStatement(
     SELECT r.id, r.chain_depth, r.status,
            (SELECT coalesce(array_agg(i.payload ->> 'call_id'), '{{}}'::text[]) FROM items i
             WHERE i.response_id = r.id AND i.side = 'output'
-              AND i.type IN ({", ".join(f"'{kind}'" for kind in TOOL_CALL_TYPES)})) AS call_ids,
+              AND i.type IN ({", ".join(f"'{kind}'" for kind in CLIENT_CALL_TYPES)})) AS call_ids,
            (SELECT coalesce(array_agg(i.id), '{{}}'::text[]) FROM items i
             WHERE i.response_id = r.id AND i.side = 'output' AND i.type = 'mcp_approval_request') AS approval_ids
     FROM responses r WHERE r.id = :id AND r.account_id = :account_id AND r.store

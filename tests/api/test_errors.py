@@ -76,7 +76,7 @@ BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
     ({"model": "fake", "input": "x", "conversation": "conv_1", "store": False}, 400, "store", "invalid_value"),
     ({"model": "fake", "input": "x", "prompt": {"id": "p"}}, 400, "prompt", "unsupported_parameter"),
     (
-        {"model": "fake", "input": "x", "tools": [{"type": "local_shell"}]},
+        {"model": "fake", "input": "x", "tools": [{"type": "programmatic_tool_calling"}]},
         400,
         "tools[0].type",
         "unsupported_parameter",

@@ -153,7 +153,7 @@ def test_a_streamed_tool_call_arrives_in_the_order_the_sdk_expects(client: opena
         ({"tools": [{**WEATHER, "parameters": {"type": "nope"}}]}, "tools[0].parameters", "invalid_json_schema"),
         ({"tools": [{**WEATHER, "name": "bad name!"}]}, "tools[0].name", "invalid_value"),
         ({"tools": [WEATHER, WEATHER]}, "tools[1].name", "invalid_value"),
-        ({"tools": [{"type": "local_shell"}]}, "tools[0].type", "unsupported_parameter"),
+        ({"tools": [{"type": "programmatic_tool_calling"}]}, "tools[0].type", "unsupported_parameter"),
         (
             {"tools": [WEATHER], "tool_choice": {"type": "function", "name": "other"}},
             "tool_choice.name",

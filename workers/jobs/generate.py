@@ -42,7 +42,7 @@ from workers.runtime_failure import RuntimeFailure
 from workers.state import WorkerState
 from workers.tool_loop.loop import MAX_TOOL_ROUNDS, ToolLoop
 from workers.translation import compaction
-from workers.translation.chat_request import chat_request, continuing
+from workers.translation.chat_request import chat_request, continuing, with_refusals
 from workers.translation.translate import STEERED, AnswerSteered, StreamTranslator
 
 log = logging.getLogger(__name__)
@@ -358,10 +358,31 @@ async def _answer(
             if times.first_token is None and any(event["type"] in OUTPUT_DELTAS for event in events):
                 first_token.observe(times.first_token_now(record.model) - record.created_at)
 
-    try:
-        await state.runtime.stream(model, body, translate, truncate=record.settings.get("truncation") == "auto")
-    except AnswerSteered:  # (its stream closed: the runtime stops generating)
-        pass
+    truncate = record.settings.get("truncation") == "auto"
+    for repair in range(MAX_CALL_REPAIRS + 1):
+        try:
+            await state.runtime.stream(model, body, translate, truncate=truncate)
+        except AnswerSteered:  # (its stream closed: the runtime stops generating)
+            return
+        if settled := translator.settle_client_calls():
+            state.writer.append(record.id, settled)
+        if not _to_repair(translator) or repair == MAX_CALL_REPAIRS or prefix is not None:
+            return
+        # Calls of client tools that made no typed item (a patch that is not V4A): the model is
+        # told why and asked again, in the same request; the client never sees them.
+        body = with_refusals(body, translator.answer_text(), translator.refused)
+        state.writer.append(record.id, translator.close_answer())
+        translator.next_answer()
+
+
+MAX_CALL_REPAIRS = 2  # times an answer is asked again after its client tool calls were refused
+
+
+def _to_repair(translator: StreamTranslator) -> bool:
+    """Whether the answer is to be asked again: it made only calls that were refused."""
+    return bool(translator.refused) and not (
+        translator.asks_client() or translator.calls_to_make() or translator.steered
+    )
 
 
 def _ending(

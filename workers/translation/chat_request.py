@@ -7,16 +7,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.catalog import ModelEntry
-from app.protocol import web_search
+from app.protocol import client_tools, web_search
 from app.protocol.file_search import FUNCTION_NAME
 from app.protocol.hosted_calls import SEARCH_CALL_TYPES
 from app.protocol.input_files import part_images, part_text
-from app.protocol.input_items import TOOL_OUTPUT_TYPES, item_text
+from app.protocol.input_items import CLIENT_CALL_TYPES, CLIENT_OUTPUT_TYPES, TOOL_OUTPUT_TYPES, item_text
 from app.protocol.response_object import ResponseRecord
 from app.protocol.shapes import Item, Tool
 from app.protocol.tools import served_kind
 from app.protocol.web_search import FUNCTION_NAME as WEB_SEARCH_FUNCTION
 from workers.translation.tools import RuntimeTools, custom_arguments, forced_grammar_tool
+from workers.translation.translate import RefusedCall
 
 # Chat servers treat top_p 0 as invalid or as "off"; OpenAI means "most likely token only".
 TOP_P_ZERO = 1e-9
@@ -121,10 +122,11 @@ class _Messages:
         self.tool_images: list[dict[str, Any]] = []
         self.reasoning: list[str] = []  # for the next assistant message
         self.approval_requests: dict[str, Item] = {}  # by id: what an approval response answers
+        self.client_calls: dict[str, Item] = {}  # typed calls of the client's tools, by call_id
 
     def add(self, item: Item) -> None:
         kind = item["type"]
-        if self.tool_images and kind not in TOOL_OUTPUT_TYPES:
+        if self.tool_images and kind not in CLIENT_OUTPUT_TYPES:
             self._flush_tool_images()
         if kind == "message":
             role = item["role"]
@@ -134,12 +136,10 @@ class _Messages:
                 self._message(role, _content(item["content"]))
         elif kind == "reasoning":
             self.reasoning.append(reasoning_text(item))
-        elif kind == "function_call":
-            name = self.tools.runtime_name("function", item["name"], item.get("namespace"))
-            self._call(item["call_id"], name, item["arguments"])
-        elif kind == "custom_tool_call":
-            name = self.tools.runtime_name("custom", item["name"], item.get("namespace"))
-            self._call(item["call_id"], name, custom_arguments(item["input"]))
+        elif kind in CLIENT_CALL_TYPES:
+            self._client_call(item)
+        elif kind in client_tools.OUTPUT_TYPES:
+            self._result(item["call_id"], client_tools.output_text(item, self.client_calls.get(item["call_id"])))
         elif kind == "mcp_call":  # made by the server: the model sees its call and what it answered
             name = self.tools.runtime_name("mcp", item["name"], item["server_label"])
             self._call(item["id"], name, item["arguments"])
@@ -161,6 +161,22 @@ class _Messages:
             self.messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
             self.tool_images += [_image_part(p) for p in parts if p["type"] == "input_image"]
             self.tool_images += [{"type": "image_url", "image_url": {"url": u}} for p in parts for u in _pages(p)]
+
+    def _client_call(self, item: Item) -> None:
+        """A call of a client's tool: a function's, a custom tool's, or a typed one's (shell,
+        local_shell, apply_patch: as the function the model called, one call per typed item)."""
+        kind = item["type"]
+        if kind == "function_call":
+            name = self.tools.runtime_name("function", item["name"], item.get("namespace"))
+            self._call(item["call_id"], name, item["arguments"])
+        elif kind == "custom_tool_call":
+            name = self.tools.runtime_name("custom", item["name"], item.get("namespace"))
+            self._call(item["call_id"], name, custom_arguments(item["input"]))
+        else:
+            self.client_calls[item["call_id"]] = item
+            tool = kind.removesuffix("_call")
+            name = self.tools.runtime_name(tool, client_tools.FUNCTIONS[tool]["name"], None)
+            self._call(item["call_id"], name, client_tools.arguments_of(item))
 
     def _search(self, item: Item) -> None:
         """A search the server made (or a client replays): the model's call, and what it read of
@@ -274,6 +290,8 @@ def _tools(settings: dict[str, Any], tools: RuntimeTools, choice: Any) -> dict[s
     if isinstance(choice, dict) and served_kind(choice["type"]) is not None:
         kind = served_kind(choice["type"])
         choice = {"type": kind, "name": FUNCTION_NAME if kind == "file_search" else WEB_SEARCH_FUNCTION}
+    if isinstance(choice, dict) and choice["type"] in client_tools.TOOL_TYPES:
+        choice = {"type": choice["type"], "name": client_tools.FUNCTIONS[choice["type"]]["name"]}
     if isinstance(choice, dict) and choice["type"] == "mcp":  # a server's tool by name, or any of them
         named = choice.get("name")
         label = choice["server_label"]
@@ -307,3 +325,17 @@ def _reasoning(effort: str | None, model: ModelEntry) -> dict[str, Any]:
     if model.reasoning.control == "reasoning_effort":
         return {"reasoning_effort": effort}
     return {"chat_template_kwargs": {model.reasoning.template_flag: effort not in ("none", "minimal")}}
+
+
+def with_refusals(body: dict[str, Any], answer_text: str, refused: list[RefusedCall]) -> dict[str, Any]:
+    """The request asked again after an answer whose calls of client tools made no typed item:
+    the answer as it was, and each call told why (app/protocol/client_tools.py `CallRefused`)."""
+    calls = [
+        {"id": call.call_id, "type": "function", "function": {"name": call.runtime_name, "arguments": call.arguments}}
+        for call in refused
+    ]
+    told = [{"role": "tool", "tool_call_id": call.call_id, "content": call.reason} for call in refused]
+    return {
+        **body,
+        "messages": [*body["messages"], {"role": "assistant", "content": answer_text, "tool_calls": calls}, *told],
+    }

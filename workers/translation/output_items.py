@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.protocol.ids import new_id
+from app.protocol import client_tools
+from app.protocol.ids import Prefix, new_id
 from app.protocol.shapes import Event, Item
 from app.protocol.web_search import search_action
 from workers.translation.citations import CitationFilter
@@ -512,10 +513,98 @@ class WebSearchCallOutput:
         ]
 
 
+@dataclass
+class ClientToolCall:
+    """The model's call of a tool the client runs that is not a function (shell, local_shell,
+    apply_patch: app/protocol/client_tools.py). Nothing of it is streamed while its arguments come:
+    once they are whole, `typed()` makes its typed items, or refuses it (CallRefused) without a
+    trace, so that the model is told and asked again."""
+
+    output_index: int
+    call_id: str
+    kind: str  # the tool's type
+    runtime_name: str
+    parts: list[str] = field(default_factory=list)  # of the arguments
+
+    @property
+    def arguments(self) -> str:
+        return "".join(self.parts)
+
+    def item(self, status: str) -> Item:  # (never shown: a call in the making)
+        return {"type": f"{self.kind}_call", "call_id": self.call_id, "status": status}
+
+    def started(self) -> list[Event]:
+        return []
+
+    def delta(self, text: str) -> None:
+        self.parts.append(text)
+
+    def done(self, status: str) -> list[Event]:
+        return []
+
+    def typed(self) -> list[TypedCall]:
+        """Its typed items, from `output_index` on; CallRefused if its arguments make none."""
+        if self.kind == "shell":
+            fields = [client_tools.shell_call(self.arguments)]
+        elif self.kind == "local_shell":
+            fields = [client_tools.local_shell_call(self.arguments)]
+        else:
+            fields = [
+                {"type": "apply_patch_call", "operation": op} for op in client_tools.patch_operations(self.arguments)
+            ]
+        return [
+            TypedCall(self.output_index + n, {"call_id": self.call_id if n == 0 else f"{self.call_id}_{n + 1}", **made})
+            for n, made in enumerate(fields)
+        ]
+
+
+@dataclass
+class TypedCall:
+    """A typed call of a client's tool, made whole from the model's call: its events all at once."""
+
+    output_index: int
+    fields: Item  # its type, call_id and action or operation
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        self.id = self.id or new_id(TYPED_PREFIXES[self.fields["type"]])
+
+    def item(self, status: str) -> Item:
+        return {"id": self.id, **self.fields, "status": "completed"}
+
+    def started(self) -> list[Event]:
+        return []
+
+    def delta(self, text: str) -> None:
+        return None
+
+    def done(self, status: str) -> list[Event]:
+        return []
+
+    def events(self) -> list[Event]:
+        where = {"output_index": self.output_index}
+        events: list[Event] = [
+            {"type": "response.output_item.added", **where, "item": {**self.item(""), "status": "in_progress"}}
+        ]
+        for n, command in enumerate(
+            self.fields.get("action", {}).get("commands", []) if self.fields["type"] == "shell_call" else []
+        ):
+            at = {**where, "command_index": n}
+            events += [
+                {"type": "response.shell_call_command.added", **at, "command": ""},
+                {"type": "response.shell_call_command.delta", **at, "delta": command},
+                {"type": "response.shell_call_command.done", **at, "command": command},
+            ]
+        return [*events, {"type": "response.output_item.done", **where, "item": self.item("completed")}]
+
+
+TYPED_PREFIXES: dict[str, Prefix] = {"shell_call": "sh", "local_shell_call": "lsh", "apply_patch_call": "apc"}
 SearchCallOutput = FileSearchCallOutput | WebSearchCallOutput
 HostedCallOutput = McpCallOutput | FileSearchCallOutput | WebSearchCallOutput
 CallOutput = (
-    FunctionCallOutput
+    ClientToolCall
+    | TypedCall
+    | FunctionCallOutput
     | CustomToolCallOutput
     | McpCallOutput
     | McpApprovalRequestOutput

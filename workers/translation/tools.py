@@ -2,7 +2,8 @@
 
 Chat Completions knows only flat functions. A namespace's members are offered as
 `<namespace>__<name>`; a custom tool (free text in, no JSON) as a function taking one string,
-`input`. A name that would collide with another tool's gets a numbered suffix. The mapping is
+`input`; a shell, local_shell or apply_patch tool as the function of app/protocol/client_tools.py
+(its calls come back typed). A name that would collide with another tool's gets a numbered suffix. The mapping is
 derived from the echoed tools alone, so the worker that builds the request and the one that reads
 the calls (and a later turn replaying them) agree without storing it. An MCP server's tools, as
 its `mcp_list_tools` item lists them, are offered by their own names after the request's own
@@ -18,6 +19,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from app.protocol import client_tools
 from app.protocol import file_search as file_search_function
 from app.protocol import web_search as web_search_function
 from app.protocol.mcp_tools import needs_approval, offered
@@ -40,7 +42,7 @@ SEARCH_FUNCTIONS = {"file_search": file_search_function.FUNCTION, "web_search": 
 class ToolRef:
     """What a runtime function stands for: a function or custom tool, maybe in a namespace."""
 
-    kind: Literal["function", "custom", "mcp", "file_search", "web_search"]
+    kind: Literal["function", "custom", "mcp", "file_search", "web_search", "shell", "local_shell", "apply_patch"]
     name: str
     namespace: str | None = None  # an MCP tool's: its server's label
     approval: bool = False  # an MCP tool's call waits for the client's approval
@@ -72,6 +74,13 @@ class RuntimeTools:
             name = _free_name(tool["name"] if namespace is None else f"{namespace}__{tool['name']}", by_runtime_name)
             by_runtime_name[name] = ToolRef(tool["type"], tool["name"], namespace)
             functions.append({"type": "function", "function": _function(name, tool)})
+        for tool in tools:
+            kind = tool["type"]
+            if kind == "shell" or kind == "local_shell" or kind == "apply_patch":
+                function = client_tools.FUNCTIONS[kind]
+                name = _free_name(function["name"], by_runtime_name)
+                by_runtime_name[name] = ToolRef(kind, function["name"])
+                functions.append({"type": "function", "function": {**function, "name": name}})
         for server in (tool for tool in tools if tool["type"] == "mcp"):
             for listed_tool in (listed or {}).get(server["server_label"], []):
                 read_only = bool((listed_tool.get("annotations") or {}).get("read_only"))

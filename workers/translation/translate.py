@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.protocol.client_tools import CallRefused
 from app.protocol.create_request import ENCRYPTED_REASONING
 from app.protocol.hosted_calls import SEARCH_CALL_TYPES, runs_searches
 from app.protocol.ids import new_id
@@ -26,6 +27,7 @@ from workers.runtime_failure import RuntimeFailure
 from workers.translation.citations import CitationFilter
 from workers.translation.output_items import (
     CallOutput,
+    ClientToolCall,
     CustomToolCallOutput,
     FileSearchCallOutput,
     FunctionCallOutput,
@@ -37,6 +39,7 @@ from workers.translation.output_items import (
     OutputItem,
     ReasoningOutput,
     SearchCallOutput,
+    TypedCall,
     WebSearchCallOutput,
 )
 from workers.translation.tools import HOSTED_KINDS, RuntimeTools, forced_grammar_tool
@@ -63,6 +66,16 @@ def delta_carries_output(delta: dict[str, Any]) -> bool:
 
 def chunk_carries_output(chunk: dict[str, Any]) -> bool:
     return any(delta_carries_output(choice.get("delta") or {}) for choice in chunk.get("choices") or [])
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedCall:
+    """A call of a client's tool whose arguments made no typed item: the model is told why."""
+
+    call_id: str
+    runtime_name: str
+    arguments: str
+    reason: str
 
 
 @dataclass
@@ -104,6 +117,9 @@ class StreamTranslator:
     # By the runtime's tool-call index; None for a call dropped past max_calls.
     _calls: dict[int, CallOutput | None] = field(default_factory=dict)
     _closed: bool = False  # the last item was closed at a steer's boundary: nothing more opens
+    # This answer's calls of client tools that made no typed item, and why (the model is told).
+    refused: list[RefusedCall] = field(default_factory=list)
+    _last_done: bool = False  # the last item is finished (the call after it was refused)
 
     @classmethod
     def for_settings(cls, settings: dict[str, Any], seal: Seal | None = None) -> StreamTranslator:
@@ -272,6 +288,8 @@ class StreamTranslator:
         elif ref.kind == "web_search":
             current = WebSearchCallOutput(self._next_index)
             self._count_hosted()
+        elif ref.kind in ("shell", "local_shell", "apply_patch"):
+            current = ClientToolCall(self._next_index, call_id, ref.kind, runtime_name)
         else:
             kind = CustomToolCallOutput if ref.kind == "custom" else FunctionCallOutput
             current = kind(self._next_index, call_id, ref.name, ref.namespace)
@@ -291,12 +309,36 @@ class StreamTranslator:
             self.stopped_for = STEERED
             self._closed = True
             raise AnswerSteered(events)
+        self._last_done = False  # (the next item opens)
         return events
 
     def _close_open(self, status: str) -> list[Event]:
-        if self._open is None or self._closed:
+        if self._open is None or self._closed or self._last_done:
             return []
-        return self._open.done(status)
+        last = self._open
+        if isinstance(last, ClientToolCall):
+            self.items.pop()
+            return self._typed(last)
+        return last.done(status)
+
+    def _typed(self, call: ClientToolCall) -> list[Event]:
+        """A client tool's call made into its typed items (their events), or refused."""
+        try:
+            made = call.typed()
+        except CallRefused as refused:
+            self.refused.append(RefusedCall(call.call_id, call.runtime_name, call.arguments, str(refused)))
+            self._last_done = True
+            return []
+        self.items += made
+        return [event for typed in made for event in typed.events()]
+
+    def settle_client_calls(self) -> list[Event]:
+        """At the answer's end: its last call, if a client tool's, made into its typed items or refused."""
+        return self._close_open("completed") if isinstance(self._open, ClientToolCall) else []
+
+    def answer_text(self) -> str:
+        """The text of this answer's messages."""
+        return "".join("".join(item.parts) for item in self.items if isinstance(item, MessageOutput))
 
     def calls_to_make(self) -> list[HostedCallOutput]:
         """The hosted calls the model made in this answer (MCP calls, searches), to be made by the server."""
@@ -305,7 +347,7 @@ class StreamTranslator:
     def asks_client(self) -> bool:
         """Whether this answer ends the response for the client to act: it called a function of
         the client's, or an MCP call waits for the client's approval."""
-        client_kinds = (FunctionCallOutput, CustomToolCallOutput, McpApprovalRequestOutput)
+        client_kinds = (FunctionCallOutput, CustomToolCallOutput, McpApprovalRequestOutput, TypedCall)
         return any(isinstance(item, client_kinds) for item in self.items)
 
     def close_answer(self) -> list[Event]:
@@ -319,6 +361,7 @@ class StreamTranslator:
         self.search_texts |= {item.id: item.for_model for item in self.items if isinstance(item, SearchCallOutput)}
         self.before_usage = self.usage_object()
         self.items, self._calls = [], {}
+        self.refused, self._last_done = [], False
         self.usage, self.finish_reason = None, None
         self.content_chunks = self.reasoning_chunks = 0
 
@@ -326,6 +369,7 @@ class StreamTranslator:
         """An MCP call the server makes without the model asking now (one the client approved)."""
         call = McpCallOutput(self._next_index, name, server_label, parts=[arguments])
         self.items.append(call)
+        self._last_done = False
         return call
 
     def add_finished(self, item: Item) -> int:
@@ -338,12 +382,12 @@ class StreamTranslator:
         """The closing events of a generation that ran to its end, and the final output items."""
         if self._closed:  # (stopped at a steer's boundary: every item is finished)
             return [], [*self.before, *[item.item("completed") for item in self.items]]
-        events: list[Event] = []
-        if not self.items:  # an empty answer is still one (empty) message
-            self.items.append(MessageOutput(output_index=self._next_index))
-            events += self.items[0].started()
         status = "incomplete" if self.incomplete_reason else "completed"
-        events += self._close_open(status)
+        events = self._close_open(status)  # (a client tool's call is made into its typed items, or refused)
+        if not self.items:  # an empty answer is still one (empty) message
+            empty = MessageOutput(output_index=self._next_index)
+            self.items.append(empty)
+            events += [*empty.started(), *empty.done(status)]
         final = [item.item("completed") for item in self.items[:-1]] + [self.items[-1].item(status)]
         return events, [*self.before, *final]
 
