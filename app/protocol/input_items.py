@@ -31,7 +31,6 @@ ANSWER_TYPES = (*CLIENT_OUTPUT_TYPES, "mcp_approval_response")
 # Known to OpenAI, not served here yet: a clear 400 rather than a silent drop.
 UNSUPPORTED_CONTENT_TYPES = {"input_audio"}
 UNSUPPORTED_ITEM_TYPES = {
-    "item_reference",
     "compaction_trigger",
     "computer_call",
     "computer_call_output",
@@ -125,6 +124,11 @@ class _FileSearchResult(StrictModel):
     score: float | None = None
     text: str | None = None
     attributes: dict[str, Any] | None = None
+
+
+class _ItemReference(StrictModel):
+    type: Literal["item_reference"] | None = None
+    id: str = Field(min_length=1, max_length=256)
 
 
 class _Source(StrictModel):
@@ -339,6 +343,8 @@ def user_message(text: str) -> Item:
 def _parse_item(raw: Any, param: str) -> Item:
     if not isinstance(raw, dict):
         raise errors.InvalidRequest(f"Invalid '{param}': expected an object.", param=param, code="invalid_type")
+    if raw.get("type") in (None, "item_reference") and set(raw) - {"type"} == {"id"}:
+        return _item_reference(raw, param)
     item_type = discriminator(raw, param, default="message")
     if item_type in UNSUPPORTED_ITEM_TYPES:
         raise errors.UnsupportedParameter(f"{param}.type", f"an input item of type '{item_type}'")
@@ -432,6 +438,13 @@ def _file_search_call(raw: dict[str, Any], param: str) -> Item:
         "queries": call.queries,
         "results": results,
     }
+
+
+def _item_reference(raw: dict[str, Any], param: str) -> Item:
+    # A stored item of the caller's, by its id (`type` may be left out): the service puts the item
+    # in its place before anything else reads the input (app/service/references.py).
+    reference = validate(_ItemReference, raw, prefix=param)
+    return {"type": "item_reference", "id": reference.id}
 
 
 def _web_search_call(raw: dict[str, Any], param: str) -> Item:

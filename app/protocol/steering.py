@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from app import errors
+from app.protocol import client_tools
 from app.protocol.input_items import parse_input
 from app.protocol.shapes import Item
 
@@ -57,8 +58,8 @@ def required_input(output: list[Item]) -> list[Item]:
     for item in output:
         if item["type"] == "function_call":
             stubs.append({"type": "function_call_output", "call_id": item["call_id"], "name": item["name"]})
-        elif item["type"] == "custom_tool_call":
-            stubs.append({"type": "custom_tool_call_output", "call_id": item["call_id"]})
+        elif item["type"] == "custom_tool_call" or item["type"] in client_tools.CALL_TYPES:
+            stubs.append({"type": f"{item['type']}_output", "call_id": item["call_id"]})
         elif item["type"] == "mcp_approval_request":
             stubs.append({"type": "mcp_approval_response", "approval_request_id": item["id"]})
     return stubs

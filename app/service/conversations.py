@@ -18,12 +18,14 @@ from app.service import idempotency
 from app.service.file_inputs import read_input_files
 from app.service.idempotency import IdempotencyKey
 from app.service.image_fetch import check_images
+from app.service.references import resolve_references
 from app.service.state import AppState
 from app.storage import conversations as conversations_db
 from app.storage import items as items_db
 
 
 async def _checked(state: AppState, account_id: str, items: list[Item]) -> list[Item]:
+    await resolve_references(state, account_id, items, "items")
     open_sealed_items(items, state.seal)
     await check_images(items, state.urls)
     await read_input_files(state, account_id, items, "items")

@@ -20,6 +20,7 @@ from app.protocol.shapes import Tool
 from app.protocol.tools import HOSTED_TOOL_TYPES, served_kind
 from app.service.file_inputs import read_input_files
 from app.service.image_fetch import check_images
+from app.service.references import resolve_references
 from app.service.state import AppState
 from app.storage import vector_stores as stores_db
 
@@ -52,6 +53,7 @@ async def validated(
             param="context_management",
             code="compaction_unavailable",
         )
+    await resolve_references(state, account_id, create.input_items)
     open_sealed_items(create.input_items, state.seal)
     model = state.catalog.resolve(create.request.model)
     check_fit(create, model)

@@ -322,3 +322,19 @@ async def _segment_page(
         f"ORDER BY depth {direction}, side {direction}, position {direction} LIMIT :limit"
     )
     return (await conn.execute(text(query), {**parameters, "limit": limit})).all()
+
+
+async def held_by(conn: AsyncConnection, account_id: str, item_ids: Sequence[str]) -> dict[str, Item]:
+    """The items of these ids that the account holds (its stored responses' input and output
+    items, its conversations' own items), as stored: without their ids."""
+    rows = await conn.execute(
+        text("""
+        SELECT i.id, i.payload::text AS payload FROM items i JOIN responses r ON r.id = i.response_id
+        WHERE i.id = ANY(:ids) AND r.account_id = :account_id
+        UNION ALL
+        SELECT ci.item_id, ci.payload::text FROM conversation_items ci JOIN conversations c ON c.id = ci.conversation_id
+        WHERE ci.item_id = ANY(:ids) AND ci.payload IS NOT NULL AND c.account_id = :account_id
+        """),
+        {"ids": list(item_ids), "account_id": account_id},
+    )
+    return {row.id: orjson.loads(row.payload) for row in rows}

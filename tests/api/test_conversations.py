@@ -80,7 +80,7 @@ BAD = [
     ("POST", "/conversations", {"bogus": 1}, 400, "bogus"),
     ("POST", "/conversations/{id}", {}, 400, "metadata"),
     ("POST", "/conversations/{id}/items", {"items": []}, 400, "items"),
-    ("POST", "/conversations/{id}/items", {"items": [{"type": "item_reference", "id": "msg_1"}]}, 400, "items[0].type"),
+    ("POST", "/conversations/{id}/items", {"items": [{"type": "item_reference", "id": "msg_1"}]}, 400, "items[0].id"),
     ("GET", "/conversations/{id}/items?limit=0", None, 400, "limit"),
     ("GET", "/conversations/{id}/items?limit=101", None, 400, "limit"),
     ("GET", "/conversations/{id}/items?order=sideways", None, 400, "order"),
