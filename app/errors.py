@@ -64,8 +64,11 @@ class UnsupportedParameter(InvalidRequest):
 
     code = "unsupported_parameter"
 
-    def __init__(self, param: str, what: str) -> None:
-        super().__init__(f"Unsupported parameter '{param}': {what} is not supported by this server yet.", param=param)
+    def __init__(self, param: str, what: str, why: str | None = None) -> None:
+        reason = f": {why}" if why else " yet"
+        super().__init__(
+            f"Unsupported parameter '{param}': {what} is not supported by this server{reason}.", param=param
+        )
 
 
 class NotFound(InvalidRequest):

@@ -30,9 +30,12 @@ INCLUDABLE = {
     LOGPROBS,
 }
 
-# OpenAI parameters this server recognises but does not serve: 400 unsupported_parameter (a
-# moderation policy silently not applied would be a safety setting quietly dropped).
-UNSUPPORTED = ("prompt", "moderation")
+# OpenAI parameters this server recognises but does not serve: 400 unsupported_parameter, with
+# why (a moderation policy silently not applied would be a safety setting quietly dropped).
+UNSUPPORTED = {
+    "prompt": "prompts are made in OpenAI's dashboard and kept there; send the instructions and input instead",
+    "moderation": "no moderation model runs here, and a policy silently not applied would be worse than none",
+}
 
 
 class ContextManagement(StrictModel):
@@ -249,9 +252,9 @@ def parse_create_request(
     without_input = input_optional and body.get("input") is None
     if without_input:
         body = {**body, "input": []}
-    for name in UNSUPPORTED:
+    for name, why in UNSUPPORTED.items():
         if body.get(name) is not None:
-            raise errors.UnsupportedParameter(name, f"'{name}'")
+            raise errors.UnsupportedParameter(name, f"'{name}'", why)
     body = {key: value for key, value in body.items() if key not in UNSUPPORTED}  # their nulls mean absent
     request = validate(CreateResponseRequest, body)
     _reject_unserved_values(request)

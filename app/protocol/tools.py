@@ -38,7 +38,8 @@ ToolChoice = str | dict[str, Any]
 HostedToolsPolicy = Literal["ignore", "refuse"]
 ServedKind = Literal["file_search", "web_search"]  # the hosted tools a server may run itself
 
-# OpenAI runs these itself; a deployment of open models has none of them.
+# OpenAI runs these itself; a deployment may run some of them (a search backend, pgvector, MCP),
+# and RESPONSES_HOSTED_TOOLS says what becomes of the others.
 HOSTED_TOOL_TYPES = frozenset(
     {
         "web_search",
@@ -46,15 +47,21 @@ HOSTED_TOOL_TYPES = frozenset(
         "web_search_preview_2025_03_11",
         "web_search_2025_08_26",
         "file_search",
-        "code_interpreter",
-        "image_generation",
         "mcp",
-        "computer",
-        "computer_use",
-        "computer_use_preview",
         "tool_search",
     }
 )
+# These no deployment of open models can stand in for: a 400 whatever RESPONSES_HOSTED_TOOLS says,
+# rather than a tool the client added quietly never offered.
+_COMPUTER = "it drives a screen through a model trained for it, and no open model here is"
+REFUSED_TOOL_TYPES = {
+    "code_interpreter": "it runs code in OpenAI's sandboxed containers, which this server does not host",
+    "image_generation": "it draws with OpenAI's image models, which this server does not run",
+    "computer": _COMPUTER,
+    "computer_use": _COMPUTER,
+    "computer_use_preview": _COMPUTER,
+    "programmatic_tool_calling": "it runs the model's JavaScript in OpenAI's V8 sandbox, not hosted here",
+}
 NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 
 
@@ -135,26 +142,15 @@ def parse_tools(
                 raise errors.UnsupportedParameter(f"{param}.type", "the hosted tool 'mcp'")
             tools.append(tool)
             continue
-        if served_kind(kind) in served:
-            if any(served_kind(known["type"]) == served_kind(kind) for known in tools):
-                raise errors.InvalidRequest(
-                    f"Invalid '{param}': only one {served_kind(kind)} tool may be given.",
-                    param=param,
-                    code="invalid_value",
-                )
-            tools.append(parse_file_search(entry, param) if kind == "file_search" else parse_web_search(entry, param))
+        if served_kind(kind) in served or kind in CLIENT_TOOL_TYPES:
+            tools.append(_typed_tool(entry, kind, tools, param))
             continue
+        if kind in REFUSED_TOOL_TYPES:
+            raise errors.UnsupportedParameter(f"{param}.type", f"the tool '{kind}'", REFUSED_TOOL_TYPES[kind])
         if kind in HOSTED_TOOL_TYPES:
             if hosted == "refuse":
                 raise errors.UnsupportedParameter(f"{param}.type", f"the hosted tool '{kind}'")
             tools.append(entry)  # echoed as sent; never offered to the model
-            continue
-        if kind in CLIENT_TOOL_TYPES:
-            if any(known["type"] == kind for known in tools):
-                raise errors.InvalidRequest(
-                    f"Invalid '{param}': only one {kind} tool may be given.", param=param, code="invalid_value"
-                )
-            tools.append(parse_client_tool(entry, param))
             continue
         if kind == "namespace":
             tool = _namespace(entry, param)
@@ -163,6 +159,21 @@ def parse_tools(
         _check_unique(tool["name"], tools, param)
         tools.append(tool)
     return tools, credentials
+
+
+def _typed_tool(entry: dict[str, Any], kind: str, tools: list[Tool], param: str) -> Tool:
+    """A tool known by its type alone (a search the server runs, a client's shell or patch
+    tool): one of each sort at most (the versions of web_search are one sort)."""
+    sort = served_kind(kind) or kind
+    if any((served_kind(known["type"]) or known["type"]) == sort for known in tools):
+        raise errors.InvalidRequest(
+            f"Invalid '{param}': only one {sort} tool may be given.", param=param, code="invalid_value"
+        )
+    if sort == "file_search":
+        return parse_file_search(entry, param)
+    if sort == "web_search":
+        return parse_web_search(entry, param)
+    return parse_client_tool(entry, param)
 
 
 def _kind(entry: Any, param: str) -> Any:

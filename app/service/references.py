@@ -24,7 +24,8 @@ async def resolve_references(state: AppState, account_id: str, items: list[Item]
             continue
         held = found.get(item["id"])
         if held is None:
+            where = f"{param}[{index}].id"
             raise errors.InvalidRequest(
-                f"Item with id '{item['id'][:256]}' not found.", param=f"{param}[{index}].id", code="invalid_value"
+                f"Invalid '{where}': item with id '{item['id']}' not found.", param=where, code="invalid_value"
             )
         items[index] = dict(held)

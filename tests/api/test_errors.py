@@ -61,8 +61,8 @@ BAD_BODIES: list[tuple[dict[str, Any], int, str | None, str | None]] = [
     (
         {"model": "fake", "input": [{"type": "item_reference", "id": "msg_1"}]},
         400,
-        "input[0].type",
-        "unsupported_parameter",
+        "input[0].id",
+        "invalid_value",
     ),
     ({"model": "fake", "input": "x", "conversation": "conv_1"}, 404, "conversation", None),
     ({"model": "fake", "input": "x", "conversation": {"id": ""}}, 400, "conversation", "invalid_value"),
