@@ -3,7 +3,7 @@
     python bench/typed_tools_benchmark.py [--rounds 3] [--turns 10] [--concurrent 8] [--json PATH]
 
 One stack (bench/stack.py: API, worker, the fake runtime) that searches the SearXNG stand-in
-(tests/searxng_stand_in.py, in this process). Each way runs `--concurrent` agent loops at once,
+(tests/searxng_stand_in.py, in this process), its tool loops allowed 20 inference requests. Each way runs `--concurrent` agent loops at once,
 each `--turns` tool calls and an answer; the rounds alternate the ways. Reported: the wall time
 of all of them and the CPU seconds the API and the worker used meanwhile, and each typed way's
 ratio to its plain one.
@@ -150,7 +150,7 @@ async def main() -> None:
     searxng = SearxngStandIn().start()
     figures: dict[str, list[dict[str, float]]] = {name: [] for name in WAYS}
     try:
-        async with running_stack(RESPONSES_WEB_SEARCH_URL=searxng.url) as stack:
+        async with running_stack(RESPONSES_WEB_SEARCH_URL=searxng.url, RESPONSES_MCP_MAX_ROUNDS="20") as stack:
             for name in WAYS:  # warm-up
                 await run_way(name, stack, searxng, 2, 2)
             for _ in range(args.rounds):
