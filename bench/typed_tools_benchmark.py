@@ -3,8 +3,9 @@
     python bench/typed_tools_benchmark.py [--rounds 3] [--turns 10] [--concurrent 8] [--json PATH]
 
 One stack (bench/stack.py: API, worker, the fake runtime) that searches the SearXNG stand-in
-(tests/searxng_stand_in.py, in this process), its tool loops allowed 20 inference requests. Each way runs `--concurrent` agent loops at once,
-each `--turns` tool calls and an answer; the rounds alternate the ways. Reported: the wall time
+(tests/searxng_stand_in.py, in this process), its tool loops allowed 20 inference requests.
+Each way runs `--concurrent` agent loops at once, each `--turns` tool calls and an answer; the
+rounds alternate the ways. Reported: the wall time
 of all of them and the CPU seconds the API and the worker used meanwhile, and each typed way's
 ratio to its plain one.
 

@@ -176,7 +176,7 @@ class EventWriter:
         self._transient_next[response_id] = 0
 
     def append(self, response_id: str, events: list[Event]) -> None:
-        if response_id in self._refused:
+        if response_id in self._refused or not events:  # (nothing to commit is not a response ended elsewhere)
             return
         pending = self._pending.setdefault(response_id, _Pending()).events
         for event in events:

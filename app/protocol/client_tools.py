@@ -24,6 +24,8 @@ CALL_TYPES = ("shell_call", "local_shell_call", "apply_patch_call")
 OUTPUT_TYPES = ("shell_call_output", "local_shell_call_output", "apply_patch_call_output")
 MAX_OUTPUT_CHARS = 64 * 1024  # of one command's output, as the model reads it, when the call sets no limit
 
+# Each strict (optional fields nullable), so that engines holding strict functions to their schema
+# (vLLM's named and required calls) always give arguments that make a typed call.
 FUNCTIONS: dict[str, dict[str, Any]] = {
     "shell": {
         "name": "shell",
@@ -34,12 +36,16 @@ FUNCTIONS: dict[str, dict[str, Any]] = {
             "type": "object",
             "properties": {
                 "commands": {"type": "array", "items": {"type": "string"}, "minItems": 1},
-                "timeout_ms": {"type": "integer", "description": "How long each command may run."},
-                "max_output_length": {"type": "integer", "description": "The most characters of output to read."},
+                "timeout_ms": {"type": ["integer", "null"], "description": "How long each command may run."},
+                "max_output_length": {
+                    "type": ["integer", "null"],
+                    "description": "The most characters of output to read.",
+                },
             },
-            "required": ["commands"],
+            "required": ["commands", "timeout_ms", "max_output_length"],
             "additionalProperties": False,
         },
+        "strict": True,
     },
     "local_shell": {
         "name": "local_shell",
@@ -48,12 +54,13 @@ FUNCTIONS: dict[str, dict[str, Any]] = {
             "type": "object",
             "properties": {
                 "command": {"type": "array", "items": {"type": "string"}, "minItems": 1},
-                "workdir": {"type": "string"},
-                "timeout_ms": {"type": "integer"},
+                "workdir": {"type": ["string", "null"]},
+                "timeout_ms": {"type": ["integer", "null"]},
             },
-            "required": ["command"],
+            "required": ["command", "workdir", "timeout_ms"],
             "additionalProperties": False,
         },
+        "strict": True,
     },
     "apply_patch": {
         "name": "apply_patch",

@@ -356,3 +356,21 @@ async def test_a_continuations_first_commit_whose_answer_was_lost_is_not_written
     assert [event.sequence_number for event in logged] == list(range(len(logged)))
     text = "".join(json.loads(e.json)["delta"] for e in logged if e.type == "response.output_text.delta")
     assert text == " ".join(words)  # no piece twice
+
+
+async def test_handing_the_writer_no_events_does_not_stop_the_generation(state: AppState, account_id: str) -> None:
+    """A step that closes nothing (an answer whose only call was refused and asked again) hands
+    the writer an empty list: that is not a response that ended elsewhere."""
+    [response_id] = await in_progress(state, account_id, 1)
+    writer = paced_writer(state, 0.0)
+    dropped: list[str] = []
+    writer.on_dropped = dropped.append
+    writer.start()
+    try:
+        writer.append(response_id, [])
+        await asyncio.sleep(0.2)  # (a flush would have come and gone)
+        writer.append(response_id, [delta("after")])
+        await within(until_committed(state, response_id, 1), 10)
+    finally:
+        await writer.close()
+    assert dropped == []

@@ -43,6 +43,7 @@ from tests.conftest import (
     wait_for_http,
     wait_until,
 )
+from tests.searxng_stand_in import SearxngStandIn
 from tests.vllm.engine import TOOL_TEMPLATE, SetupFailed, cpu_model_lines, set_up
 
 HOSTED = "smollm2-vllm"
@@ -139,6 +140,7 @@ class VllmStack:
     embedding_worker: subprocess.Popen[bytes]  # the worker hosting the pooling runner
     embedding_worker_log: Path
     processes: list[subprocess.Popen[bytes]]  # every process of the stack, stopped at its end
+    env: dict[str, str] = field(default_factory=dict)  # what each process of it runs with
     plain_workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     readiness_seen: list[dict[str, Any]] = field(default_factory=list)  # the hosting worker's /ready answers
 
@@ -154,7 +156,7 @@ class VllmStack:
         return answer.status_code
 
     def start_plain_worker(self) -> subprocess.Popen[bytes]:
-        worker = start_worker(self.environment, **HOUSEKEEPING)
+        worker = start_worker(self.environment, **self.env)
         self.plain_workers.append(worker)
         self.processes.append(worker)
         return worker
@@ -195,9 +197,20 @@ class VllmStack:
 
 
 @pytest.fixture(scope="session")
+def searxng() -> Iterator[SearxngStandIn]:
+    stand_in = SearxngStandIn().start()
+    yield stand_in
+    stand_in.stop()
+
+
+@pytest.fixture(scope="session")
 def vllm_stack(
-    vector_environment: Environment, vllm_cpu_home: Path, tmp_path_factory: pytest.TempPathFactory
+    vector_environment: Environment,
+    vllm_cpu_home: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    searxng: SearxngStandIn,
 ) -> Iterator[VllmStack]:
+    env = {**HOUSEKEEPING, "RESPONSES_WEB_SEARCH_URL": searxng.url}  # (the stand-in, in this process)
     folder = tmp_path_factory.mktemp("vllm")
     vllm_port, proxy_port, api_port, worker_port = free_port(), free_port(), free_port(), free_port()
     proxy_url = f"http://127.0.0.1:{proxy_port}"
@@ -209,11 +222,11 @@ def vllm_stack(
     try:
         worker_log = folder / "hosting-worker.log"
         hosting = start_logged(
-            own, worker_log, "worker", "--model", HOSTED, RESPONSES_WORKER_PORT=str(worker_port), **HOUSEKEEPING
+            own, worker_log, "worker", "--model", HOSTED, RESPONSES_WORKER_PORT=str(worker_port), **env
         )
         processes.append(hosting)
         embedding_worker_log = folder / "embedding-worker.log"
-        embedding_worker = start_logged(own, embedding_worker_log, "worker", "--model", EMBEDDER, **HOUSEKEEPING)
+        embedding_worker = start_logged(own, embedding_worker_log, "worker", "--model", EMBEDDER, **env)
         processes.append(embedding_worker)
         proxy = subprocess.Popen(
             [sys.executable, "-m", "tests.vllm.recording_proxy", "--port", str(proxy_port), "--upstream",
@@ -221,14 +234,14 @@ def vllm_stack(
             cwd=ROOT,
         )  # fmt: skip
         processes.append(proxy)
-        api = start_api(own, api_port, **HOUSEKEEPING)
+        api = start_api(own, api_port, **env)
         processes.append(api)
         client = openai.OpenAI(
             base_url=f"http://127.0.0.1:{api_port}/v1", api_key=create_key(own, "vllm"), max_retries=0, timeout=120
         )
         stack = VllmStack(
             own, client, f"http://127.0.0.1:{vllm_port}", proxy_url, f"http://127.0.0.1:{worker_port}", worker_log,
-            hosting, embedding_worker, embedding_worker_log, processes,
+            hosting, embedding_worker, embedding_worker_log, processes, env,
         )  # fmt: skip
         stack.start_plain_worker()
         stack.start_plain_worker()
