@@ -67,7 +67,7 @@ class Settings(BaseSettings):
     encryption_key_file: Path | None = Field(None, alias="RESPONSES_ENCRYPTION_KEY_FILE")
 
     # Image and file URLs (input_image image_url, input_file file_url): `fetch` them here, through
-    # the egress guard (app/service/url_fetch.py), or `off` (only data: URLs and file ids are
+    # the egress guard (app/process/url_fetch.py), or `off` (only data: URLs and file ids are
     # taken). ALLOW: networks (CIDR, comma-separated) fetched from although not public, such as
     # an internal image store.
     image_urls: Literal["fetch", "off"] = Field("fetch", alias="RESPONSES_IMAGE_URLS")
@@ -93,6 +93,10 @@ class Settings(BaseSettings):
     # RESPONSES_HOSTED_TOOLS says. One search may take TIMEOUT_SECONDS (then it failed).
     web_search_url: str = Field("", alias="RESPONSES_WEB_SEARCH_URL")
     web_search_timeout_seconds: float = Field(10.0, gt=0, alias="RESPONSES_WEB_SEARCH_TIMEOUT_SECONDS")
+    # The pages a web search opens are fetched through the egress guard: public addresses only,
+    # or these networks (CIDR, comma-separated); the same time limit, at most MAX_BYTES each.
+    web_fetch_allow: str = Field("", alias="RESPONSES_WEB_FETCH_ALLOW")
+    web_fetch_max_bytes: int = Field(5 * 1024 * 1024, gt=0, alias="RESPONSES_WEB_FETCH_MAX_BYTES")
 
     # How long POST /v1/responses/input_tokens waits for a worker of the model to count (503 after).
     count_timeout: int = Field(30, gt=0, alias="RESPONSES_COUNT_TIMEOUT")

@@ -3,7 +3,10 @@ thread of the test process, as the server's web_search tool asks it. Each query 
 results from several domains, titled after the query; queries naming a misbehaviour answer as no
 working SearXNG would: `down` (HTTP 500), `slow` (later than any test's timeout), `garbage` (not
 JSON), `shapeless` (JSON without results), `refusing` (403: JSON not enabled). It records every
-query it was asked, so a test can tell what was asked and how often."""
+query it was asked, so a test can tell what was asked and how often.
+
+It serves web pages too, at `/pages/NAME` (`PAGES`: HTML, plain text, bytes that are no text, a
+page larger than any test's limit), recording each one fetched."""
 
 from __future__ import annotations
 
@@ -21,6 +24,17 @@ from tests.threaded_server import ThreadedServer
 
 DOMAINS = ("docs.python.org", "en.wikipedia.org", "blog.example.com", "news.example.org", "python.org", "w3.org")
 SLOW_SECONDS = 5.0
+TEA = (
+    "<html><head><title>All about tea</title></head><body><h1>Tea</h1>"
+    "<p>Tea came to Portugal from Macau in the 16th century.</p>"
+    "<p>Green tea is steamed; black tea is oxidised.</p></body></html>"
+)
+PAGES: dict[str, tuple[str, bytes]] = {
+    "tea": ("text/html; charset=utf-8", TEA.encode()),
+    "notes": ("text/plain", b"Plain notes about coffee and tea."),
+    "binary": ("application/octet-stream", bytes(range(256)) * 4),
+    "huge": ("text/html", b"<p>" + b"x" * 300_000 + b"</p>"),
+}
 
 
 def results_for(query: str) -> list[dict[str, Any]]:
@@ -42,6 +56,7 @@ def results_for(query: str) -> list[dict[str, Any]]:
 class SearxngStandIn:
     port: int = field(default_factory=free_port)
     queries: list[str] = field(default_factory=list)
+    pages: list[str] = field(default_factory=list)  # those fetched, by name
     _server: ThreadedServer | None = None
 
     @property
@@ -49,13 +64,22 @@ class SearxngStandIn:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> SearxngStandIn:
-        self._server = ThreadedServer(Starlette(routes=[Route("/search", self._search)]), self.port, "SearXNG stand-in")
+        routes = [Route("/search", self._search), Route("/pages/{name}", self._page)]
+        self._server = ThreadedServer(Starlette(routes=routes), self.port, "SearXNG stand-in")
         self._server.start()
         return self
 
     def stop(self) -> None:
         if self._server is not None:
             self._server.stop()
+
+    async def _page(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        self.pages.append(name)
+        if name not in PAGES:
+            return PlainTextResponse("no such page", status_code=404)
+        media_type, body = PAGES[name]
+        return Response(body, media_type=media_type)
 
     async def _search(self, request: Request) -> Response:
         query = request.query_params.get("q", "")

@@ -17,6 +17,7 @@ from app.housekeeping import reaper, retention
 from app.housekeeping.process_state import ProcessState, open_engines
 from app.process.batching import Batched
 from app.process.egress import EgressGuard
+from app.process.url_fetch import UrlFetcher
 from app.queue import heartbeats
 from app.queue.ingestion import enqueue_ingestions
 from app.queue.jobs import QueueRedis
@@ -67,8 +68,10 @@ class WorkerState(ProcessState):
     embedders: Embedders = field(default_factory=Embedders)
     conversations: ConversationItems = field(init=False)
     chains: ChainContexts = field(init=False)
-    # The backend the web_search tool asks (RESPONSES_WEB_SEARCH_URL), if one is configured.
+    # The backend the web_search tool asks (RESPONSES_WEB_SEARCH_URL), if one is configured, and
+    # what fetches the pages its searches open (through the egress guard).
     web_search: SearchBackend | None = field(init=False)
+    page_fetcher: UrlFetcher | None = field(init=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -77,6 +80,10 @@ class WorkerState(ProcessState):
         # What the MCP servers a caller names may be (workers/tool_loop/mcp_transport.py).
         self.mcp_guard = EgressGuard.from_config(self.settings.mcp_allow)
         self.web_search = configured_backend(self.settings)
+        self.page_fetcher = None
+        if self.web_search is not None:
+            settings = self.settings
+            self.page_fetcher = UrlFetcher.from_config(settings.web_fetch_allow, settings.web_search_timeout_seconds)
         self._claims = Batched(self._claim_many, "claims")
         self.claim_connection = HeldConnection(self.held_engine)
         # A generation whose events can no longer be written (refused, or its response ended
@@ -161,6 +168,8 @@ class WorkerState(ProcessState):
         await self.embedders.close()
         if self.web_search is not None:
             await self.web_search.close()
+        if self.page_fetcher is not None:
+            await self.page_fetcher.close()
         await self.dispose_engines()
         if self.supervisor is not None:  # last: generations have ended by now
             await self.supervisor.shut_down()

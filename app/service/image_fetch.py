@@ -1,5 +1,5 @@
 """Images in a request, checked before anything is stored; one given by URL is fetched here
-(app/service/url_fetch.py) and goes on, and is stored, as the data: URL the model sees, checked
+(app/process/url_fetch.py) and goes on, and is stored, as the data: URL the model sees, checked
 as the client's own would be."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 
 from app import errors
+from app.process.url_fetch import UrlFetcher, refused
 from app.protocol.images import MAX_IMAGE_BYTES, check_data_url, check_image, data_url, image_parts
 from app.protocol.shapes import Item
-from app.service.url_fetch import UrlFetcher, refused
 
 
 async def fetch_image(fetcher: UrlFetcher, url: str, param: str) -> str:

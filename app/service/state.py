@@ -18,10 +18,10 @@ from app.events.log_reader import LogReader
 from app.events.log_sources import LogSource, RedisOnlyLog, StoredLog
 from app.housekeeping.process_state import ProcessState, open_engines
 from app.process.batching import Batched
+from app.process.url_fetch import UrlFetcher
 from app.protocol.mcp_tools import McpPolicy
 from app.queue.jobs import GenerateJob, enqueue_many, queue_pool
 from app.queue.redis_keys import events_channel
-from app.service.url_fetch import UrlFetcher
 from app.settings import Settings
 from app.storage import accounts as accounts_db
 from app.storage import responses as responses_db

@@ -104,8 +104,14 @@ def searxng() -> Iterator[SearxngStandIn]:
 @pytest.fixture(scope="session")
 def web_server(environment: Environment, searxng: SearxngStandIn) -> Iterator[InProcess]:
     """The application and a worker searching the web through the SearXNG stand-in (a search
-    taking over a second fails)."""
-    with serving_in_process(environment, web_search_url=searxng.url, web_search_timeout_seconds=1.0) as served:
+    taking over a second fails), opening its pages (of 100 kB at most)."""
+    with serving_in_process(
+        environment,
+        web_search_url=searxng.url,
+        web_search_timeout_seconds=1.0,
+        web_fetch_allow="127.0.0.1/32",  # (the stand-in's pages)
+        web_fetch_max_bytes=100_000,
+    ) as served:
         yield served
 
 

@@ -56,7 +56,7 @@ def test_the_model_searches_the_web_and_its_citation_becomes_a_url_citation(
     assert text.text[citation.start_index : citation.end_index] == "It has docs online"
     assert searxng.queries[-1] == "python docs"
     offered = fake.requests()[0]["tools"]
-    assert [t["function"]["name"] for t in offered] == ["web_search"]
+    assert [t["function"]["name"] for t in offered] == ["web_search", "open_page", "find_in_page"]
     result = fake.requests()[1]["messages"][-1]
     assert result["role"] == "tool" and "【1】" in result["content"]
     assert "Passage 0 about python docs" in result["content"]
@@ -157,13 +157,16 @@ def test_a_failing_backend_fails_the_call_tells_the_model_and_the_response_goes_
     assert len(searxng.queries) == asked + 1  # asked once, not again
 
 
-def test_codex_s_cached_mode_and_the_agents_sdk_s_fields_are_served(web_client: openai.OpenAI) -> None:
+def test_codex_s_cached_mode_and_the_agents_sdk_s_fields_are_served(
+    web_client: openai.OpenAI, fake: FakeRuntime
+) -> None:
     codex = web_client.responses.create(
         model="fake",
         input=searching("news", {"text": "Ok."}),
         tools=[{"type": "web_search", "external_web_access": False}],
     )
     assert [i.type for i in codex.output] == ["web_search_call", "message"]
+    assert [t["function"]["name"] for t in fake.requests()[-2]["tools"]] == ["web_search"]  # no live page
     agents: Any = {
         "type": "web_search",
         "filters": None,
@@ -266,3 +269,109 @@ def test_without_a_backend_the_tool_is_echoed_not_offered_and_ready_says_why(
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model="fake", input="hi", tools=[WEB_SEARCH], tool_choice=FORCED)
     assert refused.value.body["param"] == "tool_choice"
+
+
+def opening(function: str, then: dict[str, Any], **arguments: str) -> str:
+    return script(tool_calls=[{"name": function, "arguments": json.dumps(arguments)}], then=then)
+
+
+def test_a_page_is_opened_through_the_egress_guard_and_cited(
+    web_client: openai.OpenAI, fake: FakeRuntime, searxng: SearxngStandIn
+) -> None:
+    url = f"{searxng.url}/pages/tea"
+    answer = {"chunks": ["Tea reached Portugal from Macau", "【1】", "."]}
+    with web_client.responses.stream(
+        model="fake", input=opening("open_page", answer, url=url), tools=[WEB_SEARCH]
+    ) as stream:
+        events = list(stream)
+        response = stream.get_final_response()
+    call, message = response.output
+    assert call.type == "web_search_call" and call.status == "completed"
+    assert call.action.model_dump(exclude_none=True) == {"type": "open_page", "url": url}
+    assert [e.type for e in events if "web_search_call" in e.type] == [
+        "response.web_search_call.in_progress",
+        "response.web_search_call.searching",
+        "response.web_search_call.completed",
+    ]
+    told = fake.requests()[-1]["messages"][-1]["content"]
+    assert 'marker="【1】" title="All about tea"' in told and "Tea came to Portugal from Macau" in told
+    assert "<p>" not in told  # (the page's text, not its markup)
+    [citation] = message.content[0].annotations
+    assert citation.model_dump() == {
+        "type": "url_citation",
+        "url": url,
+        "title": "All about tea",
+        "start_index": 0,
+        "end_index": 31,
+    }
+    later = web_client.responses.create(
+        model="fake", input="And?", previous_response_id=response.id, tools=[WEB_SEARCH]
+    )
+    assert later.status == "completed"
+    replayed = next(m for m in fake.requests()[-1]["messages"] if m.get("tool_calls"))
+    assert replayed["tool_calls"][0]["function"] == {"name": "open_page", "arguments": json.dumps({"url": url})}
+
+
+def test_a_pattern_is_found_in_a_page(web_client: openai.OpenAI, fake: FakeRuntime, searxng: SearxngStandIn) -> None:
+    url = f"{searxng.url}/pages/tea"
+    response = web_client.responses.create(
+        model="fake",
+        input=opening("find_in_page", {"text": "Ok."}, url=url, pattern="GREEN TEA"),
+        tools=[WEB_SEARCH],
+        include=["web_search_call.results"],
+    )
+    call = response.output[0]
+    assert call.action.model_dump(exclude_none=True) == {"type": "find_in_page", "url": url, "pattern": "GREEN TEA"}
+    [found] = call.model_dump()["results"]
+    assert "Green tea is steamed" in found["snippet"] and found["title"] == "All about tea"
+    missing = web_client.responses.create(
+        model="fake", input=opening("find_in_page", {"text": "Ok."}, url=url, pattern="rooibos"), tools=[WEB_SEARCH]
+    )
+    assert missing.output[0].status == "completed"
+    assert fake.requests()[-1]["messages"][-1]["content"] == "'rooibos' is not in the page."
+
+
+@pytest.mark.parametrize(
+    ("page", "told"),
+    [
+        ("binary", "the page is not text"),
+        ("huge", "larger than 100,000 bytes"),
+        ("gone", "HTTP 404"),
+    ],
+)
+def test_a_page_that_cannot_be_read_fails_the_call_and_the_model_is_told(
+    web_client: openai.OpenAI, fake: FakeRuntime, searxng: SearxngStandIn, page: str, told: str
+) -> None:
+    response = web_client.responses.create(
+        model="fake", input=opening("open_page", {"text": "Ok."}, url=f"{searxng.url}/pages/{page}"), tools=[WEB_SEARCH]
+    )
+    assert response.status == "completed" and response.output[0].status == "failed"
+    said = fake.requests()[-1]["messages"][-1]["content"]
+    assert said.startswith("The web search failed") and told in said
+
+
+@pytest.mark.parametrize(
+    ("tool", "url", "told"),
+    [
+        ({"type": "web_search", "filters": {"allowed_domains": ["python.org"]}}, "{stand_in}/pages/tea", "domains"),
+        ({"type": "web_search"}, "http://10.1.2.3/pages/tea", "an address this server does not connect to"),
+        ({"type": "web_search"}, "file:///etc/passwd", "http:// or https://"),
+    ],
+)
+def test_a_page_outside_the_domains_or_the_guard_is_not_fetched(
+    web_client: openai.OpenAI,
+    fake: FakeRuntime,
+    searxng: SearxngStandIn,
+    tool: dict[str, Any],
+    url: str,
+    told: str,
+) -> None:
+    fetched = len(searxng.pages)
+    given: Any = tool
+    response = web_client.responses.create(
+        model="fake",
+        input=opening("open_page", {"text": "Ok."}, url=url.format(stand_in=searxng.url)),
+        tools=[given],
+    )
+    assert response.output[0].status == "failed" and len(searxng.pages) == fetched
+    assert told in fake.requests()[-1]["messages"][-1]["content"]

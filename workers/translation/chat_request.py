@@ -186,8 +186,8 @@ class _Messages:
             arguments: dict[str, Any] = {"queries": item.get("queries") or []}
             found = _search_result(item)
         else:
-            name = self.tools.runtime_name("web_search", WEB_SEARCH_FUNCTION, None)
-            arguments = {"query": (item.get("action") or {}).get("query") or ""}
+            function, arguments = web_search.call_of(item)
+            name = self.tools.runtime_name("web_search", function, None)
             found = web_search.without_markers(item)
         self._call(item["id"], name, json.dumps(arguments, ensure_ascii=False))
         self._result(item["id"], self.search_results.get(item["id"]) or found)

@@ -11,10 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.protocol import client_tools
+from app.protocol import client_tools, web_search
 from app.protocol.ids import Prefix, new_id
 from app.protocol.shapes import Event, Item
-from app.protocol.web_search import search_action
 from workers.translation.citations import CitationFilter
 from workers.translation.tools import custom_input
 
@@ -457,19 +456,21 @@ class FileSearchCallOutput:
 
 @dataclass
 class WebSearchCallOutput:
-    """A web search the server makes (the tool loop's web_search kind), as OpenAI streams one: the
-    item added without its action, `in_progress` and `searching` once the model's query is whole
-    (`opening()`), `completed` and the item done with its action once the backend answered
-    (`closing()`). Its `results` and its action's `sources` are kept in the item whatever `include`
-    says, and shown only where it asks (app/protocol/search_results.py)."""
+    """A web search, or a page opened, that the server makes (the tool loop's web_search kind), as
+    OpenAI streams one: the item added without its action, `in_progress` and `searching` once the
+    model's arguments are whole (`opening()`, with the action they ask for), `completed` and the
+    item done with its action once it answered (`closing()`). Its `results` and a search's
+    `sources` are kept in the item whatever `include` says, and shown only where it asks
+    (app/protocol/search_results.py)."""
 
     output_index: int
     id: str = field(default_factory=lambda: new_id("ws"))
     parts: list[str] = field(default_factory=list)  # of the arguments
-    query: str = ""
+    function: str = web_search.FUNCTION_NAME  # which of the tool's functions the model called
+    action: Item | None = None
     results: list[Item] | None = None
     for_model: str = ""  # what the model reads of the results (with citation markers)
-    status: str | None = None  # set once the search answered: completed or failed
+    status: str | None = None  # set once it answered: completed or failed
 
     @property
     def arguments(self) -> str:
@@ -478,7 +479,10 @@ class WebSearchCallOutput:
     def item(self, status: str) -> Item:
         item: Item = {"id": self.id, "type": "web_search_call", "status": self.status or status}
         if self.status is not None:
-            item["action"] = search_action(self.query, self.results)
+            action = self.action or web_search.search_action("", None)  # (one whose query was lost)
+            if action["type"] == "search":
+                action = web_search.search_action(action["query"], self.results)
+            item["action"] = action
             if self.results is not None:
                 item["results"] = self.results
         return item
@@ -492,8 +496,8 @@ class WebSearchCallOutput:
     def done(self, status: str) -> list[Event]:
         return []
 
-    def opening(self, query: str) -> list[Event]:
-        self.query = query
+    def opening(self, action: Item) -> list[Event]:
+        self.action = action
         where = {"item_id": self.id, "output_index": self.output_index}
         return [
             {"type": "response.output_item.added", "output_index": self.output_index, "item": self.item("in_progress")},

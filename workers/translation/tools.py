@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from app.protocol import client_tools
@@ -35,7 +35,6 @@ CUSTOM_INPUT_SCHEMA: dict[str, Any] = {
 
 
 HOSTED_KINDS = ("mcp", "file_search", "web_search")  # what the server calls, of a ToolRef's kinds
-SEARCH_FUNCTIONS = {"file_search": file_search_function.FUNCTION, "web_search": web_search_function.FUNCTION}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,42 +63,34 @@ class RuntimeTools:
         """`listed`: the tools of the MCP servers the server runs, by label (their mcp_list_tools);
         `searches`: the search tools of the request's that the server runs (`file_search`,
         `web_search`), each offered as the function of its module."""
-        members = [(tool, None) for tool in tools if tool["type"] in ("function", "custom")]
+        made = _Offered()
+        for tool, namespace in _members(tools):
+            wanted = tool["name"] if namespace is None else f"{namespace}__{tool['name']}"
+            made.add(wanted, ToolRef(tool["type"], tool["name"], namespace), _function(tool))
         for tool in tools:
-            if tool["type"] == "namespace":
-                members += [(member, tool["name"]) for member in tool["tools"]]
-        functions: list[dict[str, Any]] = []
-        by_runtime_name: dict[str, ToolRef] = {}
-        for tool, namespace in members:
-            name = _free_name(tool["name"] if namespace is None else f"{namespace}__{tool['name']}", by_runtime_name)
-            by_runtime_name[name] = ToolRef(tool["type"], tool["name"], namespace)
-            functions.append({"type": "function", "function": _function(name, tool)})
-        for tool in tools:
-            kind = tool["type"]
-            if kind == "shell" or kind == "local_shell" or kind == "apply_patch":
-                function = client_tools.FUNCTIONS[kind]
-                name = _free_name(function["name"], by_runtime_name)
-                by_runtime_name[name] = ToolRef(kind, function["name"])
-                functions.append({"type": "function", "function": {**function, "name": name}})
+            if tool["type"] in client_tools.TOOL_TYPES:
+                function = client_tools.FUNCTIONS[tool["type"]]
+                made.add(function["name"], ToolRef(tool["type"], function["name"]), function)
         for server in (tool for tool in tools if tool["type"] == "mcp"):
             for listed_tool in (listed or {}).get(server["server_label"], []):
                 read_only = bool((listed_tool.get("annotations") or {}).get("read_only"))
                 if not offered(server, listed_tool["name"], read_only):
                     continue
-                name = listed_tool["name"]
-                if name in by_runtime_name:  # two servers' tools of one name: told apart by their server's
-                    name = f"{server['server_label']}__{name}"
-                name = _free_name(name, by_runtime_name)
+                wanted = listed_tool["name"]
+                if wanted in made.by_runtime_name:  # two servers' tools of one name: told apart by their server's
+                    wanted = f"{server['server_label']}__{wanted}"
                 approval = needs_approval(server, listed_tool["name"], read_only)
-                by_runtime_name[name] = ToolRef("mcp", listed_tool["name"], server["server_label"], approval)
-                functions.append({"type": "function", "function": _mcp_function(name, listed_tool, server)})
-        for kind in (served_kind(tool["type"]) for tool in tools):
+                ref = ToolRef("mcp", listed_tool["name"], server["server_label"], approval)
+                made.add(wanted, ref, _mcp_function(listed_tool, server))
+        for tool in tools:
+            kind = served_kind(tool["type"])
             if kind is not None and kind in searches:
-                function = SEARCH_FUNCTIONS[kind]
-                name = _free_name(str(function["name"]), by_runtime_name)
-                by_runtime_name[name] = ToolRef(kind, str(function["name"]))
-                functions.append({"type": "function", "function": {**function, "name": name}})
-        return cls(functions, by_runtime_name)
+                functions = (
+                    [file_search_function.FUNCTION] if kind == "file_search" else web_search_function.functions(tool)
+                )
+                for function in functions:
+                    made.add(str(function["name"]), ToolRef(kind, str(function["name"])), function)
+        return cls(made.functions, made.by_runtime_name)
 
     @classmethod
     def for_settings(
@@ -153,6 +144,28 @@ def custom_input(arguments: str) -> str:
     return text if isinstance(text, str) else arguments
 
 
+@dataclass
+class _Offered:
+    """The functions offered so far, each under a name no other has."""
+
+    functions: list[dict[str, Any]] = field(default_factory=list)
+    by_runtime_name: dict[str, ToolRef] = field(default_factory=dict)
+
+    def add(self, wanted: str, ref: ToolRef, function: dict[str, Any]) -> None:
+        name = _free_name(wanted, self.by_runtime_name)
+        self.by_runtime_name[name] = ref
+        self.functions.append({"type": "function", "function": {**function, "name": name}})
+
+
+def _members(tools: list[Tool]) -> list[tuple[Tool, str | None]]:
+    """The request's functions and custom tools, with the namespace of each (None at the top)."""
+    members: list[tuple[Tool, str | None]] = [(tool, None) for tool in tools if tool["type"] in ("function", "custom")]
+    for tool in tools:
+        if tool["type"] == "namespace":
+            members += [(member, tool["name"]) for member in tool["tools"]]
+    return members
+
+
 def _free_name(name: str, taken: dict[str, ToolRef]) -> str:
     candidate, suffix = name, 2
     while candidate in taken:
@@ -160,8 +173,8 @@ def _free_name(name: str, taken: dict[str, ToolRef]) -> str:
     return candidate
 
 
-def _function(name: str, tool: Tool) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": name}
+def _function(tool: Tool) -> dict[str, Any]:
+    function: dict[str, Any] = {}
     if tool.get("description") is not None:
         function["description"] = tool["description"]
     if tool["type"] == "custom":
@@ -177,11 +190,11 @@ def _function(name: str, tool: Tool) -> dict[str, Any]:
     return function
 
 
-def _mcp_function(name: str, listed_tool: dict[str, Any], server: Tool) -> dict[str, Any]:
+def _mcp_function(listed_tool: dict[str, Any], server: Tool) -> dict[str, Any]:
     description = listed_tool.get("description") or ""
     if server.get("server_description"):
         description = f"{description}\n\n(From {server['server_label']}: {server['server_description']})".strip()
-    function: dict[str, Any] = {"name": name, "parameters": listed_tool.get("input_schema") or {"type": "object"}}
+    function: dict[str, Any] = {"parameters": listed_tool.get("input_schema") or {"type": "object"}}
     if description:
         function["description"] = description
     return function

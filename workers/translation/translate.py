@@ -286,7 +286,7 @@ class StreamTranslator:
             current = FileSearchCallOutput(self._next_index)
             self._count_hosted()
         elif ref.kind == "web_search":
-            current = WebSearchCallOutput(self._next_index)
+            current = WebSearchCallOutput(self._next_index, function=ref.name)
             self._count_hosted()
         elif ref.kind in ("shell", "local_shell", "apply_patch"):
             current = ClientToolCall(self._next_index, call_id, ref.kind, runtime_name)

@@ -1,5 +1,6 @@
-"""Image and file URLs are fetched here, when the request arrives, never by the model server: a
-client could otherwise make the GPU host fetch any address, internal ones included.
+"""URLs are fetched here (image and file URLs when the request arrives, web pages a web search
+opens), never by the model server: a client, or a model, could otherwise make the GPU host fetch
+any address, internal ones included.
 
 Through the egress guard (app/process/egress.py: public addresses only unless
 RESPONSES_IMAGE_FETCH_ALLOW names their network, the connection to the address checked); each
