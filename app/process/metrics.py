@@ -81,6 +81,12 @@ OUTPUT_TOKENS = Counter(
 INPUT_TOKENS = Counter(
     "responses_input_tokens", "Input tokens of ended generations, by model.", ["model"], registry=REGISTRY
 )
+CACHED_INPUT_TOKENS = Counter(
+    "responses_cached_input_tokens",
+    "Input tokens of ended generations that the model's server found in its prefix cache, by model.",
+    ["model"],
+    registry=REGISTRY,
+)
 CHAIN_ITEMS_READ = Counter(
     "responses_worker_chain_items",
     "Items of chains (previous_response_id) the claims of this worker's generations used, by where "

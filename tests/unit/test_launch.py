@@ -34,7 +34,8 @@ def test_vllm_serves_the_model_under_its_catalog_id_with_the_catalogs_engine_set
     assert vllm_command(model, 8100) == [
         "vllm", "serve", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", "8100",
         "--served-model-name", "qwen3", "--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.85",
-        "--max-model-len", "32768", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+        "--max-model-len", "32768", "--enable-prompt-tokens-details",
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
         "--reasoning-parser", "qwen3", "--enable-prefix-caching",
     ]  # fmt: skip
 

@@ -358,3 +358,17 @@ def test_a_steer_cuts_between_two_calls_keeping_the_first_whole() -> None:
     ]
     _, output = translator.close()
     assert [(i["call_id"], i["arguments"], i["status"]) for i in output] == [("call_0", '{"a": 1}', "completed")]
+
+
+def test_llama_cpps_cached_prompt_tokens_are_read_from_its_timings() -> None:
+    """llama.cpp's server reports no prompt_tokens_details: its last chunk's timings say cache_n."""
+    translator = StreamTranslator()
+    translator.on_chunk({"choices": [{"index": 0, "delta": {"content": "Hi"}}]})
+    translator.on_chunk(
+        {
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 120, "completion_tokens": 1, "total_tokens": 121},
+            "timings": {"cache_n": 96, "prompt_n": 24},
+        }
+    )
+    assert translator.usage_object()["input_tokens_details"] == {"cached_tokens": 96}

@@ -21,7 +21,7 @@ from typing import Any
 
 from app.catalog import ModelEntry
 from app.events.writer import Emit
-from app.process.metrics import FINISHED, INPUT_TOKENS, OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
+from app.process.metrics import CACHED_INPUT_TOKENS, FINISHED, INPUT_TOKENS, OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
 from app.protocol.accumulate import continuable, stopped
 from app.protocol.hosted_calls import SEARCH_CALL_TYPES, runs_tools
 from app.protocol.lifecycle import lifecycle_event, terminal_event
@@ -246,6 +246,8 @@ async def _finish(
         FINISHED.labels(record.model, outcome.status).inc()
         if outcome.usage:
             INPUT_TOKENS.labels(record.model).inc(outcome.usage.get("input_tokens") or 0)
+            cached = (outcome.usage.get("input_tokens_details") or {}).get("cached_tokens") or 0
+            CACHED_INPUT_TOKENS.labels(record.model).inc(cached)
             OUTPUT_TOKENS.labels(record.model).inc(outcome.usage.get("output_tokens") or 0)
             await _settle_tokens(state, record, outcome.usage)
     if record.settings.get("requested", {}).get("runs_mcp"):

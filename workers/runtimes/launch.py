@@ -57,6 +57,8 @@ def _vllm_serve(model: VllmServer, served_name: str, port: int) -> list[str]:
 def vllm_command(model: VllmModel, port: int) -> list[str]:
     command = _vllm_serve(model, model.served_name, port)
     command += ["--max-model-len", str(model.max_model_len or model.context_window)]
+    # Its usage then says how many prompt tokens it found in its prefix cache (cached_tokens).
+    command += ["--enable-prompt-tokens-details"]
     if model.tool_call_parser:
         command += ["--enable-auto-tool-choice", "--tool-call-parser", model.tool_call_parser]
     if model.reasoning_parser:

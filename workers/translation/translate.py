@@ -112,6 +112,7 @@ class StreamTranslator:
     # A hosted call the worker that began this generation made, or was making, when it stopped.
     interrupted: HostedCallOutput | None = None
     usage: dict[str, Any] | None = None
+    timings_cached: int | None = None  # the prompt tokens llama.cpp's server found cached (its timings' cache_n)
     content_chunks: int = 0  # every chunk that carried output: one token each, for servers that do not count
     reasoning_chunks: int = 0
     # By the runtime's tool-call index; None for a call dropped past max_calls.
@@ -192,6 +193,8 @@ class StreamTranslator:
         events: list[Event] = []
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
+        if isinstance(chunk.get("timings"), dict):
+            self.timings_cached = _count(chunk["timings"].get("cache_n"))
         try:
             for choice in chunk.get("choices") or []:
                 delta = choice.get("delta") or {}
@@ -362,7 +365,7 @@ class StreamTranslator:
         self.before_usage = self.usage_object()
         self.items, self._calls = [], {}
         self.refused, self._last_done = [], False
-        self.usage, self.finish_reason = None, None
+        self.usage, self.finish_reason, self.timings_cached = None, None, None
         self.content_chunks = self.reasoning_chunks = 0
 
     def add_call(self, name: str, server_label: str, arguments: str) -> McpCallOutput:
@@ -426,7 +429,9 @@ class StreamTranslator:
         prompt = _count(self.usage.get("prompt_tokens")) or 0
         completion = _count(self.usage.get("completion_tokens"))
         completion = self.content_chunks if completion is None else completion
-        cached = _count(_details(self.usage, "prompt_tokens_details").get("cached_tokens")) or 0
+        cached = _count(_details(self.usage, "prompt_tokens_details").get("cached_tokens"))
+        if cached is None:  # (llama.cpp's server says it in its timings)
+            cached = self.timings_cached or 0
         reasoning = _count(_details(self.usage, "completion_tokens_details").get("reasoning_tokens"))
         return usage_object(prompt, completion, cached, reasoning or min(self.reasoning_chunks, completion))
 
