@@ -212,3 +212,23 @@ def test_a_malformed_typed_item_is_a_400_naming_it(client: openai.OpenAI, item: 
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model="fake", input=[item], tools=[SHELL])  # type: ignore[list-item]
     assert refused.value.body["param"].startswith(param)
+
+
+def test_a_conversation_carries_a_shell_call_and_its_output_to_the_next_turn(
+    client: openai.OpenAI, fake: FakeRuntime
+) -> None:
+    conversation = client.conversations.create()
+    called = client.responses.create(
+        model="fake", input=calling("shell", {"commands": ["date"]}), tools=[SHELL], conversation=conversation.id
+    )
+    [call] = called.output
+    output: Any = {
+        "type": "shell_call_output",
+        "call_id": call.call_id,
+        "output": [{"stdout": "Sat Dec  5\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}],
+    }
+    client.responses.create(model="fake", input=[output], tools=[SHELL], conversation=conversation.id)
+    *_, asked, told = fake.requests()[-1]["messages"]
+    assert asked["tool_calls"][0]["id"] == call.call_id and told["content"] == "$ date\nSat Dec  5\n\n(exit 0)"
+    types = [item.type for item in client.conversations.items.list(conversation.id, order="asc").data]
+    assert types == ["message", "shell_call", "shell_call_output", "message"]

@@ -375,3 +375,24 @@ def test_a_page_outside_the_domains_or_the_guard_is_not_fetched(
     )
     assert response.output[0].status == "failed" and len(searxng.pages) == fetched
     assert told in fake.requests()[-1]["messages"][-1]["content"]
+
+
+def test_a_conversation_keeps_the_search_and_shows_its_sources_only_where_asked(
+    web_client: openai.OpenAI, fake: FakeRuntime, searxng: SearxngStandIn
+) -> None:
+    conversation = web_client.conversations.create()
+    web_client.responses.create(
+        model="fake", input=searching("tea", {"text": "Tea."}), tools=[WEB_SEARCH], conversation=conversation.id
+    )
+    asked = len(searxng.queries)
+    web_client.responses.create(model="fake", input="And coffee?", tools=[WEB_SEARCH], conversation=conversation.id)
+    earlier = [m for m in fake.requests()[-1]["messages"] if m["role"] == "tool"]
+    assert len(earlier) == 1 and "Passage 0 about tea" in earlier[0]["content"] and len(searxng.queries) == asked
+    items = web_client.conversations.items.list(conversation.id, order="asc").data
+    [call] = [item for item in items if item.type == "web_search_call"]
+    assert call.model_dump()["action"].get("sources") is None and "results" not in call.model_dump()
+    shown = web_client.conversations.items.list(
+        conversation.id, order="asc", include=["web_search_call.action.sources"]
+    ).data
+    [call] = [item for item in shown if item.type == "web_search_call"]
+    assert len(call.model_dump()["action"]["sources"]) == 5
