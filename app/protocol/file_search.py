@@ -114,10 +114,16 @@ def for_the_model(results: list[Item], first_marker: int) -> str:
     """A search's results as the tool's answer: each with its marker, then how to cite."""
     if not results:
         return "The search found nothing in the files."
-    parts = []
-    for n, result in enumerate(results, first_marker):
-        marker = f"{MARKER_OPEN}{n}{MARKER_CLOSE}"
-        parts.append(f'<result marker="{marker}" file="{result["filename"]}">\n{result["text"]}\n</result>')
+    return marked([f'<result file="{r["filename"]}">\n{r["text"]}\n</result>' for r in results], first_marker)
+
+
+def marked(results: list[str], first_marker: int) -> str:
+    """Results (each `<result …>…</result>`) given their markers in turn from `first_marker`,
+    then how to cite them: what the model reads of any search."""
+    parts = [
+        result.replace("<result ", f'<result marker="{MARKER_OPEN}{n}{MARKER_CLOSE}" ', 1)
+        for n, result in enumerate(results, first_marker)
+    ]
     example = f"{MARKER_OPEN}{first_marker}{MARKER_CLOSE}"
     parts.append(
         f"Answer from these results. After each statement that uses one, write its marker (such as {example})."

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from pydantic import Field
 
 from app import errors
-from app.protocol.file_search import MARKER_CLOSE, MARKER_OPEN
+from app.protocol.file_search import marked
 from app.protocol.shapes import Item, Tool
 from app.protocol.validation import StrictModel, validate
 
@@ -211,18 +211,11 @@ def citation_of(result: Item) -> Item:
 
 
 def for_the_model(results: list[Item], first_marker: int) -> str:
-    """A search's results as the tool's answer: each with its marker, then how to cite."""
+    """A search's results, or a page's text or passages, as the tool's answer: each with its
+    marker, then how to cite."""
     if not results:
         return "The web search found nothing."
-    parts = []
-    for n, result in enumerate(results, first_marker):
-        marker = f"{MARKER_OPEN}{n}{MARKER_CLOSE}"
-        parts.append(_shown(result).replace("<result ", f'<result marker="{marker}" ', 1))
-    example = f"{MARKER_OPEN}{first_marker}{MARKER_CLOSE}"
-    parts.append(
-        f"Answer from these results. After each statement that uses one, write its marker (such as {example})."
-    )
-    return "\n".join(parts)
+    return marked([_shown(result) for result in results], first_marker)
 
 
 def call_of(item: Item) -> tuple[str, dict[str, Any]]:
