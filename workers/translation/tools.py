@@ -154,7 +154,8 @@ class _Offered:
     def add(self, wanted: str, ref: ToolRef, function: dict[str, Any]) -> None:
         name = _free_name(wanted, self.by_runtime_name)
         self.by_runtime_name[name] = ref
-        self.functions.append({"type": "function", "function": {**function, "name": name}})
+        named = {"name": name, **{key: value for key, value in function.items() if key != "name"}}  # (name first)
+        self.functions.append({"type": "function", "function": named})
 
 
 def _members(tools: list[Tool]) -> list[tuple[Tool, str | None]]:
