@@ -34,6 +34,7 @@ def main() -> None:
     serve.add_argument("--tool-call-parser")
     serve.add_argument("--reasoning-parser")
     serve.add_argument("--enable-prefix-caching", action="store_true")
+    serve.add_argument("--enable-prompt-tokens-details", action="store_true")
     serve.add_argument("--runner", choices=["auto", "generate", "pooling"])
     args = parser.parse_args()
     if log := os.environ.get("STAND_IN_VLLM_LOG"):

@@ -88,7 +88,7 @@ def continuable(output: list[Item], settings: dict[str, Any]) -> bool:
     if runs_tools(settings):
         if not all(_finished_step(item) for item in before):
             return False
-        if last.get("type") in ("mcp_list_tools", *CALL_TYPES):
+        if last.get("type") in ("mcp_list_tools", "tool_search_output", *CALL_TYPES):
             return True  # between two steps, or with a call in flight
     elif before:
         return False
@@ -108,7 +108,7 @@ def _finished_step(item: Item) -> bool:
     """A step of a tool loop that ended: a listed server, a call that answered, or an item of an
     earlier answer of the model's."""
     kind = item.get("type")
-    if kind == "mcp_list_tools":
+    if kind in ("mcp_list_tools", "tool_search_output"):
         return True  # (its events are written together, once the server answered)
     if kind in CALL_TYPES:
         return item.get("status") in ("completed", "failed")

@@ -189,6 +189,11 @@ def output_text(output: Item, call: Item | None) -> str:
     return "\n".join(parts) or "(no output)"
 
 
+def arguments_object(arguments: str) -> dict[str, Any]:
+    """A call's arguments as the JSON object a typed item carries (a client's tool search's)."""
+    return _object(arguments)
+
+
 def _object(arguments: str) -> dict[str, Any]:
     try:
         parsed = json.loads(arguments or "{}")

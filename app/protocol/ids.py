@@ -36,6 +36,8 @@ Prefix = Literal[
     "lsho",
     "apc",
     "apco",
+    "tsc",
+    "tso",
 ]
 
 

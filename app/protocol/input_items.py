@@ -18,13 +18,15 @@ from app import errors
 from app.protocol import client_tools
 from app.protocol.input_files import part_text
 from app.protocol.shapes import Item
+from app.protocol.tools import parse_tools
 from app.protocol.validation import StrictModel, discriminator, validate
 
 # A call the model makes, and the item that answers it (by call_id): a function's or a custom
 # tool's, whose output is text or content parts, and a typed client tool's (app/protocol/client_tools.py).
 TOOL_OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output")
-CLIENT_CALL_TYPES = ("function_call", "custom_tool_call", *client_tools.CALL_TYPES)
-CLIENT_OUTPUT_TYPES = (*TOOL_OUTPUT_TYPES, *client_tools.OUTPUT_TYPES)
+# (A tool_search_call counts as the client's where its execution is the client's.)
+CLIENT_CALL_TYPES = ("function_call", "custom_tool_call", *client_tools.CALL_TYPES, "tool_search_call")
+CLIENT_OUTPUT_TYPES = (*TOOL_OUTPUT_TYPES, *client_tools.OUTPUT_TYPES, "tool_search_output")
 # What a client sends to answer a response that waits for it.
 ANSWER_TYPES = (*CLIENT_OUTPUT_TYPES, "mcp_approval_response")
 
@@ -269,6 +271,26 @@ class _ApplyPatchCallOutput(StrictModel):
     id: str | None = None
 
 
+class _ToolSearchCall(StrictModel):
+    type: Literal["tool_search_call"]
+    arguments: dict[str, Any]
+    call_id: str | None = Field(None, min_length=1, max_length=64)
+    execution: Literal["server", "client"] = "client"
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+    id: str | None = None
+    created_by: str | None = None
+
+
+class _ToolSearchOutput(StrictModel):
+    type: Literal["tool_search_output"]
+    tools: list[dict[str, Any]]
+    call_id: str | None = Field(None, min_length=1, max_length=64)
+    execution: Literal["server", "client"] = "client"
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+    id: str | None = None
+    created_by: str | None = None
+
+
 class _FileSearchCall(StrictModel):
     type: Literal["file_search_call"]
     queries: list[str]
@@ -485,6 +507,36 @@ def _local_shell_call_output(raw: dict[str, Any], param: str) -> Item:
     return {"type": "local_shell_call_output", "call_id": call_id, "output": result.output, "status": "completed"}
 
 
+def _tool_search_call(raw: dict[str, Any], param: str) -> Item:
+    call = validate(_ToolSearchCall, raw, prefix=param)
+    return call.model_dump(exclude={"id", "created_by"}) | {"status": call.status or "completed"}
+
+
+def _tool_search_output(raw: dict[str, Any], param: str) -> Item:
+    # The tools a search loaded (the client's, in client execution): each checked as a request's
+    # function, custom or namespace tool is, since the model is offered them from the next turn on.
+    output = validate(_ToolSearchOutput, raw, prefix=param)
+    for index, tool in enumerate(output.tools):
+        if tool.get("type") not in ("function", "custom", "namespace"):
+            where = f"{param}.tools[{index}].type"
+            raise errors.InvalidRequest(
+                f"Invalid '{where}': a tool search loads function, custom and namespace tools.",
+                param=where,
+                code="invalid_value",
+            )
+    try:
+        tools, _ = parse_tools(output.tools)
+    except errors.InvalidRequest as wrong:  # (named as the output's tools)
+        where = f"{param}.{wrong.param}" if wrong.param else param
+        raise errors.InvalidRequest(
+            wrong.message.replace(f"'{wrong.param}", f"'{where}", 1), param=where, code=wrong.code
+        ) from None
+    return output.model_dump(exclude={"id", "created_by", "tools"}) | {
+        "tools": tools,
+        "status": output.status or "completed",
+    }
+
+
 def _mcp_approval_request(raw: dict[str, Any], param: str) -> Item:
     return validate(_McpApprovalRequest, raw, prefix=param).model_dump()  # (its id is named by its answer)
 
@@ -507,6 +559,8 @@ _ITEM_PARSERS: dict[str, Callable[[dict[str, Any], str], Item]] = {
     "mcp_approval_response": _mcp_approval_response,
     "file_search_call": _file_search_call,
     "web_search_call": _web_search_call,
+    "tool_search_call": _tool_search_call,
+    "tool_search_output": _tool_search_output,
     "shell_call": _client_tool_item(_ShellCall),
     "shell_call_output": _client_tool_item(_ShellCallOutput),
     "local_shell_call": _client_tool_item(_LocalShellCall),

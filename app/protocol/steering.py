@@ -58,8 +58,11 @@ def required_input(output: list[Item]) -> list[Item]:
     for item in output:
         if item["type"] == "function_call":
             stubs.append({"type": "function_call_output", "call_id": item["call_id"], "name": item["name"]})
-        elif item["type"] == "custom_tool_call" or item["type"] in client_tools.CALL_TYPES:
-            stubs.append({"type": f"{item['type']}_output", "call_id": item["call_id"]})
+        elif item["type"] in ("custom_tool_call", *client_tools.CALL_TYPES) or (
+            item["type"] == "tool_search_call" and item.get("execution") == "client"
+        ):
+            answer = "tool_search_output" if item["type"] == "tool_search_call" else f"{item['type']}_output"
+            stubs.append({"type": answer, "call_id": item["call_id"]})
         elif item["type"] == "mcp_approval_request":
             stubs.append({"type": "mcp_approval_response", "approval_request_id": item["id"]})
     return stubs

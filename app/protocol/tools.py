@@ -30,6 +30,8 @@ from app.protocol.file_search import parse_tool as parse_file_search
 from app.protocol.mcp_tools import MCP_NOT_RUN, Credentials, McpPolicy, parse_mcp_tool
 from app.protocol.shapes import Tool
 from app.protocol.strict_schema import effective_strict
+from app.protocol.tool_search import is_deferred
+from app.protocol.tool_search import parse_tool as parse_tool_search
 from app.protocol.validation import StrictModel, check_json_schema, discriminator, validate
 from app.protocol.web_search import TOOL_TYPES as WEB_SEARCH_TYPES
 from app.protocol.web_search import parse_tool as parse_web_search
@@ -48,7 +50,6 @@ HOSTED_TOOL_TYPES = frozenset(
         "web_search_2025_08_26",
         "file_search",
         "mcp",
-        "tool_search",
     }
 )
 # These no deployment of open models can stand in for: a 400 whatever RESPONSES_HOSTED_TOOLS says,
@@ -81,6 +82,7 @@ class _FunctionTool(StrictModel):
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    defer_loading: bool | None = None
 
 
 class _TextFormat(StrictModel):
@@ -98,6 +100,7 @@ class _CustomTool(StrictModel):
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
     format: dict[str, Any] | None = None
+    defer_loading: bool | None = None
 
 
 class _NamespaceTool(StrictModel):
@@ -142,7 +145,7 @@ def parse_tools(
                 raise errors.UnsupportedParameter(f"{param}.type", "the hosted tool 'mcp'")
             tools.append(tool)
             continue
-        if served_kind(kind) in served or kind in CLIENT_TOOL_TYPES:
+        if served_kind(kind) in served or kind in CLIENT_TOOL_TYPES or kind == "tool_search":
             tools.append(_typed_tool(entry, kind, tools, param))
             continue
         if kind in REFUSED_TOOL_TYPES:
@@ -158,7 +161,24 @@ def parse_tools(
             tool = _callable(entry, param)
         _check_unique(tool["name"], tools, param)
         tools.append(tool)
+    _check_deferrals(tools)
     return tools, credentials
+
+
+def _check_deferrals(tools: list[Tool]) -> None:
+    """A deferred tool is loaded by a tool search only: without a tool_search tool it never could be."""
+    if any(tool["type"] == "tool_search" for tool in tools):
+        return
+    for index, tool in enumerate(tools):
+        members = tool["tools"] if tool["type"] == "namespace" else [tool]
+        for place, member in enumerate(members):
+            if is_deferred(member):
+                where = f"tools[{index}].tools[{place}]" if tool["type"] == "namespace" else f"tools[{index}]"
+                raise errors.InvalidRequest(
+                    f"Invalid '{where}.defer_loading': a deferred tool needs a tool_search tool to load it.",
+                    param=f"{where}.defer_loading",
+                    code="invalid_value",
+                )
 
 
 def _typed_tool(entry: dict[str, Any], kind: str, tools: list[Tool], param: str) -> Tool:
@@ -173,6 +193,8 @@ def _typed_tool(entry: dict[str, Any], kind: str, tools: list[Tool], param: str)
         return parse_file_search(entry, param)
     if sort == "web_search":
         return parse_web_search(entry, param)
+    if sort == "tool_search":
+        return parse_tool_search(entry, param)
     return parse_client_tool(entry, param)
 
 
@@ -204,12 +226,19 @@ def _function(entry: dict[str, Any], param: str) -> Tool:
         "description": tool.description,
         "parameters": tool.parameters,
         "strict": strict is not False,  # omitted: strict where the schema allows it, as OpenAI does
-    }
+    } | _deferral(tool.defer_loading)
+
+
+def _deferral(defer_loading: bool | None) -> Tool:
+    """`defer_loading`, echoed where it is set: a tool search loads the tool (app/protocol/tool_search.py)."""
+    return {"defer_loading": True} if defer_loading else {}
 
 
 def _custom(entry: dict[str, Any], param: str) -> Tool:
     tool = validate(_CustomTool, entry, prefix=param)
-    echoed: Tool = {"type": "custom", "name": tool.name, "description": tool.description}
+    echoed: Tool = {"type": "custom", "name": tool.name, "description": tool.description} | _deferral(
+        tool.defer_loading
+    )
     if tool.format is not None and tool.format.get("type") == "grammar":
         echoed["format"] = validate(_GrammarFormat, tool.format, prefix=f"{param}.format").model_dump()
     elif tool.format is not None:

@@ -130,6 +130,8 @@ def new_record(
         "runs_mcp": create.runs_mcp,
         "runs_file_search": create.runs_file_search,
         "runs_web_search": create.runs_web_search,
+        # The server searches the deferred tools (a tool_search tool of server execution).
+        "runs_tool_search": any(t["type"] == "tool_search" and t["execution"] == "server" for t in create.tools),
     }
     if create.runs_file_search:
         settings["requested"]["account_id"] = account_id

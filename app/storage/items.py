@@ -45,6 +45,8 @@ _ID_PREFIX: dict[str, Any] = {
     "local_shell_call_output": "lsho",
     "apply_patch_call": "apc",
     "apply_patch_call_output": "apco",
+    "tool_search_call": "tsc",
+    "tool_search_output": "tso",
 }
 
 

@@ -284,7 +284,8 @@ _CHAIN_LINK = DriverStatement(
     SELECT r.id, r.chain_depth, r.status,
            (SELECT coalesce(array_agg(i.payload ->> 'call_id'), '{{}}'::text[]) FROM items i
             WHERE i.response_id = r.id AND i.side = 'output'
-              AND i.type IN ({", ".join(f"'{kind}'" for kind in CLIENT_CALL_TYPES)})) AS call_ids,
+              AND i.type IN ({", ".join(f"'{kind}'" for kind in CLIENT_CALL_TYPES)})
+              AND (i.payload ->> 'execution') IS DISTINCT FROM 'server') AS call_ids,
            (SELECT coalesce(array_agg(i.id), '{{}}'::text[]) FROM items i
             WHERE i.response_id = r.id AND i.side = 'output' AND i.type = 'mcp_approval_request') AS approval_ids
     FROM responses r WHERE r.id = :id AND r.account_id = :account_id AND r.store

@@ -22,6 +22,7 @@ from typing import Any
 from app.catalog import ModelEntry
 from app.events.writer import Emit
 from app.process.metrics import CACHED_INPUT_TOKENS, FINISHED, INPUT_TOKENS, OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
+from app.protocol import tool_search
 from app.protocol.accumulate import continuable, stopped
 from app.protocol.hosted_calls import SEARCH_CALL_TYPES, runs_tools
 from app.protocol.lifecycle import lifecycle_event, terminal_event
@@ -43,6 +44,7 @@ from workers.state import WorkerState
 from workers.tool_loop.loop import MAX_TOOL_ROUNDS, ToolLoop
 from workers.translation import compaction
 from workers.translation.chat_request import chat_request, continuing, with_refusals
+from workers.translation.tools import RuntimeTools
 from workers.translation.translate import STEERED, AnswerSteered, StreamTranslator
 
 log = logging.getLogger(__name__)
@@ -133,6 +135,8 @@ async def _run(state: WorkerState, generation: Generation) -> None:
             return
         prefix = translator.continue_from(generation.output or [])
         translator.before_usage = generation.rounds_usage
+    if tool_search.loaded_tools([*generation.context, *translator.before]):  # (what earlier searches loaded)
+        translator.tools = RuntimeTools.for_settings(record.settings, context=[*generation.context, *translator.before])
         state.writer.expect(record.id, generation.log_end + 1)  # (its first commit, too, is recognized)
     # The runtime request goes out first: it, not these events' commit, is what the first token waits on.
     task = asyncio.create_task(_stream(state, generation, translator, prefix))
@@ -309,7 +313,8 @@ async def _stream(state: WorkerState, generation: Generation, translator: Stream
         loop.answers = sum(
             1
             for i in translator.before
-            if (i["type"] == "mcp_call" and not i.get("approval_request_id")) or i["type"] in SEARCH_CALL_TYPES
+            if (i["type"] == "mcp_call" and not i.get("approval_request_id"))
+            or i["type"] in (*SEARCH_CALL_TYPES, "tool_search_call")
         )
         while True:
             await _answer(state, generation, translator, context + translator.before[own_output:], prefix, loop.answers)

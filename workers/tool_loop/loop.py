@@ -21,6 +21,7 @@ from workers.state import WorkerState
 from workers.tool_loop.file_search import FileSearchKind
 from workers.tool_loop.kind import HostedKind, keep_earlier_results
 from workers.tool_loop.mcp import McpKind
+from workers.tool_loop.tool_search import ToolSearchKind
 from workers.tool_loop.web_search import WebSearchKind
 from workers.translation.output_items import HostedCallOutput
 from workers.translation.translate import StreamTranslator
@@ -50,6 +51,8 @@ class ToolLoop:
             self.kinds.append(FileSearchKind(self.state, self.record, self.translator))
         if requested.get("runs_web_search"):
             self.kinds.append(WebSearchKind(self.state, self.record, self.translator))
+        if requested.get("runs_tool_search"):
+            self.kinds.append(ToolSearchKind(self.record, self.translator))
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -73,7 +73,7 @@ class McpKind:
             known = {tool["name"] for tool in self.listed.get(label, ())}
             if label not in self.listed or named_tools(server) - known:
                 await self._list(label)
-        self.translator.tools = RuntimeTools.for_settings(self.record.settings, self.listed)
+        self.translator.tools = RuntimeTools.for_settings(self.record.settings, self.listed, context)
 
     async def _list(self, label: str) -> None:
         item: Item = {"id": new_id("mcpl"), "type": "mcp_list_tools", "server_label": label, "tools": [], "error": None}

@@ -7,11 +7,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.catalog import ModelEntry
-from app.protocol import client_tools, web_search
+from app.protocol import client_tools, tool_search, web_search
 from app.protocol.file_search import FUNCTION_NAME
 from app.protocol.hosted_calls import SEARCH_CALL_TYPES
 from app.protocol.input_files import part_images, part_text
-from app.protocol.input_items import CLIENT_CALL_TYPES, CLIENT_OUTPUT_TYPES, TOOL_OUTPUT_TYPES, item_text
+from app.protocol.input_items import CLIENT_CALL_TYPES, CLIENT_OUTPUT_TYPES, item_text
 from app.protocol.response_object import ResponseRecord
 from app.protocol.shapes import Item, Tool
 from app.protocol.tools import served_kind
@@ -138,8 +138,8 @@ class _Messages:
             self.reasoning.append(reasoning_text(item))
         elif kind in CLIENT_CALL_TYPES:
             self._client_call(item)
-        elif kind in client_tools.OUTPUT_TYPES:
-            self._result(item["call_id"], client_tools.output_text(item, self.client_calls.get(item["call_id"])))
+        elif kind in CLIENT_OUTPUT_TYPES:
+            self._client_output(item)
         elif kind == "mcp_call":  # made by the server: the model sees its call and what it answered
             name = self.tools.runtime_name("mcp", item["name"], item["server_label"])
             self._call(item["id"], name, item["arguments"])
@@ -154,7 +154,17 @@ class _Messages:
                 self._call(request["id"], name, request["arguments"])
                 reason = f": {item['reason']}" if item.get("reason") else "."
                 self._result(request["id"], f"The user did not approve this call{reason}")
-        elif kind in TOOL_OUTPUT_TYPES:
+
+    def _client_output(self, item: Item) -> None:
+        """What a client's tool answered: a function's or custom tool's output (its images after
+        the tool results, as a user message), a typed tool's, a tool search's loaded tools."""
+        kind = item["type"]
+        if kind in client_tools.OUTPUT_TYPES:
+            self._result(item["call_id"], client_tools.output_text(item, self.client_calls.get(item["call_id"])))
+        elif kind == "tool_search_output":
+            if item.get("call_id"):
+                self._result(item["call_id"], tool_search.output_text(item))
+        else:
             output = item["output"]
             parts = [{"type": "input_text", "text": output}] if isinstance(output, str) else output
             text = "".join(part_text(p) for p in parts)
@@ -172,6 +182,10 @@ class _Messages:
         elif kind == "custom_tool_call":
             name = self.tools.runtime_name("custom", item["name"], item.get("namespace"))
             self._call(item["call_id"], name, custom_arguments(item["input"]))
+        elif kind == "tool_search_call":
+            name = self.tools.runtime_name("tool_search", tool_search.FUNCTION_NAME, None)
+            if item.get("call_id"):
+                self._call(item["call_id"], name, json.dumps(item.get("arguments") or {}, ensure_ascii=False))
         else:
             self.client_calls[item["call_id"]] = item
             tool = kind.removesuffix("_call")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from app.protocol import client_tools, web_search
+from app.protocol import client_tools, tool_search, web_search
 from app.protocol.ids import Prefix, new_id
 from app.protocol.shapes import Event, Item
 from workers.translation.citations import CitationFilter
@@ -532,7 +532,10 @@ class ClientToolCall:
 
     def typed(self) -> list[TypedCall]:
         """Its typed items, from `output_index` on; CallRefused if its arguments make none."""
-        if self.kind == "shell":
+        if self.kind == "tool_search":
+            arguments = client_tools.arguments_object(self.arguments)
+            fields = [{"type": "tool_search_call", "execution": "client", "arguments": arguments}]
+        elif self.kind == "shell":
             fields = [client_tools.shell_call(self.arguments)]
         elif self.kind == "local_shell":
             fields = [client_tools.local_shell_call(self.arguments)]
@@ -586,9 +589,69 @@ class TypedCall:
         return [*events, {"type": "response.output_item.done", **where, "item": self.item("completed")}]
 
 
-TYPED_PREFIXES: dict[str, Prefix] = {"shell_call": "sh", "local_shell_call": "lsh", "apply_patch_call": "apc"}
+@dataclass
+class MadeItem(TypedCall):
+    """An item the server made after an answer's (a tool search's output): nothing for the client."""
+
+
+TYPED_PREFIXES: dict[str, Prefix] = {
+    "shell_call": "sh",
+    "local_shell_call": "lsh",
+    "apply_patch_call": "apc",
+    "tool_search_call": "tsc",
+    "tool_search_output": "tso",
+}
+
+
+@dataclass
+class ToolSearchCallOutput:
+    """A search of the deferred tools that the server makes (the tool loop's tool_search kind): the
+    call item added once the model's query is whole (`opening()`), done once searched, with the
+    `tool_search_output` that the kind adds after this answer's items (StreamTranslator.add_after)."""
+
+    output_index: int
+    call_id: str
+    id: str = field(default_factory=lambda: new_id("tsc"))
+    parts: list[str] = field(default_factory=list)  # of the arguments
+    status: str | None = None  # set once searched
+
+    @property
+    def arguments(self) -> str:
+        return "".join(self.parts)
+
+    def item(self, status: str) -> Item:
+        return {
+            "id": self.id,
+            "type": "tool_search_call",
+            "call_id": self.call_id,
+            "execution": "server",
+            "arguments": {"query": tool_search.query_of(self.arguments)},
+            "status": self.status or status,
+        }
+
+    def started(self) -> list[Event]:
+        return []
+
+    def delta(self, text: str) -> None:
+        self.parts.append(text)
+
+    def done(self, status: str) -> list[Event]:
+        return []
+
+    def opening(self) -> list[Event]:
+        return [
+            {"type": "response.output_item.added", "output_index": self.output_index, "item": self.item("in_progress")}
+        ]
+
+    def closing(self) -> list[Event]:
+        self.status = "completed"
+        return [
+            {"type": "response.output_item.done", "output_index": self.output_index, "item": self.item("completed")}
+        ]
+
+
 SearchCallOutput = FileSearchCallOutput | WebSearchCallOutput
-HostedCallOutput = McpCallOutput | FileSearchCallOutput | WebSearchCallOutput
+HostedCallOutput = McpCallOutput | FileSearchCallOutput | WebSearchCallOutput | ToolSearchCallOutput
 CallOutput = (
     ClientToolCall
     | TypedCall
@@ -598,5 +661,6 @@ CallOutput = (
     | McpApprovalRequestOutput
     | FileSearchCallOutput
     | WebSearchCallOutput
+    | ToolSearchCallOutput
 )
 OutputItem = MessageOutput | ReasoningOutput | CallOutput

@@ -19,11 +19,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from app.protocol import client_tools
+from app.protocol import client_tools, tool_search
 from app.protocol import file_search as file_search_function
 from app.protocol import web_search as web_search_function
 from app.protocol.mcp_tools import needs_approval, offered
-from app.protocol.shapes import Tool
+from app.protocol.shapes import Item, Tool
 from app.protocol.tools import grammar_of, served_kind
 
 CUSTOM_INPUT_SCHEMA: dict[str, Any] = {
@@ -41,10 +41,13 @@ HOSTED_KINDS = ("mcp", "file_search", "web_search")  # what the server calls, of
 class ToolRef:
     """What a runtime function stands for: a function or custom tool, maybe in a namespace."""
 
-    kind: Literal["function", "custom", "mcp", "file_search", "web_search", "shell", "local_shell", "apply_patch"]
+    kind: Literal[
+        "function", "custom", "mcp", "file_search", "web_search", "shell", "local_shell", "apply_patch", "tool_search"
+    ]
     name: str
     namespace: str | None = None  # an MCP tool's: its server's label
     approval: bool = False  # an MCP tool's call waits for the client's approval
+    client_search: bool = False  # a tool search the client makes (else the server does)
 
 
 @dataclass(frozen=True)
@@ -64,9 +67,7 @@ class RuntimeTools:
         `searches`: the search tools of the request's that the server runs (`file_search`,
         `web_search`), each offered as the function of its module."""
         made = _Offered()
-        for tool, namespace in _members(tools):
-            wanted = tool["name"] if namespace is None else f"{namespace}__{tool['name']}"
-            made.add(wanted, ToolRef(tool["type"], tool["name"], namespace), _function(tool))
+        made.add_members([tool for tool in _members(tools) if not tool_search.is_deferred(tool[0])])
         for tool in tools:
             if tool["type"] in client_tools.TOOL_TYPES:
                 function = client_tools.FUNCTIONS[tool["type"]]
@@ -90,16 +91,32 @@ class RuntimeTools:
                 )
                 for function in functions:
                     made.add(str(function["name"]), ToolRef(kind, str(function["name"])), function)
+        for tool in tools:
+            if tool["type"] == "tool_search":
+                function = tool_search.function(tool, tool_search.deferred_units(tools))
+                ref = ToolRef("tool_search", tool_search.FUNCTION_NAME, client_search=tool["execution"] == "client")
+                made.add(tool_search.FUNCTION_NAME, ref, function)
         return cls(made.functions, made.by_runtime_name)
+
+    def loading(self, tools: list[Tool]) -> RuntimeTools:
+        """These tools offered besides, after every other (a tool search loaded them)."""
+        made = _Offered(list(self.functions), dict(self.by_runtime_name))
+        made.add_members(_members(tools))
+        return RuntimeTools(made.functions, made.by_runtime_name)
 
     @classmethod
     def for_settings(
-        cls, settings: dict[str, Any], listed: Mapping[str, list[dict[str, Any]]] | None = None
+        cls,
+        settings: dict[str, Any],
+        listed: Mapping[str, list[dict[str, Any]]] | None = None,
+        context: list[Item] | None = None,
     ) -> RuntimeTools:
-        """A response's tools, from its echoed settings."""
+        """A response's tools, from its echoed settings, and those its context's tool searches loaded."""
         requested = settings.get("requested", {})
         searches = [kind for kind in ("file_search", "web_search") if requested.get(f"runs_{kind}")]
-        return cls.of(settings.get("tools") or [], listed, searches=searches)
+        offered_now = cls.of(settings.get("tools") or [], listed, searches=searches)
+        loaded = tool_search.loaded_tools(context or [])
+        return offered_now.loading(loaded) if loaded else offered_now
 
     def without_hosted(self) -> RuntimeTools:
         """The same tools without those the server runs (the response may make no more such calls)."""
@@ -150,6 +167,12 @@ class _Offered:
 
     functions: list[dict[str, Any]] = field(default_factory=list)
     by_runtime_name: dict[str, ToolRef] = field(default_factory=dict)
+
+    def add_members(self, members: list[tuple[Tool, str | None]]) -> None:
+        """Functions and custom tools, each under its name (a namespace's prefixed with it)."""
+        for tool, namespace in members:
+            wanted = tool["name"] if namespace is None else f"{namespace}__{tool['name']}"
+            self.add(wanted, ToolRef(tool["type"], tool["name"], namespace), _function(tool))
 
     def add(self, wanted: str, ref: ToolRef, function: dict[str, Any]) -> None:
         name = _free_name(wanted, self.by_runtime_name)

@@ -12,6 +12,7 @@ counted here instead, so that a generation always ends with a readable outcome.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,12 +34,14 @@ from workers.translation.output_items import (
     FunctionCallOutput,
     GrammarToolCallOutput,
     HostedCallOutput,
+    MadeItem,
     McpApprovalRequestOutput,
     McpCallOutput,
     MessageOutput,
     OutputItem,
     ReasoningOutput,
     SearchCallOutput,
+    ToolSearchCallOutput,
     TypedCall,
     WebSearchCallOutput,
 )
@@ -156,6 +159,12 @@ class StreamTranslator:
                 [last["arguments"]],
                 last.get("approval_request_id"),
             )
+            self.items.append(self.interrupted)
+            return ""
+        if last["type"] == "tool_search_call" and last.get("status") != "completed":
+            self.before = finished  # a search of the deferred tools changes nothing: it is made again
+            arguments = json.dumps(last.get("arguments") or {})
+            self.interrupted = ToolSearchCallOutput(len(finished), last["call_id"], last["id"], [arguments])
             self.items.append(self.interrupted)
             return ""
         if last["type"] in SEARCH_CALL_TYPES and last.get("status") not in ("completed", "failed"):
@@ -291,7 +300,9 @@ class StreamTranslator:
         elif ref.kind == "web_search":
             current = WebSearchCallOutput(self._next_index, function=ref.name)
             self._count_hosted()
-        elif ref.kind in ("shell", "local_shell", "apply_patch"):
+        elif ref.kind == "tool_search" and not ref.client_search:
+            current = ToolSearchCallOutput(self._next_index, call_id)
+        elif ref.kind in ("shell", "local_shell", "apply_patch", "tool_search"):
             current = ClientToolCall(self._next_index, call_id, ref.kind, runtime_name)
         else:
             kind = CustomToolCallOutput if ref.kind == "custom" else FunctionCallOutput
@@ -339,6 +350,12 @@ class StreamTranslator:
         """At the answer's end: its last call, if a client tool's, made into its typed items or refused."""
         return self._close_open("completed") if isinstance(self._open, ClientToolCall) else []
 
+    def add_after(self, fields: Item) -> MadeItem:
+        """An item the server makes after this answer's items (a tool search's output)."""
+        made = MadeItem(self._next_index, fields)
+        self.items.append(made)
+        return made
+
     def answer_text(self) -> str:
         """The text of this answer's messages."""
         return "".join("".join(item.parts) for item in self.items if isinstance(item, MessageOutput))
@@ -351,7 +368,7 @@ class StreamTranslator:
         """Whether this answer ends the response for the client to act: it called a function of
         the client's, or an MCP call waits for the client's approval."""
         client_kinds = (FunctionCallOutput, CustomToolCallOutput, McpApprovalRequestOutput, TypedCall)
-        return any(isinstance(item, client_kinds) for item in self.items)
+        return any(isinstance(item, client_kinds) and not isinstance(item, MadeItem) for item in self.items)
 
     def close_answer(self) -> list[Event]:
         """The events that close this answer's open item, before its MCP calls are made."""

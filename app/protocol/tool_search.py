@@ -1,0 +1,126 @@
+"""`tool_search` and deferred tools: function tools, and namespaces' members, with
+`defer_loading: true` are not offered to the model until a tool search loads them. The
+`tool_search` tool is offered in their place as a function; its `execution` says who searches:
+
+- `server` (the default): the server searches the deferred tools' names and descriptions for the
+  model's query (`search`) and loads the best matches (a namespace loads whole), as a
+  `tool_search_call` and a `tool_search_output` it makes (workers/tool_loop/tool_search.py);
+- `client`: the model's call comes back as a `tool_search_call` for the client, which answers with
+  a `tool_search_output` holding the tools it loads (any function, custom or namespace tools).
+
+Loaded tools are offered after every other (the end of the tools the model reads), from the
+`tool_search_output` items of the context on (`loaded_tools`). Pure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from app.protocol.shapes import Item, Tool
+from app.protocol.validation import StrictModel, check_json_schema, validate
+
+FUNCTION_NAME = "tool_search"
+MAX_LOADED = 5  # tools (or namespaces) one server search loads
+DEFAULT_PARAMETERS = {
+    "type": "object",
+    "properties": {"query": {"type": "string", "description": "What the tools you need do."}},
+    "required": ["query"],
+    "additionalProperties": False,
+}
+_WORD = re.compile(r"[a-z0-9]{3,}")  # (words of three letters or more: "a", "to", "of" match everything)
+_COMMON = frozenset({"the", "and", "for", "with", "that", "this", "from", "what", "how", "can", "are", "its", "you"})
+
+
+class _ToolSearchTool(StrictModel):
+    type: Literal["tool_search"]
+    execution: Literal["server", "client"] = "server"
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+def parse_tool(entry: dict[str, Any], param: str) -> Tool:
+    """The tool as a Response echoes it, its execution filled in."""
+    tool = validate(_ToolSearchTool, entry, prefix=param)
+    if tool.parameters is not None:
+        check_json_schema(tool.parameters, f"{param}.parameters")
+    return tool.model_dump(exclude_none=True)
+
+
+def function(tool: Tool, deferred: list[Tool]) -> dict[str, Any]:
+    """The function the model is offered for the tool: the client's parameters and description in
+    client execution; in server execution a query, and the names of what may be loaded."""
+    if tool["execution"] == "client":
+        described = tool.get("description") or "Search for more tools to use, by what they do."
+        return {
+            "name": FUNCTION_NAME,
+            "description": described,
+            "parameters": tool.get("parameters") or DEFAULT_PARAMETERS,
+        }
+    names = ", ".join(unit["name"] for unit in deferred)
+    return {
+        "name": FUNCTION_NAME,
+        "description": f"Load more tools to use, found by what they do. Tools that can be loaded: {names}.",
+        "parameters": DEFAULT_PARAMETERS,
+        "strict": True,
+    }
+
+
+def is_deferred(tool: Tool) -> bool:
+    return bool(tool.get("defer_loading"))
+
+
+def deferred_units(tools: list[Tool]) -> list[Tool]:
+    """What a search may load, as it would be loaded: each deferred function or custom tool, and
+    each namespace with its deferred members."""
+    units: list[Tool] = []
+    for tool in tools:
+        if tool["type"] in ("function", "custom") and is_deferred(tool):
+            units.append(tool)
+        elif tool["type"] == "namespace":
+            members = [member for member in tool["tools"] if is_deferred(member)]
+            if members:
+                units.append({**tool, "tools": members})
+    return units
+
+
+def search(units: list[Tool], query: str) -> list[Tool]:
+    """The units whose names and descriptions share the most words with the query, best first."""
+    wanted = set(_WORD.findall(query.lower())) - _COMMON
+    scored = []
+    for order, unit in enumerate(units):
+        words = _words(unit)
+        score = len(wanted & words)
+        if score:
+            scored.append((-score, order, unit))
+    return [unit for _, _, unit in sorted(scored, key=lambda found: found[:2])[:MAX_LOADED]]
+
+
+def _words(unit: Tool) -> set[str]:
+    texts = [unit.get("name") or "", unit.get("description") or ""]
+    texts += [f"{member.get('name', '')} {member.get('description') or ''}" for member in unit.get("tools") or []]
+    return set(_WORD.findall(" ".join(texts).replace("_", " ").lower()))
+
+
+def query_of(arguments: str) -> str:
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        return ""
+    query = parsed.get("query") if isinstance(parsed, dict) else None
+    return query.strip()[:1000] if isinstance(query, str) else ""
+
+
+def loaded_tools(items: list[Item]) -> list[Tool]:
+    """The tools the context's tool searches loaded, in order."""
+    return [tool for item in items if item.get("type") == "tool_search_output" for tool in item.get("tools") or []]
+
+
+def output_text(item: Item) -> str:
+    """A tool search's output as the model reads it."""
+    tools = item.get("tools") or []
+    if not tools:
+        return "No tool was found for that."
+    names = [f"{tool.get('name')}: {tool.get('description') or ''}".rstrip(": .") for tool in tools]
+    return "These tools can be used now: " + "; ".join(names) + "."
