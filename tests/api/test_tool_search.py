@@ -66,7 +66,7 @@ def test_the_server_loads_the_deferred_tool_the_model_searched_for(client: opena
         "status": "completed",
     }
     assert output.type == "tool_search_output" and output.call_id == "call_search"
-    assert [tool.name for tool in output.tools] == ["get_weather"]  # type: ignore[union-attr]
+    assert [tool.name for tool in output.tools] == ["get_weather"]
     assert weather.type == "function_call" and weather.name == "get_weather"
     first, second = fake.requests()
     assert offered(first) == ["add", "crm__count_customers", "tool_search"]
