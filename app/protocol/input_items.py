@@ -525,7 +525,7 @@ def _tool_search_output(raw: dict[str, Any], param: str) -> Item:
                 code="invalid_value",
             )
     try:
-        tools, _ = parse_tools(output.tools)
+        tools, _ = parse_tools(output.tools, loaded=True)
     except errors.InvalidRequest as wrong:  # (named as the output's tools)
         where = f"{param}.{wrong.param}" if wrong.param else param
         raise errors.InvalidRequest(

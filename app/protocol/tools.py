@@ -126,11 +126,13 @@ def parse_tools(
     hosted: HostedToolsPolicy = "refuse",
     mcp: McpPolicy = MCP_NOT_RUN,
     served: Collection[str] = (),
+    loaded: bool = False,
 ) -> tuple[list[Tool], dict[str, Credentials]]:
     """The tools as a Response echoes them (a 400 naming the first one at fault), and the
     credentials MCP tools came with, by server label. `served`: the hosted tools this server runs
     (`file_search` where it has pgvector and an embedding model, `web_search` where a search
-    backend is configured); the others are hosted tools it does not run."""
+    backend is configured); the others are hosted tools it does not run. `loaded`: these are what
+    a tool search loaded (deferred, and loaded already)."""
     tools: list[Tool] = []
     credentials: dict[str, Credentials] = {}
     for index, entry in enumerate(raw or []):
@@ -161,7 +163,8 @@ def parse_tools(
             tool = _callable(entry, param)
         _check_unique(tool["name"], tools, param)
         tools.append(tool)
-    _check_deferrals(tools)
+    if not loaded:
+        _check_deferrals(tools)
     return tools, credentials
 
 

@@ -68,6 +68,7 @@ def test_the_server_loads_the_deferred_tool_the_model_searched_for(client: opena
     assert output.type == "tool_search_output" and output.call_id == "call_search"
     assert [tool.name for tool in output.tools] == ["get_weather"]
     assert weather.type == "function_call" and weather.name == "get_weather"
+    assert weather.namespace == "get_weather"  # (a loaded top-level function's, as OpenAI's)
     first, second = fake.requests()
     assert offered(first) == ["add", "crm__count_customers", "tool_search"]
     assert offered(second) == ["add", "crm__count_customers", "tool_search", "get_weather"]  # loaded last

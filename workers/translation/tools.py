@@ -99,9 +99,13 @@ class RuntimeTools:
         return cls(made.functions, made.by_runtime_name)
 
     def loading(self, tools: list[Tool]) -> RuntimeTools:
-        """These tools offered besides, after every other (a tool search loaded them)."""
+        """These tools offered besides, after every other (a tool search loaded them). A call of a
+        loaded top-level function comes back with its own name as its namespace, as OpenAI's do
+        (the Agents SDK finds deferred functions by that shape)."""
         made = _Offered(list(self.functions), dict(self.by_runtime_name))
-        made.add_members(_members(tools))
+        for tool, namespace in _members(tools):
+            wanted = tool["name"] if namespace is None else f"{namespace}__{tool['name']}"
+            made.add(wanted, ToolRef(tool["type"], tool["name"], namespace or tool["name"]), _function(tool))
         return RuntimeTools(made.functions, made.by_runtime_name)
 
     @classmethod
