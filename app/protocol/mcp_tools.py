@@ -111,8 +111,6 @@ def parse_mcp_tool(entry: dict[str, Any], param: str, policy: McpPolicy) -> tupl
     for name in ("connector_id", "tunnel_id"):
         if getattr(tool, name) is not None:
             raise errors.UnsupportedParameter(f"{param}.{name}", "OpenAI's hosted MCP connectors and tunnels")
-    if tool.defer_loading:
-        raise errors.UnsupportedParameter(f"{param}.defer_loading", "deferred MCP tool loading (tool_search)")
     if "programmatic" in (tool.allowed_callers or []):
         raise errors.UnsupportedParameter(f"{param}.allowed_callers", "programmatic tool calling")
     if tool.server_url is None:
@@ -138,6 +136,8 @@ def parse_mcp_tool(entry: dict[str, Any], param: str, policy: McpPolicy) -> tupl
         "require_approval": _dumped(tool.require_approval),
         "headers": dict.fromkeys(tool.headers, REDACTED) if tool.headers else None,
     }
+    if tool.defer_loading:  # (its tools offered once a tool search loads the server: app/protocol/tool_search.py)
+        echoed["defer_loading"] = True
     if tool.authorization is not None:
         echoed["authorization"] = REDACTED
     credentials = None

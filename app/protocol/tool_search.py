@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from app.protocol.shapes import Item, Tool
@@ -58,7 +59,7 @@ def function(tool: Tool, deferred: list[Tool]) -> dict[str, Any]:
             "description": described,
             "parameters": tool.get("parameters") or DEFAULT_PARAMETERS,
         }
-    names = ", ".join(unit["name"] for unit in deferred)
+    names = ", ".join(unit_name(unit) for unit in deferred)
     return {
         "name": FUNCTION_NAME,
         "description": f"Load more tools to use, found by what they do. Tools that can be loaded: {names}.",
@@ -71,12 +72,17 @@ def is_deferred(tool: Tool) -> bool:
     return bool(tool.get("defer_loading"))
 
 
+def unit_name(unit: Tool) -> str:
+    """What a loadable unit is called: a tool's or namespace's name, an MCP server's label."""
+    return str(unit.get("name") or unit.get("server_label"))
+
+
 def deferred_units(tools: list[Tool]) -> list[Tool]:
-    """What a search may load, as it would be loaded: each deferred function or custom tool, and
-    each namespace with its deferred members."""
+    """What a search may load, as it would be loaded: each deferred function or custom tool, each
+    namespace with its deferred members, each deferred MCP server (all the tools it offers)."""
     units: list[Tool] = []
     for tool in tools:
-        if tool["type"] in ("function", "custom") and is_deferred(tool):
+        if tool["type"] in ("function", "custom", "mcp") and is_deferred(tool):
             units.append(tool)
         elif tool["type"] == "namespace":
             members = [member for member in tool["tools"] if is_deferred(member)]
@@ -85,21 +91,23 @@ def deferred_units(tools: list[Tool]) -> list[Tool]:
     return units
 
 
-def search(units: list[Tool], query: str) -> list[Tool]:
-    """The units whose names and descriptions share the most words with the query, best first."""
+def search(units: list[Tool], query: str, listed: Mapping[str, list[dict[str, Any]]] | None = None) -> list[Tool]:
+    """The units whose names and descriptions share the most words with the query, best first (an
+    MCP server's: its label, its description and the tools it lists)."""
     wanted = set(_WORD.findall(query.lower())) - _COMMON
     scored = []
     for order, unit in enumerate(units):
-        words = _words(unit)
+        words = _words(unit, (listed or {}).get(unit.get("server_label") or "", []))
         score = len(wanted & words)
         if score:
             scored.append((-score, order, unit))
     return [unit for _, _, unit in sorted(scored, key=lambda found: found[:2])[:MAX_LOADED]]
 
 
-def _words(unit: Tool) -> set[str]:
-    texts = [unit.get("name") or "", unit.get("description") or ""]
-    texts += [f"{member.get('name', '')} {member.get('description') or ''}" for member in unit.get("tools") or []]
+def _words(unit: Tool, listed: list[dict[str, Any]]) -> set[str]:
+    texts = [unit_name(unit), unit.get("description") or unit.get("server_description") or ""]
+    members = [*(unit.get("tools") or []), *listed]
+    texts += [f"{member.get('name', '')} {member.get('description') or ''}" for member in members]
     return set(_WORD.findall(" ".join(texts).replace("_", " ").lower()))
 
 
@@ -117,10 +125,16 @@ def loaded_tools(items: list[Item]) -> list[Tool]:
     return [tool for item in items if item.get("type") == "tool_search_output" for tool in item.get("tools") or []]
 
 
+def loaded_servers(items: list[Item]) -> set[str]:
+    """The labels of the MCP servers the context's tool searches loaded."""
+    return {tool["server_label"] for tool in loaded_tools(items) if tool.get("type") == "mcp"}
+
+
 def output_text(item: Item) -> str:
     """A tool search's output as the model reads it."""
     tools = item.get("tools") or []
     if not tools:
         return "No tool was found for that."
-    names = [f"{tool.get('name')}: {tool.get('description') or ''}".rstrip(": .") for tool in tools]
+    described = [(unit_name(tool), tool.get("description") or tool.get("server_description") or "") for tool in tools]
+    names = [f"{name}: {description}".rstrip(": .") for name, description in described]
     return "These tools can be used now: " + "; ".join(names) + "."

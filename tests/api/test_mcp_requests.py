@@ -20,7 +20,7 @@ def mcp(**fields: Any) -> dict[str, Any]:
 REFUSED = [
     ({"tools": [mcp(connector_id="connector_gmail")]}, "tools[0].connector_id", "unsupported_parameter"),
     ({"tools": [mcp(tunnel_id="tun_1")]}, "tools[0].tunnel_id", "unsupported_parameter"),
-    ({"tools": [mcp(defer_loading=True)]}, "tools[0].defer_loading", "unsupported_parameter"),
+    ({"tools": [mcp(defer_loading=True)]}, "tools[0].defer_loading", "invalid_value"),  # (no tool_search)
     ({"tools": [{"type": "mcp", "server_label": "dice"}]}, "tools[0].server_url", "missing_required_parameter"),
     ({"tools": [mcp(server_url="file:///etc/passwd")]}, "tools[0].server_url", "invalid_value"),
     ({"tools": [mcp(server_label="a b")]}, "tools[0].server_label", "invalid_value"),

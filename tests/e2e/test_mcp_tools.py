@@ -612,3 +612,29 @@ def resume(server: Server | str, key: str, response_id: str, after: int) -> list
             if line.startswith("data: "):
                 events.append(json.loads(line[len("data: ") :]))
     return events
+
+
+def test_a_deferred_server_is_loaded_by_a_tool_search_and_then_called(
+    client: openai.OpenAI, fake: FakeRuntime, mcp_server: McpTestServer
+) -> None:
+    """Its tools are listed but not offered until the server's tool search loads the server by what
+    they do; then the model calls one and the server runs it."""
+    tools: Any = [mcp_tool(mcp_server, "maths", defer_loading=True), {"type": "tool_search"}]
+    text = script(
+        tool_calls=[call("tool_search", query="add two integers")],
+        then={"tool_calls": [call("add", a=2, b=3)], "then": {"text": "Five."}},
+    )
+    response = client.responses.create(model="fake", input=text, tools=tools)
+    assert [item.type for item in response.output] == [
+        "mcp_list_tools",
+        "tool_search_call",
+        "tool_search_output",
+        "mcp_call",
+        "message",
+    ]
+    loaded = response.output[2].model_dump()["tools"]
+    assert [(tool["type"], tool["server_label"]) for tool in loaded] == [("mcp", "maths")]
+    assert response.output[3].output == "5" and mcp_server.calls["add"] == 1
+    first, second, _ = fake.requests()
+    assert [t["function"]["name"] for t in first["tools"]] == ["tool_search"]  # listed, not offered
+    assert "add" in [t["function"]["name"] for t in second["tools"]]

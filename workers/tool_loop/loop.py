@@ -52,7 +52,7 @@ class ToolLoop:
         if requested.get("runs_web_search"):
             self.kinds.append(WebSearchKind(self.state, self.record, self.translator))
         if requested.get("runs_tool_search"):
-            self.kinds.append(ToolSearchKind(self.record, self.translator))
+            self.kinds.append(ToolSearchKind(self.record, self.translator, self.mcp))
         return self
 
     async def __aexit__(self, *exc: object) -> None:

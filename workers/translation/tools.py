@@ -62,17 +62,20 @@ class RuntimeTools:
         listed: Mapping[str, list[dict[str, Any]]] | None = None,
         *,
         searches: Collection[str] = (),
+        loaded_servers: Collection[str] = (),
     ) -> RuntimeTools:
         """`listed`: the tools of the MCP servers the server runs, by label (their mcp_list_tools);
         `searches`: the search tools of the request's that the server runs (`file_search`,
-        `web_search`), each offered as the function of its module."""
+        `web_search`), each offered as the function of its module; `loaded_servers`: the deferred
+        MCP servers a tool search loaded (the others deferred are not offered)."""
         made = _Offered()
         made.add_members([tool for tool in _members(tools) if not tool_search.is_deferred(tool[0])])
         for tool in tools:
             if tool["type"] in client_tools.TOOL_TYPES:
                 function = client_tools.FUNCTIONS[tool["type"]]
                 made.add(function["name"], ToolRef(tool["type"], function["name"]), function)
-        for server in (tool for tool in tools if tool["type"] == "mcp"):
+        servers = [tool for tool in tools if tool["type"] == "mcp"]
+        for server in (s for s in servers if not tool_search.is_deferred(s) or s["server_label"] in loaded_servers):
             for listed_tool in (listed or {}).get(server["server_label"], []):
                 read_only = bool((listed_tool.get("annotations") or {}).get("read_only"))
                 if not offered(server, listed_tool["name"], read_only):
@@ -118,7 +121,8 @@ class RuntimeTools:
         """A response's tools, from its echoed settings, and those its context's tool searches loaded."""
         requested = settings.get("requested", {})
         searches = [kind for kind in ("file_search", "web_search") if requested.get(f"runs_{kind}")]
-        offered_now = cls.of(settings.get("tools") or [], listed, searches=searches)
+        servers = tool_search.loaded_servers(context or [])
+        offered_now = cls.of(settings.get("tools") or [], listed, searches=searches, loaded_servers=servers)
         loaded = tool_search.loaded_tools(context or [])
         return offered_now.loading(loaded) if loaded else offered_now
 
