@@ -6,6 +6,7 @@ its `web_search_call` and the answer's `url_citation`."""
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +29,9 @@ PROMPT = "#fake " + json.dumps(
 
 @pytest.fixture(scope="module")
 def web_server(environment: Environment, searxng: SearxngStandIn) -> Iterator[Server]:
-    with processes_serving(environment, RESPONSES_WEB_SEARCH_URL=searxng.url) as served:
+    # A queue of its own: the session's worker, which searches nothing, must not take its responses.
+    queue = f"responses:web:{secrets.token_hex(4)}"
+    with processes_serving(environment, RESPONSES_WEB_SEARCH_URL=searxng.url, RESPONSES_QUEUE=queue) as served:
         yield served
 
 
