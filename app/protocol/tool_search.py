@@ -6,7 +6,8 @@
   model's query (`search`) and loads the best matches (a namespace loads whole), as a
   `tool_search_call` and a `tool_search_output` it makes (workers/tool_loop/tool_search.py);
 - `client`: the model's call comes back as a `tool_search_call` for the client, which answers with
-  a `tool_search_output` holding the tools it loads (any function, custom or namespace tools).
+  a `tool_search_output` holding the tools it loads (any function, custom or namespace tools); the
+  function takes the tool's parameters, or OpenAI's built-in `{"paths": [names]}`.
 
 Loaded tools are offered after every other (the end of the tools the model reads), from the
 `tool_search_output` items of the context on (`loaded_tools`). Pure.
@@ -30,6 +31,16 @@ DEFAULT_PARAMETERS = {
     "required": ["query"],
     "additionalProperties": False,
 }
+# A client's search without parameters of its own takes OpenAI's built-in client schema: the
+# names to load (what the Agents SDK for JavaScript runs itself).
+PATHS_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "paths": {"type": "array", "items": {"type": "string"}, "description": "The names of the tools to load."}
+    },
+    "required": ["paths"],
+    "additionalProperties": False,
+}
 _WORD = re.compile(r"[a-z0-9]{3,}")  # (words of three letters or more: "a", "to", "of" match everything)
 _COMMON = frozenset({"the", "and", "for", "with", "that", "this", "from", "what", "how", "can", "are", "its", "you"})
 
@@ -50,16 +61,17 @@ def parse_tool(entry: dict[str, Any], param: str) -> Tool:
 
 
 def function(tool: Tool, deferred: list[Tool]) -> dict[str, Any]:
-    """The function the model is offered for the tool: the client's parameters and description in
-    client execution; in server execution a query, and the names of what may be loaded."""
+    """The function the model is offered for the tool, naming what may be loaded: in client
+    execution the client's parameters and description (else OpenAI's built-in `paths`), in server
+    execution a query."""
+    names = ", ".join(unit_name(unit) for unit in deferred)
     if tool["execution"] == "client":
-        described = tool.get("description") or "Search for more tools to use, by what they do."
         return {
             "name": FUNCTION_NAME,
-            "description": described,
-            "parameters": tool.get("parameters") or DEFAULT_PARAMETERS,
+            "description": tool.get("description")
+            or f"Load more tools to use, by name. Tools that can be loaded: {names}.",
+            "parameters": tool.get("parameters") or PATHS_PARAMETERS,
         }
-    names = ", ".join(unit_name(unit) for unit in deferred)
     return {
         "name": FUNCTION_NAME,
         "description": f"Load more tools to use, found by what they do. Tools that can be loaded: {names}.",

@@ -103,11 +103,13 @@ def test_in_client_execution_the_client_searches_and_its_output_loads_the_tools(
     client: openai.OpenAI, fake: FakeRuntime
 ) -> None:
     tools: Any = [*TOOLS[:3], {"type": "tool_search", "execution": "client", "description": "Find tools."}]
-    searching = [{"name": "tool_search", "arguments": json.dumps({"query": "stocks"})}]
+    searching = [{"name": "tool_search", "arguments": json.dumps({"paths": ["get_quote"]})}]
     response = client.responses.create(model="fake", input=script(tool_calls=searching), tools=tools)
     [call] = response.output
     assert call.type == "tool_search_call" and call.execution == "client"
-    assert call.arguments == {"query": "stocks"} and call.call_id
+    assert call.arguments == {"paths": ["get_quote"]} and call.call_id
+    function = next(t for t in fake.requests()[-1]["tools"] if t["function"]["name"] == "tool_search")["function"]
+    assert function["description"] == "Find tools." and function["parameters"]["required"] == ["paths"]
     loaded: Any = {
         "type": "tool_search_output",
         "call_id": call.call_id,

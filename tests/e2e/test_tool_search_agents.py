@@ -1,10 +1,15 @@
-"""The Agents SDK's ToolSearchTool (the server's search) with a deferred function tool, against
-real processes, over HTTP and the WebSocket mode: the model searches, the server loads the
-function, the model calls it, the SDK runs it, and the answer uses what it returned."""
+"""Both Agents SDKs' tool search (the server's) with a deferred function tool, against real
+processes (Python's over HTTP and the WebSocket mode, JavaScript's over the WebSocket mode): the
+model searches, the server loads the function, the model calls it, the SDK runs it, and the
+answer uses what it returned."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 from agents import (
@@ -18,7 +23,7 @@ from agents import (
 )
 from openai import AsyncOpenAI
 
-from tests.conftest import FakeRuntime, Server
+from tests.conftest import ROOT, FakeRuntime, Server
 
 set_tracing_disabled(True)  # the SDK would export traces to OpenAI
 
@@ -56,4 +61,29 @@ async def test_the_agents_sdk_tool_search_loads_a_deferred_function_it_then_runs
     assert [t["function"]["name"] for t in first["tools"]] == ["tool_search"]  # get_weather deferred
     assert [t["function"]["name"] for t in second["tools"]] == ["tool_search", "get_weather"]
     told = third["messages"][-1]
+    assert told["role"] == "tool" and told["content"] == "Sunny in Lisbon, 24 degrees."
+
+
+def test_the_js_agents_sdk_tool_search_loads_a_deferred_function_it_then_runs(
+    server: Server, api_key: str, fake: FakeRuntime
+) -> None:
+    if shutil.which("npm") is None:
+        pytest.skip("Node.js and npm are not installed")
+    agents_js = ROOT / "tests" / "e2e" / "agents_js"
+    done = subprocess.run(
+        ["bash", str(agents_js / "setup.sh")], capture_output=True, text=True, timeout=600, check=True
+    )
+    home = Path(done.stdout.strip())
+    shutil.copy(agents_js / "tool_search_agent.mjs", home / "tool_search_agent.mjs")
+    ran = subprocess.run(
+        ["node", str(home / "tool_search_agent.mjs"), PROMPT],
+        env={**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": api_key},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    result = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert result["final_output"] == "Sunny in Lisbon."
+    told = fake.requests()[-1]["messages"][-1]
     assert told["role"] == "tool" and told["content"] == "Sunny in Lisbon, 24 degrees."
