@@ -38,6 +38,7 @@ Prefix = Literal[
     "apco",
     "tsc",
     "tso",
+    "adt",
 ]
 
 

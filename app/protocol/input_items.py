@@ -17,7 +17,7 @@ from pydantic import Field
 from app import errors
 from app.protocol import client_tools
 from app.protocol.input_files import part_text
-from app.protocol.shapes import Item
+from app.protocol.shapes import Item, Tool
 from app.protocol.tools import parse_tools
 from app.protocol.validation import StrictModel, discriminator, validate
 
@@ -281,6 +281,13 @@ class _ToolSearchCall(StrictModel):
     created_by: str | None = None
 
 
+class _AdditionalTools(StrictModel):
+    type: Literal["additional_tools"]
+    role: Literal["developer"]
+    tools: list[dict[str, Any]]
+    id: str | None = None
+
+
 class _ToolSearchOutput(StrictModel):
     type: Literal["tool_search_output"]
     tools: list[dict[str, Any]]
@@ -513,10 +520,24 @@ def _tool_search_call(raw: dict[str, Any], param: str) -> Item:
 
 
 def _tool_search_output(raw: dict[str, Any], param: str) -> Item:
-    # The tools a search loaded (the client's, in client execution): each checked as a request's
-    # function, custom or namespace tool is, since the model is offered them from the next turn on.
+    # The tools a search loaded (the client's, in client execution), offered to the model from the
+    # next turn on.
     output = validate(_ToolSearchOutput, raw, prefix=param)
-    for index, tool in enumerate(output.tools):
+    return output.model_dump(exclude={"id", "created_by", "tools"}) | {
+        "tools": _loaded(output.tools, param),
+        "status": output.status or "completed",
+    }
+
+
+def _additional_tools(raw: dict[str, Any], param: str) -> Item:
+    # Tools the client makes available from here on, as a tool search's output does.
+    given = validate(_AdditionalTools, raw, prefix=param)
+    return {"type": "additional_tools", "role": "developer", "tools": _loaded(given.tools, param)}
+
+
+def _loaded(tools: list[dict[str, Any]], param: str) -> list[Tool]:
+    """Tools given to load: each checked as a request's function, custom or namespace tool is."""
+    for index, tool in enumerate(tools):
         if tool.get("type") not in ("function", "custom", "namespace"):
             where = f"{param}.tools[{index}].type"
             raise errors.InvalidRequest(
@@ -525,16 +546,13 @@ def _tool_search_output(raw: dict[str, Any], param: str) -> Item:
                 code="invalid_value",
             )
     try:
-        tools, _ = parse_tools(output.tools, loaded=True)
-    except errors.InvalidRequest as wrong:  # (named as the output's tools)
+        parsed, _ = parse_tools(tools, loaded=True)
+    except errors.InvalidRequest as wrong:  # (named as the item's tools)
         where = f"{param}.{wrong.param}" if wrong.param else param
         raise errors.InvalidRequest(
             wrong.message.replace(f"'{wrong.param}", f"'{where}", 1), param=where, code=wrong.code
         ) from None
-    return output.model_dump(exclude={"id", "created_by", "tools"}) | {
-        "tools": tools,
-        "status": output.status or "completed",
-    }
+    return parsed
 
 
 def _mcp_approval_request(raw: dict[str, Any], param: str) -> Item:
@@ -561,6 +579,7 @@ _ITEM_PARSERS: dict[str, Callable[[dict[str, Any], str], Item]] = {
     "web_search_call": _web_search_call,
     "tool_search_call": _tool_search_call,
     "tool_search_output": _tool_search_output,
+    "additional_tools": _additional_tools,
     "shell_call": _client_tool_item(_ShellCall),
     "shell_call_output": _client_tool_item(_ShellCallOutput),
     "local_shell_call": _client_tool_item(_LocalShellCall),

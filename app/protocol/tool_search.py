@@ -10,7 +10,8 @@
   function takes the tool's parameters, or OpenAI's built-in `{"paths": [names]}`.
 
 Loaded tools are offered after every other (the end of the tools the model reads), from the
-`tool_search_output` items of the context on (`loaded_tools`). Pure.
+`tool_search_output` items of the context on (`loaded_tools`); an `additional_tools` input item
+(`role: "developer"`) makes its tools available the same way. Pure.
 """
 
 from __future__ import annotations
@@ -132,9 +133,12 @@ def query_of(arguments: str) -> str:
     return query.strip()[:1000] if isinstance(query, str) else ""
 
 
+LOADING_TYPES = ("tool_search_output", "additional_tools")  # the items that make tools available
+
+
 def loaded_tools(items: list[Item]) -> list[Tool]:
-    """The tools the context's tool searches loaded, in order."""
-    return [tool for item in items if item.get("type") == "tool_search_output" for tool in item.get("tools") or []]
+    """The tools the context's tool searches loaded (and its `additional_tools` items gave), in order."""
+    return [tool for item in items if item.get("type") in LOADING_TYPES for tool in item.get("tools") or []]
 
 
 def loaded_servers(items: list[Item]) -> set[str]:

@@ -47,6 +47,7 @@ _ID_PREFIX: dict[str, Any] = {
     "apply_patch_call_output": "apco",
     "tool_search_call": "tsc",
     "tool_search_output": "tso",
+    "additional_tools": "adt",
 }
 
 

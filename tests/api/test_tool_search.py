@@ -129,6 +129,20 @@ def test_in_client_execution_the_client_searches_and_its_output_loads_the_tools(
     assert call.call_id in refused.value.body["message"]
 
 
+def test_additional_tools_in_the_input_are_offered_from_there_on(client: openai.OpenAI, fake: FakeRuntime) -> None:
+    given: Any = {
+        "type": "additional_tools",
+        "role": "developer",
+        "tools": [{"type": "function", "name": "get_quote", "description": "A stock's price.", "parameters": {}}],
+    }
+    first = client.responses.create(model="fake", input=[given, {"role": "user", "content": "Hi"}], tools=TOOLS[:1])
+    assert offered(fake.requests()[-1]) == ["add", "get_quote"]
+    client.responses.create(model="fake", input="Again", previous_response_id=first.id, tools=TOOLS[:1])
+    assert offered(fake.requests()[-1]) == ["add", "get_quote"]
+    listed = client.responses.input_items.list(first.id, order="asc").data
+    assert listed[0].type == "additional_tools"
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
