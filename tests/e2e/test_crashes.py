@@ -20,6 +20,8 @@ from tests.conftest import Environment, FakeRuntime, answers_200, wait_until
 from tests.e2e.conftest import Restart
 from tests.e2e.processes import SLOW, PrivateRedis, Stack, read_until_deltas
 
+WEB_SEARCH_OFF = "off: RESPONSES_WEB_SEARCH_URL is not set, so web_search tools are echoed and not offered to the model"
+
 
 @pytest.fixture
 def environment(database_of_its_own: Environment) -> Environment:
@@ -197,8 +199,7 @@ def test_redis_down_means_fast_503s_and_nothing_accepted_is_lost(
             "postgres": "ok",
             "redis": "ok",
             "vector_stores": "unavailable: PostgreSQL has no pgvector extension",  # (the machine's has none)
-            "web_search": "off: RESPONSES_WEB_SEARCH_URL is not set, so web_search tools are echoed and not offered "
-            "to the model",
+            "web_search": WEB_SEARCH_OFF,
         }
         private_redis.kill()
         # Out of the load balancer's rotation, but alive: a process manager must not restart it.
@@ -333,6 +334,7 @@ def test_ready_says_postgres_is_down_while_it_is_and_recovers(
         "postgres": "ok",
         "redis": "ok",
         "vector_stores": "unavailable: PostgreSQL has no pgvector extension",  # (the machine's has none)
+        "web_search": WEB_SEARCH_OFF,
     }
 
     def while_down() -> None:
