@@ -13,7 +13,7 @@ from app import errors
 from app.protocol import encoding
 from app.protocol.create_request import ValidatedCreate
 from app.protocol.encoding import WireEvent
-from app.protocol.input_items import CLIENT_OUTPUT_TYPES
+from app.protocol.input_items import CLIENT_CALL_TYPES, CLIENT_OUTPUT_TYPES
 from app.protocol.lifecycle import lifecycle_event
 from app.protocol.mcp_tools import approvals_asked, check_approvals
 from app.protocol.response_object import ResponseRecord
@@ -105,6 +105,23 @@ def _previous_not_found(previous_id: str) -> errors.InvalidRequest:
     )
 
 
+def _check_outputs_answer_calls(input_items: list[Item], waiting: set[str]) -> None:
+    """Each tool output answers a call the previous response waits on, or one sent beside it: an
+    output of any other call_id (a typo, a call answered already) is a 400 naming it."""
+    called = waiting | {
+        item["call_id"] for item in input_items if item["type"] in CLIENT_CALL_TYPES and item.get("call_id")
+    }
+    for index, item in enumerate(input_items):
+        call_id = item.get("call_id") if item["type"] in CLIENT_OUTPUT_TYPES else None
+        if call_id and call_id not in called:  # (OpenAI's words for it, after the parameter)
+            where = f"input[{index}].call_id"
+            raise errors.InvalidRequest(
+                f"Invalid '{where}': no tool call found for {item['type']} with call_id {call_id}.",
+                param=where,
+                code="invalid_value",
+            )
+
+
 async def chain_link(
     conn: AsyncConnection,
     account_id: str,
@@ -127,5 +144,6 @@ async def chain_link(
     for call_id in previous.call_ids:
         if call_id not in answered:  # OpenAI's words for it
             raise errors.InvalidRequest(f"No tool output found for function call {call_id}.", param="input")
+    _check_outputs_answer_calls(input_items, set(previous.call_ids))
     check_approvals(input_items, set(previous.approval_ids))
     return responses_db.ChainLink(previous.id, previous.chain_depth + 1)

@@ -12,7 +12,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.conftest import FakeRuntime
+from tests.conftest import Environment, FakeRuntime, rows_written_since, write_mark
 
 
 def script(**fields: Any) -> str:
@@ -87,11 +87,30 @@ def test_a_shell_call_streams_its_commands(client: openai.OpenAI) -> None:
     assert [(e.command_index, e.command) for e in done] == [(0, "make"), (1, "make test")]
 
 
-def test_a_call_left_unanswered_is_a_400_naming_it(client: openai.OpenAI) -> None:
+def test_a_call_left_unanswered_or_an_output_of_no_call_is_a_400_naming_it(
+    client: openai.OpenAI, environment: Environment
+) -> None:
     response = client.responses.create(model="fake", input=calling("shell", {"commands": ["ls"]}), tools=[SHELL])
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model="fake", input="go on", previous_response_id=response.id, tools=[SHELL])
     assert response.output[0].call_id in refused.value.body["message"]
+    printed = [{"stdout": "", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]
+    answer: Any = {"type": "shell_call_output", "call_id": response.output[0].call_id, "output": printed}
+    strays: list[Any] = [
+        {"type": "shell_call_output", "call_id": "call_typo", "output": printed},
+        {"type": "function_call_output", "call_id": "call_typo", "output": "x"},
+    ]
+    for stray in strays:
+        mark = write_mark(environment)
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(
+                model="fake",
+                input=[answer, stray],
+                previous_response_id=response.id,
+                tools=[SHELL],
+            )
+        assert refused.value.body["param"] == "input[1].call_id" and "call_typo" in refused.value.body["message"]
+        assert rows_written_since(environment, mark)[:2] == (0, 0)
 
 
 def test_a_patch_becomes_one_call_per_file_and_each_output_reaches_the_model(
