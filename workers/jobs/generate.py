@@ -135,9 +135,10 @@ async def _run(state: WorkerState, generation: Generation) -> None:
             return
         prefix = translator.continue_from(generation.output or [])
         translator.before_usage = generation.rounds_usage
-    if tool_search.loaded_tools([*generation.context, *translator.before]):  # (what earlier searches loaded)
-        translator.tools = RuntimeTools.for_settings(record.settings, context=[*generation.context, *translator.before])
         state.writer.expect(record.id, generation.log_end + 1)  # (its first commit, too, is recognized)
+    read = [*generation.context, *translator.before]
+    if tool_search.loaded_tools(read):  # (the tools earlier searches loaded are offered again)
+        translator.tools = RuntimeTools.for_settings(record.settings, context=read)
     # The runtime request goes out first: it, not these events' commit, is what the first token waits on.
     task = asyncio.create_task(_stream(state, generation, translator, prefix))
     if prefix is None:  # (a continuation's log has them already)
