@@ -37,7 +37,9 @@ def test_what_one_replica_took_the_other_serves(vector_environment: Environment,
         attached = one.vector_stores.files.poll(uploaded.id, vector_store_id=store.id, poll_interval_ms=200)
         assert attached.status == "completed", attached.last_error
         found = other.vector_stores.search(store.id, query="garage code")
-        assert found.data and "4711" in " ".join(part.text for part in found.data[0].content)
+        # (Found among the results, not ranked: the fake runtime's embeddings are arbitrary, so the
+        # fact's chunk may tie with a filler chunk; ranking is tested with real embedders elsewhere.)
+        assert any("4711" in part.text for hit in found.data for part in hit.content)
 
         search = {"name": "file_search", "arguments": json.dumps({"queries": ["garage code"]})}
         script = "#fake " + json.dumps({"tool_calls": [search], "then": {"text": "4711"}})
@@ -49,7 +51,7 @@ def test_what_one_replica_took_the_other_serves(vector_environment: Environment,
         )
         stored = other.responses.retrieve(answer.id, include=["file_search_call.results"])
         [call] = [item for item in stored.output if item.type == "file_search_call"]
-        assert call.results and "4711" in (call.results[0].text or "")
+        assert call.results and any("4711" in (result.text or "") for result in call.results)
 
         one.files.delete(uploaded.id)
         with pytest.raises(openai.NotFoundError):
