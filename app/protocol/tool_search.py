@@ -141,6 +141,12 @@ def loaded_tools(items: list[Item]) -> list[Tool]:
     return [tool for item in items if item.get("type") in LOADING_TYPES for tool in item.get("tools") or []]
 
 
+def loads_tools(items: list[Item]) -> bool:
+    """Whether any of these items makes tools available (checked before a response's tools are made
+    again from its whole context)."""
+    return any(item.get("type") in LOADING_TYPES for item in items)
+
+
 def loaded_servers(items: list[Item]) -> set[str]:
     """The labels of the MCP servers the context's tool searches loaded."""
     return {tool["server_label"] for tool in loaded_tools(items) if tool.get("type") == "mcp"}

@@ -7,8 +7,6 @@ what it printed, fixes the program with a second patch, runs it again, and answe
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,8 +17,6 @@ from agents import (
     ApplyPatchOperation,
     ApplyPatchResult,
     ApplyPatchTool,
-    OpenAIResponsesModel,
-    OpenAIResponsesWSModel,
     Runner,
     ShellCallOutcome,
     ShellCommandOutput,
@@ -32,11 +28,11 @@ from agents import (
 )
 from openai import AsyncOpenAI
 
-from tests.conftest import ROOT, FakeRuntime, Server
+from tests.conftest import FakeRuntime, Server
+from tests.e2e.agent_sdks import responses_model, run_js_agent
 
 set_tracing_disabled(True)  # the SDK would export traces to OpenAI
 
-AGENTS_JS = ROOT / "tests" / "e2e" / "agents_js"
 
 WRITE = "*** Begin Patch\n*** Add File: greet.py\n+print('helo')\n*** End Patch"
 FIX = "*** Begin Patch\n*** Update File: greet.py\n@@\n-print('helo')\n+print('hello')\n*** End Patch"
@@ -96,18 +92,10 @@ async def test_the_agents_sdk_edits_and_tests_a_program_with_shell_and_apply_pat
 ) -> None:
     workspace = Workspace(tmp_path)
     client = AsyncOpenAI(base_url=server.base_url, api_key=api_key, max_retries=0)
-    model = (
-        OpenAIResponsesWSModel(model="fake", openai_client=client)
-        if transport == "websocket"
-        else OpenAIResponsesModel(model="fake", openai_client=client)
-    )
-    tools: list[Any] = [ShellTool(executor=workspace.run), ApplyPatchTool(editor=workspace)]
-    agent = Agent(name="coder", instructions="Write and test code.", tools=tools, model=model)
-    try:
+    async with responses_model(client, transport) as model:
+        tools: list[Any] = [ShellTool(executor=workspace.run), ApplyPatchTool(editor=workspace)]
+        agent = Agent(name="coder", instructions="Write and test code.", tools=tools, model=model)
         result = await Runner.run(agent, LOOP, max_turns=8)
-    finally:
-        if isinstance(model, OpenAIResponsesWSModel):
-            await model.close()
     assert result.final_output == "It prints hello now."
     assert (tmp_path / "greet.py").read_text().strip() == "print('hello')"
     calls = [_type(item.raw_item) for item in result.new_items if item.type == "tool_call_item"]
@@ -118,22 +106,7 @@ async def test_the_agents_sdk_edits_and_tests_a_program_with_shell_and_apply_pat
 def test_the_js_agents_sdk_edits_and_tests_a_program_over_the_websocket_mode(
     server: Server, api_key: str, fake: FakeRuntime, tmp_path: Path
 ) -> None:
-    if shutil.which("npm") is None:
-        pytest.skip("Node.js and npm are not installed")
-    done = subprocess.run(
-        ["bash", str(AGENTS_JS / "setup.sh")], capture_output=True, text=True, timeout=600, check=True
-    )
-    home = Path(done.stdout.strip())
-    shutil.copy(AGENTS_JS / "coding_agent.mjs", home / "coding_agent.mjs")
-    ran = subprocess.run(
-        ["node", str(home / "coding_agent.mjs"), LOOP],
-        env={**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": api_key, "WORKSPACE": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    result = json.loads(ran.stdout.strip().splitlines()[-1])
+    result = run_js_agent("coding_agent.mjs", LOOP, server.base_url, api_key, WORKSPACE=str(tmp_path))
     assert result["final_output"] == "It prints hello now."
     assert result["calls"] == ["apply_patch_call", "shell_call", "apply_patch_call", "shell_call"]
     assert (tmp_path / "greet.py").read_text().strip() == "print('hello')"

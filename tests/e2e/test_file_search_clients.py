@@ -6,22 +6,18 @@ the WebSocket mode), its search run by the server."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import openai
 import pytest
-from agents import Agent, FileSearchTool, OpenAIResponsesModel, OpenAIResponsesWSModel, Runner, set_tracing_disabled
+from agents import Agent, FileSearchTool, Runner, set_tracing_disabled
 from openai import AsyncOpenAI
 
-from tests.conftest import ROOT, Environment, FakeRuntime, Server, key_of, processes_serving
+from tests.conftest import Environment, FakeRuntime, Server, key_of, processes_serving
+from tests.e2e.agent_sdks import responses_model, run_js_agent
 
 set_tracing_disabled(True)  # the SDK would export traces to OpenAI
 
-AGENTS_JS = ROOT / "tests" / "e2e" / "agents_js"
 
 ANSWER = {"chunks": ["Thirty days of vacation", "【1】", "."]}
 PROMPT = "#fake " + json.dumps(
@@ -63,18 +59,10 @@ async def test_the_agents_sdk_file_search_tool_is_run_by_the_server(
 ) -> None:
     key, store_id = documents
     client = AsyncOpenAI(base_url=vector_server.base_url, api_key=key, max_retries=0)
-    model = (
-        OpenAIResponsesWSModel(model="fake", openai_client=client)
-        if transport == "websocket"
-        else OpenAIResponsesModel(model="fake", openai_client=client)
-    )
-    tool = FileSearchTool(vector_store_ids=[store_id], max_num_results=2, include_search_results=True)
-    agent = Agent(name="assistant", instructions="Answer from the files.", tools=[tool], model=model)
-    try:
+    async with responses_model(client, transport) as model:
+        tool = FileSearchTool(vector_store_ids=[store_id], max_num_results=2, include_search_results=True)
+        agent = Agent(name="assistant", instructions="Answer from the files.", tools=[tool], model=model)
         result = await Runner.run(agent, PROMPT)
-    finally:
-        if isinstance(model, OpenAIResponsesWSModel):
-            await model.close()
     assert result.final_output == "Thirty days of vacation."
     calls = [item.raw_item for item in result.new_items if item.type == "tool_call_item"]
     assert [getattr(call, "type", None) for call in calls] == ["file_search_call"]
@@ -96,23 +84,8 @@ def test_the_js_sdks_helpers_and_the_js_agents_file_search_tool(
 ) -> None:
     """The OpenAI SDK for JavaScript (uploadAndPoll, fileBatches.uploadAndPoll, search) and the
     Agents SDK for JavaScript's fileSearchTool over WebSocket mode (tests/e2e/agents_js)."""
-    if shutil.which("npm") is None:
-        pytest.skip("Node.js and npm are not installed")
-    done = subprocess.run(
-        ["bash", str(AGENTS_JS / "setup.sh")], capture_output=True, text=True, timeout=600, check=True
-    )
-    home = Path(done.stdout.strip())
-    shutil.copy(AGENTS_JS / "documents_agent.mjs", home / "documents_agent.mjs")
     key = key_of(keys_made, vector_environment, account_name)
-    ran = subprocess.run(
-        ["node", str(home / "documents_agent.mjs"), PROMPT],
-        env={**os.environ, "OPENAI_BASE_URL": vector_server.base_url, "OPENAI_API_KEY": key},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    result = json.loads(ran.stdout.strip().splitlines()[-1])
+    result = run_js_agent("documents_agent.mjs", PROMPT, vector_server.base_url, key)
     assert result["uploaded"] == "completed"
     assert result["batch_counts"]["completed"] == 1 and result["batch_counts"]["in_progress"] == 0
     assert result["hits"][0] == "remote.txt"

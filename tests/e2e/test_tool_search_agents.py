@@ -6,16 +6,10 @@ answer uses what it returned."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 from agents import (
     Agent,
-    OpenAIResponsesModel,
-    OpenAIResponsesWSModel,
     Runner,
     ToolSearchTool,
     function_tool,
@@ -23,7 +17,8 @@ from agents import (
 )
 from openai import AsyncOpenAI
 
-from tests.conftest import ROOT, FakeRuntime, Server
+from tests.conftest import FakeRuntime, Server
+from tests.e2e.agent_sdks import responses_model, run_js_agent
 
 set_tracing_disabled(True)  # the SDK would export traces to OpenAI
 
@@ -45,17 +40,9 @@ async def test_the_agents_sdk_tool_search_loads_a_deferred_function_it_then_runs
     server: Server, api_key: str, fake: FakeRuntime, transport: str
 ) -> None:
     client = AsyncOpenAI(base_url=server.base_url, api_key=api_key, max_retries=0)
-    model = (
-        OpenAIResponsesWSModel(model="fake", openai_client=client)
-        if transport == "websocket"
-        else OpenAIResponsesModel(model="fake", openai_client=client)
-    )
-    agent = Agent(name="assistant", instructions="Use tools.", tools=[get_weather, ToolSearchTool()], model=model)
-    try:
+    async with responses_model(client, transport) as model:
+        agent = Agent(name="assistant", instructions="Use tools.", tools=[get_weather, ToolSearchTool()], model=model)
         result = await Runner.run(agent, PROMPT)
-    finally:
-        if isinstance(model, OpenAIResponsesWSModel):
-            await model.close()
     assert result.final_output == "Sunny in Lisbon."
     first, second, third = fake.requests()
     assert [t["function"]["name"] for t in first["tools"]] == ["tool_search"]  # get_weather deferred
@@ -67,23 +54,7 @@ async def test_the_agents_sdk_tool_search_loads_a_deferred_function_it_then_runs
 def test_the_js_agents_sdk_tool_search_loads_a_deferred_function_it_then_runs(
     server: Server, api_key: str, fake: FakeRuntime
 ) -> None:
-    if shutil.which("npm") is None:
-        pytest.skip("Node.js and npm are not installed")
-    agents_js = ROOT / "tests" / "e2e" / "agents_js"
-    done = subprocess.run(
-        ["bash", str(agents_js / "setup.sh")], capture_output=True, text=True, timeout=600, check=True
-    )
-    home = Path(done.stdout.strip())
-    shutil.copy(agents_js / "tool_search_agent.mjs", home / "tool_search_agent.mjs")
-    ran = subprocess.run(
-        ["node", str(home / "tool_search_agent.mjs"), PROMPT],
-        env={**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": api_key},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    result = json.loads(ran.stdout.strip().splitlines()[-1])
+    result = run_js_agent("tool_search_agent.mjs", PROMPT, server.base_url, api_key)
     assert result["final_output"] == "Sunny in Lisbon."
     told = fake.requests()[-1]["messages"][-1]
     assert told["role"] == "tool" and told["content"] == "Sunny in Lisbon, 24 degrees."

@@ -12,10 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agents import Agent, OpenAIResponsesModel, OpenAIResponsesWSModel, Runner, WebSearchTool, set_tracing_disabled
+from agents import Agent, Runner, WebSearchTool, set_tracing_disabled
 from openai import AsyncOpenAI
 
 from tests.conftest import Environment, FakeRuntime, Server, processes_serving
+from tests.e2e.agent_sdks import responses_model
 from tests.e2e.test_agent_clients import CODEX_MISSING, codex_exec
 from tests.searxng_stand_in import SearxngStandIn
 
@@ -40,18 +41,10 @@ async def test_the_agents_sdk_web_search_tool_is_run_by_the_server(
     web_server: Server, api_key: str, fake: FakeRuntime, searxng: SearxngStandIn, transport: str
 ) -> None:
     client = AsyncOpenAI(base_url=web_server.base_url, api_key=api_key, max_retries=0)
-    model = (
-        OpenAIResponsesWSModel(model="fake", openai_client=client)
-        if transport == "websocket"
-        else OpenAIResponsesModel(model="fake", openai_client=client)
-    )
-    tool = WebSearchTool(search_context_size="low", filters=None)
-    agent = Agent(name="assistant", instructions="Search when unsure.", tools=[tool], model=model)
-    try:
+    async with responses_model(client, transport) as model:
+        tool = WebSearchTool(search_context_size="low", filters=None)
+        agent = Agent(name="assistant", instructions="Search when unsure.", tools=[tool], model=model)
         result = await Runner.run(agent, PROMPT)
-    finally:
-        if isinstance(model, OpenAIResponsesWSModel):
-            await model.close()
     assert result.final_output == "The docs are online."
     calls = [item.raw_item for item in result.new_items if item.type == "tool_call_item"]
     assert [getattr(call, "type", None) for call in calls] == ["web_search_call"]

@@ -136,9 +136,9 @@ async def _run(state: WorkerState, generation: Generation) -> None:
         prefix = translator.continue_from(generation.output or [])
         translator.before_usage = generation.rounds_usage
         state.writer.expect(record.id, generation.log_end + 1)  # (its first commit, too, is recognized)
-    read = [*generation.context, *translator.before]
-    if tool_search.loaded_tools(read):  # (the tools earlier searches loaded are offered again)
-        translator.tools = RuntimeTools.for_settings(record.settings, context=read)
+    if tool_search.loads_tools(generation.context) or tool_search.loads_tools(translator.before):
+        # (the tools earlier searches loaded are offered again)
+        translator.tools = RuntimeTools.for_settings(record.settings, context=[*generation.context, *translator.before])
     # The runtime request goes out first: it, not these events' commit, is what the first token waits on.
     task = asyncio.create_task(_stream(state, generation, translator, prefix))
     if prefix is None:  # (a continuation's log has them already)

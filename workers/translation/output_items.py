@@ -276,8 +276,28 @@ class GrammarToolCallOutput(CustomToolCallOutput):
         ]
 
 
+class _ArgumentsWhole:
+    """A call of which nothing streams while the model writes its arguments: they are gathered
+    and read whole once the call is (its events are its own, made by its tool's kind)."""
+
+    parts: list[str]
+
+    @property
+    def arguments(self) -> str:
+        return "".join(self.parts)
+
+    def started(self) -> list[Event]:
+        return []
+
+    def delta(self, text: str) -> None:
+        self.parts.append(text)
+
+    def done(self, status: str) -> list[Event]:
+        return []
+
+
 @dataclass
-class McpCallOutput:
+class McpCallOutput(_ArgumentsWhole):
     """A call of a remote MCP server's tool, which the server makes (workers/tool_loop/loop.py). Its
     events are the loop's, not the stream's: `opening()` once the model's arguments are whole
     (OpenAI sends them in one delta), `closing()` once the call answered."""
@@ -292,10 +312,6 @@ class McpCallOutput:
     error: dict[str, Any] | None = None
     status: str | None = None  # set once the call answered: completed or failed
 
-    @property
-    def arguments(self) -> str:
-        return "".join(self.parts)
-
     def item(self, status: str) -> Item:
         return {
             "id": self.id,
@@ -308,15 +324,6 @@ class McpCallOutput:
             "error": self.error,
             "status": self.status or status,
         }
-
-    def started(self) -> list[Event]:
-        return []
-
-    def delta(self, text: str) -> None:
-        self.parts.append(text)
-
-    def done(self, status: str) -> list[Event]:
-        return []
 
     def opening(self) -> list[Event]:
         """Once the model's arguments are whole: before the call is made."""
@@ -395,7 +402,7 @@ def mcp_list_tools_events(item: Item, output_index: int, failed: bool) -> tuple[
 
 
 @dataclass
-class _SearchCall:
+class _SearchCall(_ArgumentsWhole):
     """A search the server makes for the model (a kind of the tool loop), as OpenAI streams one:
     nothing while the model's arguments come; `_opened()` once they are whole (the item added,
     `in_progress`, `searching`), `closing()` once it answered (`completed`, the item done). What it
@@ -416,21 +423,8 @@ class _SearchCall:
     def __post_init__(self) -> None:
         self.id = self.id or new_id(self.ID_PREFIX)
 
-    @property
-    def arguments(self) -> str:
-        return "".join(self.parts)
-
     def item(self, status: str) -> Item:
         raise NotImplementedError
-
-    def started(self) -> list[Event]:
-        return []
-
-    def delta(self, text: str) -> None:
-        self.parts.append(text)
-
-    def done(self, status: str) -> list[Event]:
-        return []
 
     def _opened(self) -> list[Event]:
         where = {"item_id": self.id, "output_index": self.output_index}
@@ -502,7 +496,7 @@ class WebSearchCallOutput(_SearchCall):
 
 
 @dataclass
-class ClientToolCall:
+class ClientToolCall(_ArgumentsWhole):
     """The model's call of a tool the client runs that is not a function (shell, local_shell,
     apply_patch: app/protocol/client_tools.py). Nothing of it is streamed while its arguments come:
     once they are whole, `typed()` makes its typed items, or refuses it (CallRefused) without a
@@ -514,21 +508,8 @@ class ClientToolCall:
     runtime_name: str
     parts: list[str] = field(default_factory=list)  # of the arguments
 
-    @property
-    def arguments(self) -> str:
-        return "".join(self.parts)
-
     def item(self, status: str) -> Item:  # (never shown: a call in the making)
         return {"type": f"{self.kind}_call", "call_id": self.call_id, "status": status}
-
-    def started(self) -> list[Event]:
-        return []
-
-    def delta(self, text: str) -> None:
-        self.parts.append(text)
-
-    def done(self, status: str) -> list[Event]:
-        return []
 
     def typed(self) -> list[TypedCall]:
         """Its typed items, from `output_index` on; CallRefused if its arguments make none."""
@@ -604,7 +585,7 @@ TYPED_PREFIXES: dict[str, Prefix] = {
 
 
 @dataclass
-class ToolSearchCallOutput:
+class ToolSearchCallOutput(_ArgumentsWhole):
     """A search of the deferred tools that the server makes (the tool loop's tool_search kind): the
     call item added once the model's query is whole (`opening()`), done once searched, with the
     `tool_search_output` that the kind adds after this answer's items (StreamTranslator.add_after)."""
@@ -615,10 +596,6 @@ class ToolSearchCallOutput:
     parts: list[str] = field(default_factory=list)  # of the arguments
     status: str | None = None  # set once searched
 
-    @property
-    def arguments(self) -> str:
-        return "".join(self.parts)
-
     def item(self, status: str) -> Item:
         return {
             "id": self.id,
@@ -628,15 +605,6 @@ class ToolSearchCallOutput:
             "arguments": {"query": tool_search.query_of(self.arguments)},
             "status": self.status or status,
         }
-
-    def started(self) -> list[Event]:
-        return []
-
-    def delta(self, text: str) -> None:
-        self.parts.append(text)
-
-    def done(self, status: str) -> list[Event]:
-        return []
 
     def opening(self) -> list[Event]:
         return [
