@@ -2,7 +2,8 @@
 thread of the test process, as the server's web_search tool asks it. Each query is answered with
 results from several domains, titled after the query; queries naming a misbehaviour answer as no
 working SearXNG would: `down` (HTTP 500), `slow` (later than any test's timeout), `garbage` (not
-JSON), `shapeless` (JSON without results), `refusing` (403: JSON not enabled). It records every
+JSON), `shapeless` (JSON without results), `refusing` (403: JSON not enabled), `enormous` (an answer
+larger than the server reads). It records every
 query it was asked, so a test can tell what was asked and how often.
 
 It serves web pages too, at `/pages/NAME` (`PAGES`: HTML, plain text, bytes that are no text, a
@@ -94,6 +95,8 @@ class SearxngStandIn:
             await asyncio.sleep(SLOW_SECONDS)
         if "garbage" in query:
             return PlainTextResponse("<html>not json</html>")
+        if "enormous" in query:  # (past the 4 MiB a search's answer may take)
+            return PlainTextResponse('{"results": [' + '{"url": "https://x.org", "title": "x"},' * 120_000 + "{}]}")
         if "shapeless" in query:
             return JSONResponse({"query": query, "answers": []})
         return JSONResponse({"query": query, "number_of_results": len(DOMAINS), "results": results_for(query)})

@@ -139,6 +139,7 @@ def test_allowed_domains_keep_other_results_out_and_one_domain_scopes_the_query(
         ("garbage", "did not answer JSON"),
         ("shapeless", "no list of results"),
         ("refusing", "needs json in search.formats"),
+        ("enormous", "answer was too large"),
     ],
 )
 def test_a_failing_backend_fails_the_call_tells_the_model_and_the_response_goes_on(
