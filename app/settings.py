@@ -154,6 +154,9 @@ class Settings(BaseSettings):
     # delta reaches its followers up to this much later; 0 commits as fast as Postgres allows.
     event_commit_interval: float = Field(0.05, ge=0, le=1, alias="RESPONSES_EVENT_COMMIT_INTERVAL_SECONDS")
     worker_max_jobs: int = Field(256, alias="RESPONSES_WORKER_MAX_JOBS")
+    # A response continuing a context waits at most this long for the worker whose engine holds
+    # it (app/queue/placement.py) before any worker may take it; 0 places nothing.
+    placement_wait_ms: int = Field(250, ge=0, le=10_000, alias="RESPONSES_PLACEMENT_WAIT_MS")
     worker_poll_delay: float = Field(1.0, alias="RESPONSES_WORKER_POLL_DELAY")
     job_timeout_seconds: int = Field(6 * 3600, alias="RESPONSES_JOB_TIMEOUT_SECONDS")
     lease_seconds: float = Field(30.0, alias="RESPONSES_LEASE_SECONDS")

@@ -69,6 +69,7 @@ async def running_stack(
     postgres_admin_url: str = PG_ADMIN_URL,
     light_runtime: bool = False,
     database_url: str | None = None,
+    worker_env: tuple[dict[str, str], ...] = (),
     **env_overrides: str,
 ) -> AsyncIterator[Stack]:
     """Without `models_toml`, the catalog is the fake runtime as model "fake" (with
@@ -76,7 +77,7 @@ async def running_stack(
     say `--model ID` for a model the worker hosts). `light_runtime`: bench/light_runtime.py
     instead of the fake runtime (plain streamed answers only, at a fraction of its CPU). Its
     database is made on the server of `postgres_admin_url`, or is `database_url` (the caller's,
-    left as it is after)."""
+    left as it is after). `worker_env`: variables of the first workers' own (a catalog each, say)."""
     name = f"rs_bench_{os.getpid()}"
     made_here = database_url is None
     if made_here:
@@ -122,9 +123,10 @@ async def running_stack(
             env=env,
         )
         api = subprocess.Popen([*cli, "api", "--port", str(api_port)], **quiet)  # type: ignore[call-overload]
-        worker_logs = tuple(files / f"worker{i}.log" for i in range(worker_processes))
+        worker_logs = tuple(files / f"worker{i}.log" for i in range(max(worker_processes, len(worker_env))))
         workers = []
-        for log_path in worker_logs:
+        for i, log_path in enumerate(worker_logs):
+            own = worker_env[i] if i < len(worker_env) else {}
             with log_path.open("wb") as log:
                 workers.append(
                     subprocess.Popen(
@@ -132,7 +134,7 @@ async def running_stack(
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         cwd=ROOT,
-                        env={**env, "RESPONSES_LOG_FORMAT": "json"},
+                        env={**env, "RESPONSES_LOG_FORMAT": "json", **own},
                     )
                 )
         processes += [api, *workers]

@@ -18,7 +18,8 @@ from app.housekeeping.process_state import ProcessState, open_engines
 from app.process.batching import Batched
 from app.process.egress import EgressGuard
 from app.process.url_fetch import UrlFetcher
-from app.queue import heartbeats
+from app.protocol.response_object import ResponseRecord
+from app.queue import heartbeats, placement
 from app.queue.ingestion import enqueue_ingestions
 from app.queue.jobs import QueueRedis
 from app.queue.redis_keys import STEER_CHANNEL, STOP_CHANNEL, events_channel
@@ -44,13 +45,17 @@ log = logging.getLogger(__name__)
 HELD_CONNECTIONS = 2
 
 
+def this_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 @dataclass
 class WorkerState(ProcessState):
     writer: EventWriter
     runtime: ChatRuntimeClient
     # The model server this worker started and keeps running (a `worker --model` only).
     supervisor: RuntimeSupervisor | None = None
-    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    worker_id: str = field(default_factory=lambda: this_worker_id())
     queue_name: str = ""  # the queue it takes jobs from (open() sets it)
     draining: bool = False  # shutting down: no new job; its generations finish or are handed over
     # Generations running in this process, by response id: what a stop signal cancels.
@@ -64,6 +69,7 @@ class WorkerState(ProcessState):
     # The translators of the generations running, which a steer reaches in the middle of an answer.
     translators: dict[str, StreamTranslator] = field(default_factory=dict)
     _claims: Batched[str, responses_db.Claim] = field(init=False)
+    _placements: Batched[str, None] = field(init=False)
     # The embedding models this worker embeds files' chunks with, made when first used.
     embedders: Embedders = field(default_factory=Embedders)
     conversations: ConversationItems = field(init=False)
@@ -85,6 +91,7 @@ class WorkerState(ProcessState):
             settings = self.settings
             self.page_fetcher = UrlFetcher.from_config(settings.web_fetch_allow, settings.web_search_timeout_seconds)
         self._claims = Batched(self._claim_many, "claims")
+        self._placements = Batched(self._hold_many, "placements")
         self.claim_connection = HeldConnection(self.held_engine)
         # A generation whose events can no longer be written (refused, or its response ended
         # elsewhere) stops reading its runtime at once.
@@ -115,6 +122,18 @@ class WorkerState(ProcessState):
             claims[response_id] = replace(claim, context=earlier[conversation_id] + claim.context)
         return claims
 
+    async def hold_contexts(self, record: ResponseRecord) -> None:
+        """The response's contexts are in this worker's engine from now on: the responses that
+        continue them are placed here (app/queue/placement.py). Those of responses starting
+        together are written by one round trip."""
+        if self.settings.placement_wait_ms:
+            with REDIS_LINK.tolerated("placement"):  # (without it, the next turn goes to any worker)
+                await asyncio.gather(*(self._placements(c) for c in placement.contexts_held(record)))
+
+    async def _hold_many(self, contexts: list[str]) -> dict[str, None]:
+        await placement.remember(self.redis, self.worker_id, contexts)
+        return {}
+
     @classmethod
     def open(
         cls,
@@ -126,7 +145,7 @@ class WorkerState(ProcessState):
     ) -> WorkerState:
         """`queue_name`: the queue the worker takes jobs from (its hosted model's, or the shared one)."""
         engine, held_engine = open_engines(settings, HELD_CONNECTIONS)
-        worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        worker_id = this_worker_id()
         return cls(
             settings=settings,
             catalog=catalog,

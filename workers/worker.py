@@ -18,7 +18,7 @@ from workers.jobs.embed import embed_texts
 from workers.jobs.generate import generate
 from workers.jobs.ingest import ingest_file
 from workers.runtimes.hosting import hosted_queue, start_model_server
-from workers.state import WorkerState
+from workers.state import WorkerState, this_worker_id
 
 
 async def _startup(ctx: dict[str, Any]) -> None:
@@ -74,6 +74,8 @@ def build_worker(settings: Settings, hosted_model: str | None = None, **override
     options.update(overrides)
     worker = queue_worker(jobs, options.pop("queue_name", queue_name), settings.redis_url, **options)
     worker.on_drain = partial(_drain, worker.ctx)
+    if settings.placement_wait_ms:  # (its WorkerState has the same id: this process's)
+        worker.placement_id = this_worker_id()
     return worker
 
 

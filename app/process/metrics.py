@@ -53,6 +53,14 @@ HOSTED_TOOLS_NOT_OFFERED = Counter(
     registry=REGISTRY,
 )
 
+PLACEMENTS = Counter(
+    "responses_placements",
+    "Responses that continue a context, by where they went: placed on the worker holding it, "
+    "unplaced (none known, gone or draining), handed on by a worker with no free slot.",
+    ["outcome"],
+    registry=REGISTRY,
+)
+
 # The workers'.
 FINISHED = Counter(
     "responses_finished", "Generations ended, by model and final status.", ["model", "status"], registry=REGISTRY

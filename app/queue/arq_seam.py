@@ -47,6 +47,7 @@ import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -57,8 +58,9 @@ from arq.utils import timestamp_ms
 from arq.worker import Worker
 
 from app.process.batching import Batched
+from app.process.metrics import PLACEMENTS
 from app.process.side_tasks import SideTasks
-from app.queue.redis_keys import wake_channel
+from app.queue.redis_keys import PLACEMENT_PREFIX, WORKER_PREFIX, placed_channel, wake_channel
 from app.queue.redis_link import REDIS_DOWN, REDIS_LINK, Backoff
 from app.queue.redis_listener import listen_for_ever
 
@@ -77,22 +79,49 @@ def serialized_job(function: str, args: tuple[Any, ...], now_ms: int, serializer
 # script for any number of jobs of one queue: each job is stored exactly as
 # arq.connections.ArqRedis.enqueue_job stores it (same keys, same serialized job), unless a job
 # or result with its id exists, and workers are woken at once by one message naming the new
-# jobs. KEYS[1]: the queue, KEYS[2]: its wake-up channel; ARGV: expiry (ms), now (ms), arq's job
-# and result key prefixes, then each job's id and serialized job. Returns 1/0 per job: added.
+# jobs. A job continuing contexts is placed (app/queue/placement.py) on the worker that holds
+# the first of them, if that worker's heartbeat says it takes this queue's jobs: it is stored as
+# due when the placement wait ends (arq's deferred job), and that worker alone is told of it, on
+# its own channel (the wake-up channel and ":<worker id>"). KEYS[1]: the queue, KEYS[2]: its
+# wake-up channel; ARGV: expiry (ms), now (ms), the placement wait (ms; 0: none), arq's job and
+# result key prefixes, our placement and heartbeat key prefixes, then for each job its id, its
+# serialized job, the number of contexts it continues and those contexts. Returns per job:
+# 0 not added (it exists), 1 added, 2 added and placed.
 _ENQUEUE = """
-local added, ids = {}, {}
-for i = 5, #ARGV, 2 do
-    local id = ARGV[i]
-    if redis.call('EXISTS', ARGV[3] .. id, ARGV[4] .. id) > 0 then
+local added, ids, placed = {}, {}, {}
+local now, wait = tonumber(ARGV[2]), tonumber(ARGV[3])
+local i = 8
+while i <= #ARGV do
+    local id, contexts = ARGV[i], tonumber(ARGV[i + 2])
+    local worker = nil
+    if redis.call('EXISTS', ARGV[4] .. id, ARGV[5] .. id) > 0 then
         table.insert(added, 0)
     else
-        redis.call('PSETEX', ARGV[3] .. id, ARGV[1], ARGV[i + 1])
-        redis.call('ZADD', KEYS[1], ARGV[2], id)
-        table.insert(added, 1)
-        table.insert(ids, id)
+        for c = i + 3, i + 2 + contexts do
+            local holder = wait > 0 and redis.call('GET', ARGV[6] .. ARGV[c])
+            local beat = holder and redis.call('GET', ARGV[7] .. holder)
+            local ok, state = pcall(cjson.decode, beat or 'null')
+            if ok and type(state) == 'table' and state['queue'] == KEYS[1] and state['draining'] == false then
+                worker = holder
+                break
+            end
+        end
+        redis.call('PSETEX', ARGV[4] .. id, ARGV[1], ARGV[i + 1])
+        if worker then
+            redis.call('ZADD', KEYS[1], now + wait, id)
+            placed[worker] = placed[worker] or {}
+            table.insert(placed[worker], id)
+            table.insert(added, 2)
+        else
+            redis.call('ZADD', KEYS[1], now, id)
+            table.insert(ids, id)
+            table.insert(added, 1)
+        end
     end
+    i = i + 3 + contexts
 end
 if #ids > 0 then redis.call('PUBLISH', KEYS[2], table.concat(ids, ' ')) end
+for worker, jobs in pairs(placed) do redis.call('PUBLISH', KEYS[2] .. ':' .. worker, table.concat(jobs, ' ')) end
 return added
 """
 _JOB_EXPIRY_MS = 86_400_000  # arq's default expires_extra_ms: an unstarted job lives a day
@@ -102,17 +131,28 @@ def now_ms() -> int:
     return timestamp_ms()
 
 
+NOT_ADDED, ADDED, PLACED = 0, 1, 2  # what the enqueue did with each job
+
+
+@dataclass(frozen=True, slots=True)
+class SerializedJob:
+    job_id: str
+    data: bytes
+    continues: tuple[str, ...] = ()  # the contexts it continues, to be placed by (app/queue/placement.py)
+
+
 async def enqueue_serialized(
-    queue: ArqRedis, queue_name: str, jobs: list[tuple[str, bytes]], enqueued_ms: int
-) -> list[bool]:
-    """Stores each (job id, serialized job) unless a job or result with its id exists, and wakes
-    the queue's workers; returns, per job, whether it was added."""
+    queue: ArqRedis, queue_name: str, jobs: list[SerializedJob], enqueued_ms: int, placement_wait_ms: int = 0
+) -> list[int]:
+    """Stores each job unless a job or result with its id exists, placed on the worker holding
+    what it continues if `placement_wait_ms` (see `_ENQUEUE`), and wakes the queue's workers;
+    returns, per job, NOT_ADDED, ADDED or PLACED."""
     script = queue.register_script(_ENQUEUE)
-    args: list[Any] = [_JOB_EXPIRY_MS, enqueued_ms, job_key_prefix, result_key_prefix]
-    for job_id, data in jobs:
-        args += [job_id, data]
-    flags = await script(keys=[queue_name, wake_channel(queue_name)], args=args)
-    return [bool(flag) for flag in flags]
+    args: list[Any] = [_JOB_EXPIRY_MS, enqueued_ms, placement_wait_ms, job_key_prefix, result_key_prefix]
+    args += [PLACEMENT_PREFIX, WORKER_PREFIX]
+    for job in jobs:
+        args += [job.job_id, job.data, len(job.continues), *job.continues]
+    return [int(flag) for flag in await script(keys=[queue_name, wake_channel(queue_name)], args=args)]
 
 
 async def remove_jobs(queue: ArqRedis, queue_name: str, job_ids: list[str]) -> None:
@@ -129,15 +169,17 @@ async def remove_jobs(queue: ArqRedis, queue_name: str, job_ids: list[str]) -> N
 # marked in progress, its try counted); returns {job id, job or false if expired, try number}
 # for each job taken. A taken job's score moves to when its in-progress mark expires: polls
 # (max score: now) stop listing it while it runs, and see it again exactly when arq would take it
-# again had its worker vanished. KEYS[1]: the queue; ARGV: now (ms), the in-progress timeout (ms),
-# arq's key prefixes for in-progress, job and retry keys, then the job ids.
+# again had its worker vanished. A job placed on the worker taking it is taken before it is due.
+# KEYS[1]: the queue; ARGV: now (ms), the in-progress timeout (ms), arq's key prefixes for
+# in-progress, job and retry keys, then each job's id and whether it was placed here (1/0).
 _TAKE = """
 local taken = {}
-for i = 6, #ARGV do
+for i = 6, #ARGV, 2 do
     local id = ARGV[i]
     local in_progress, retry = ARGV[3] .. id, ARGV[5] .. id
     local score = redis.call('ZSCORE', KEYS[1], id)
-    if redis.call('EXISTS', in_progress) == 0 and score and tonumber(score) <= tonumber(ARGV[1]) then
+    local due = ARGV[i + 1] == '1' or (score and tonumber(score) <= tonumber(ARGV[1]))
+    if redis.call('EXISTS', in_progress) == 0 and score and due then
         redis.call('PSETEX', in_progress, ARGV[2], '1')
         redis.call('ZADD', KEYS[1], 'XX', tonumber(ARGV[1]) + tonumber(ARGV[2]), id)
         local tries = redis.call('INCR', retry)
@@ -146,6 +188,13 @@ for i = 6, #ARGV do
     end
 end
 return taken
+"""
+# A placed job its worker cannot take now, due at once for every worker unless taken meanwhile.
+# KEYS[1]: the queue; ARGV: now (ms), arq's in-progress prefix, then the job ids.
+_HAND_ON = """
+for i = 3, #ARGV do
+    if redis.call('EXISTS', ARGV[2] .. ARGV[i]) == 0 then redis.call('ZADD', KEYS[1], 'XX', ARGV[1], ARGV[i]) end
+end
 """
 # Removes ended jobs as arq does (in-progress, retry and job keys, queue entry). KEYS[1]: the
 # queue; ARGV: arq's in-progress, retry and job key prefixes, then the job ids.
@@ -174,17 +223,20 @@ class QueueWorker(Worker):
         self._woken_when_full = False
         self._refill: asyncio.Task[None] | None = None
         self._started = asyncio.Event()
-        self._take = Batched[str, tuple[bytes | None, int]](self._take_many, "take-jobs")
+        self._take = Batched[tuple[str, bool], tuple[bytes | None, int]](self._take_many, "take-jobs")
         self._remove = Batched[str, None](self._remove_many, "remove-jobs")
         self._poll_backoff = Backoff()
         # On SIGTERM, whether the running jobs are to be cancelled at once (see _drain).
         self.on_drain: Callable[[], Awaitable[bool]] = _finish_here
+        # Where jobs placed on this worker are announced (app/queue/placement.py); None: nowhere.
+        self.placement_id: str | None = None
         startup = self.on_startup
 
         async def on_startup(ctx: dict[str, Any]) -> None:
             if startup is not None:
                 await startup(ctx)
             self._take_script = self.pool.register_script(_TAKE)
+            self._hand_on_script = self.pool.register_script(_HAND_ON)
             self._remove_script = self.pool.register_script(_REMOVE)
             self._started.set()
 
@@ -194,12 +246,15 @@ class QueueWorker(Worker):
         await self._until_redis_answers()  # arq's main asks Redis for its INFO first thing
         listener = SideTasks()
         listener.start("wake-listener", self._listen_for_wakeups)
+        if self.placement_id is not None:
+            listener.start("placement-listener", self._listen_for_placed)
         try:
             await super().main()
         finally:
             await listener.close()
 
-    async def start_jobs(self, job_ids: list[bytes]) -> None:
+    async def start_jobs(self, job_ids: list[bytes], placed: bool = False) -> None:
+        """`placed`: the jobs were placed on this worker, and are taken before they are due."""
         now, heard_at = time.monotonic(), time.time()
         for job_id_b in job_ids:
             job_id = job_id_b.decode()
@@ -211,7 +266,7 @@ class QueueWorker(Worker):
             await self.sem.acquire()  # never waits below max_jobs; kept for arq's own accounting
             self.job_counter += 1
             self._in_slots.add(job_id)
-            task = asyncio.create_task(self._take_and_run(job_id_b, heard_at))
+            task = asyncio.create_task(self._take_and_run(job_id_b, heard_at, placed))
             task.add_done_callback(partial(self._job_done, job_id))
             self.tasks[job_id] = task
 
@@ -236,11 +291,11 @@ class QueueWorker(Worker):
         except REDIS_DOWN as error:  # the next poll does it
             REDIS_LINK.failed("looking for waiting jobs", error)
 
-    async def _take_and_run(self, job_id_b: bytes, heard_at: float) -> None:
+    async def _take_and_run(self, job_id_b: bytes, heard_at: float, placed: bool) -> None:
         """Never raises: arq's poll loop collects finished tasks' results."""
         job_id = job_id_b.decode()
         try:
-            ended = await self._run_if_taken(job_id, heard_at)
+            ended = await self._run_if_taken(job_id, heard_at, placed)
         finally:
             # Its function is done: the slot goes to the next job while Redis is tidied. (At as
             # many streams as slots, a new response otherwise waits for an old one's tidying.)
@@ -256,10 +311,10 @@ class QueueWorker(Worker):
             # Left in the queue, it is delivered again and finds its response ended: a no-op.
             REDIS_LINK.failed("removing an ended job", error)
 
-    async def _run_if_taken(self, job_id: str, heard_at: float) -> bool | None:
+    async def _run_if_taken(self, job_id: str, heard_at: float, placed: bool) -> bool | None:
         """Takes the job and runs it (see `_run_taken`); None if it could not be taken."""
         try:
-            taken = await self._take(job_id)
+            taken = await self._take((job_id, placed))
         except REDIS_DOWN as error:
             REDIS_LINK.failed("taking a job", error)
             taken = None
@@ -309,11 +364,18 @@ class QueueWorker(Worker):
             pipe.publish(wake_channel(self.queue_name), job_id)
             await pipe.execute()
 
-    async def _take_many(self, job_ids: list[str]) -> dict[str, tuple[bytes | None, int]]:
+    async def _take_many(self, jobs: list[tuple[str, bool]]) -> dict[tuple[str, bool], tuple[bytes | None, int]]:
         prefixes = [in_progress_key_prefix, job_key_prefix, retry_key_prefix]
         now, timeout = timestamp_ms(), int(self.in_progress_timeout_s * 1000)
-        taken = await self._take_script(keys=[self.queue_name], args=[now, timeout, *prefixes, *job_ids])
-        return {job_id.decode(): (data, tries) for job_id, data, tries in taken}
+        args: list[str | int] = [now, timeout, *prefixes]
+        for job_id, placed_here in jobs:
+            args += [job_id, int(placed_here)]
+        placed = dict(jobs)
+        found = {}
+        for job_id_b, data, tries in await self._take_script(keys=[self.queue_name], args=args):
+            job_id = job_id_b.decode()
+            found[job_id, placed[job_id]] = (data, tries)
+        return found
 
     async def _remove_many(self, job_ids: list[str]) -> dict[str, None]:
         prefixes = [in_progress_key_prefix, retry_key_prefix, job_key_prefix]
@@ -389,3 +451,24 @@ class QueueWorker(Worker):
                 await self.start_jobs(job_ids.split())  # the message names the jobs
 
         await listen_for_ever(self.pool, wake_channel(self.queue_name), woken)
+
+    async def _listen_for_placed(self) -> None:
+        """Jobs placed on this worker: started at once while it has free slots, the others handed
+        on to every worker (a full engine's turn would wait behind its queue)."""
+        await self._started.wait()
+        assert self.placement_id is not None
+
+        async def placed(job_ids: bytes) -> None:
+            ids = job_ids.split()
+            free = max(0, self.max_jobs - self.job_counter) if self.allow_pick_jobs else 0
+            if free:
+                await self.start_jobs(ids[:free], placed=True)
+            if ids[free:]:
+                PLACEMENTS.labels("handed_on").inc(len(ids[free:]))
+                with REDIS_LINK.tolerated("handing placed jobs on"):  # (else they are due when the wait ends)
+                    await self._hand_on_script(
+                        keys=[self.queue_name], args=[timestamp_ms(), in_progress_key_prefix, *ids[free:]]
+                    )
+                    await self.pool.publish(wake_channel(self.queue_name), b" ".join(ids[free:]))
+
+        await listen_for_ever(self.pool, placed_channel(self.queue_name, self.placement_id), placed)

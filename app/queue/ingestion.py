@@ -28,10 +28,11 @@ async def enqueue_ingestions(
         return []
     now = arq_seam.now_ms()
     serialized = [
-        (
+        arq_seam.SerializedJob(
             ingest_job_id(store_id, file_id, attempts),
             arq_seam.serialized_job(INGEST_JOB, (store_id, file_id), now, job_serializer),
         )
         for store_id, file_id, attempts in attachments
     ]
-    return await arq_seam.enqueue_serialized(queue, queue_name, serialized, now)  # (it wakes the workers)
+    flags = await arq_seam.enqueue_serialized(queue, queue_name, serialized, now)  # (it wakes the workers)
+    return [flag != arq_seam.NOT_ADDED for flag in flags]

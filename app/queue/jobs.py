@@ -12,6 +12,7 @@ from arq.connections import ArqRedis
 from arq.typing import WorkerCoroutine
 from arq.worker import func
 
+from app.process.metrics import PLACEMENTS
 from app.queue import arq_seam, transient_runs
 from app.queue.arq_seam import QueueWorker
 from app.queue.redis_keys import GENERATE_JOB, STEER_CHANNEL, STOP_CHANNEL
@@ -81,14 +82,18 @@ class GenerateJob:
     queue_name: str
     transient: str | None = None  # a store=false response's TransientJob, encoded: the job carries it
     continuation: int = 0
+    continues: tuple[str, ...] = ()  # the contexts it continues, to be placed by (app/queue/placement.py)
 
     @property
     def job_id(self) -> str:
         return self.response_id if not self.continuation else f"{self.response_id}:{self.continuation}"
 
     @classmethod
-    def of(cls, response_id: str, queue_name: str, transient: TransientJob | None = None) -> GenerateJob:
-        return cls(response_id, queue_name, None if transient is None else json.dumps(transient.encoded()))
+    def of(
+        cls, response_id: str, queue_name: str, transient: TransientJob | None = None, continues: tuple[str, ...] = ()
+    ) -> GenerateJob:
+        encoded = None if transient is None else json.dumps(transient.encoded())
+        return cls(response_id, queue_name, encoded, continues=continues)
 
     def serialized(self, now: int) -> bytes:
         args = (self.response_id,) if self.transient is None else (self.response_id, json.loads(self.transient))
@@ -102,9 +107,12 @@ async def enqueue_generate(queue: ArqRedis, response_id: str, queue_name: str, c
     return (await enqueue_many(queue, [job]))[job]
 
 
-async def enqueue_many(queue: ArqRedis, jobs: Sequence[GenerateJob]) -> dict[GenerateJob, bool]:
-    """`enqueue_generate` for many jobs: one script call per queue. Raises what Redis raised,
-    once the outage is reported."""
+async def enqueue_many(
+    queue: ArqRedis, jobs: Sequence[GenerateJob], placement_wait_ms: int = 0
+) -> dict[GenerateJob, bool]:
+    """`enqueue_generate` for many jobs: one script call per queue, each job that continues a
+    context placed on the worker holding it (app/queue/placement.py) if `placement_wait_ms`.
+    Raises what Redis raised, once the outage is reported."""
     now = arq_seam.now_ms()
     added: dict[GenerateJob, bool] = {}
     by_queue: dict[str, list[GenerateJob]] = {}
@@ -112,9 +120,12 @@ async def enqueue_many(queue: ArqRedis, jobs: Sequence[GenerateJob]) -> dict[Gen
         by_queue.setdefault(job.queue_name, []).append(job)
     try:
         for queue_name, queued in by_queue.items():
-            serialized = [(job.job_id, job.serialized(now)) for job in queued]
-            flags = await arq_seam.enqueue_serialized(queue, queue_name, serialized, now)
-            added.update(zip(queued, flags, strict=True))
+            serialized = [arq_seam.SerializedJob(job.job_id, job.serialized(now), job.continues) for job in queued]
+            flags = await arq_seam.enqueue_serialized(queue, queue_name, serialized, now, placement_wait_ms)
+            for job, flag in zip(queued, flags, strict=True):
+                added[job] = flag != arq_seam.NOT_ADDED
+                if job.continues and flag != arq_seam.NOT_ADDED and placement_wait_ms:
+                    PLACEMENTS.labels("placed" if flag == arq_seam.PLACED else "unplaced").inc()
     except REDIS_DOWN as error:
         REDIS_LINK.failed("enqueue", error)
         raise

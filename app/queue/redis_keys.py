@@ -54,3 +54,14 @@ WAKE_CHANNEL_PREFIX = "responses:wake:"
 
 def wake_channel(queue_name: str) -> str:
     return WAKE_CHANNEL_PREFIX + queue_name
+
+
+def placed_channel(queue_name: str, worker_id: str) -> str:
+    """Where one worker hears of the jobs placed on it (app/queue/placement.py)."""
+    return f"{WAKE_CHANNEL_PREFIX}{queue_name}:{worker_id}"
+
+
+# The worker whose engine last ran a context: `<prefix><context>` → worker id, written by the
+# worker when it starts a response, read by the enqueue of the response that continues it.
+PLACEMENT_PREFIX = "responses:placement:"
+PLACEMENT_TTL_SECONDS = 3600  # (an engine's prefix cache rarely holds a context idle longer)

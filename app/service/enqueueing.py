@@ -10,7 +10,7 @@ from app import errors
 from app.protocol.encoding import WireEvent
 from app.protocol.mcp_tools import Credentials, seal_credentials
 from app.protocol.response_object import ResponseRecord
-from app.queue import mcp_credentials
+from app.queue import mcp_credentials, placement
 from app.queue.jobs import GenerateJob
 from app.queue.redis_link import REDIS_DOWN, REDIS_LINK
 from app.queue.transient_runs import TransientJob
@@ -45,7 +45,8 @@ async def enqueue(state: AppState, accepted: Accepted) -> None:
             ttl = state.settings.job_timeout_seconds
             sealed = seal_credentials(state.seal, accepted.mcp_credentials)
             await mcp_credentials.keep(state.redis, accepted.record.id, sealed, ttl)
-        await state.enqueue(GenerateJob.of(accepted.record.id, queue_name, transient))
+        continues = placement.contexts_continued(accepted.record)
+        await state.enqueue(GenerateJob.of(accepted.record.id, queue_name, transient, continues))
     except REDIS_DOWN as error:
         raise errors.ServiceUnavailable("The job queue (Redis) is unavailable; please retry.") from error
 

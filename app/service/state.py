@@ -65,7 +65,8 @@ class AppState(ProcessState):
         )
         self.auth_connection = HeldConnection(self.held_engine)
         self._authentications = Batched(self._accounts_for_hashes, "authenticate")
-        self._enqueues = Batched(partial(enqueue_many, self.redis), "enqueue")
+        wait_ms = self.settings.placement_wait_ms
+        self._enqueues = Batched(partial(enqueue_many, self.redis, placement_wait_ms=wait_ms), "enqueue")
         # Inserts that wait behind a slow one (a lock, a very large request) go beside it.
         self.insert_connections = HeldConnections(self.held_engine, INSERT_LANES)
         self._inserts = Batched(self._insert_responses, "store", lanes=INSERT_LANES)

@@ -113,8 +113,8 @@ def log_hosted_tools(create: ValidatedCreate) -> None:
 def new_record(
     create: ValidatedCreate, model: ModelEntry, *, compaction: bool = False, account_id: str | None = None
 ) -> ResponseRecord:
-    """`account_id`: whose vector stores a file_search tool searches (the worker's searches are
-    scoped by it, as every query is)."""
+    """`account_id`: whose response it is: the worker's file searches are scoped by it (as every
+    query is), and so is its `prompt_cache_key` (app/queue/placement.py)."""
     request = create.request
     settings = echoed_settings(create, request.max_output_tokens, model.sampling)
     if compaction:
@@ -132,9 +132,8 @@ def new_record(
         "runs_web_search": create.runs_web_search,
         # The server searches the deferred tools (a tool_search tool of server execution).
         "runs_tool_search": any(t["type"] == "tool_search" and t["execution"] == "server" for t in create.tools),
+        "account_id": account_id,
     }
-    if create.runs_file_search:
-        settings["requested"]["account_id"] = account_id
     return ResponseRecord(
         id=new_id("resp"),
         model=model.id,

@@ -16,7 +16,9 @@ from arq.jobs import deserialize_job_raw
 from arq.utils import timestamp_ms
 from arq.worker import func
 
+from app.process.metrics import REGISTRY
 from app.protocol.response_object import ResponseRecord
+from app.queue import heartbeats, placement
 from app.queue.arq_seam import QueueWorker
 from app.queue.jobs import GenerateJob, enqueue_generate, enqueue_many, job_deserializer, job_serializer
 from app.queue.redis_keys import GENERATE_JOB
@@ -54,7 +56,12 @@ def queue() -> str:
 async def start_worker(environment: Environment, queue: str) -> AsyncIterator[StartWorker]:
     started: list[tuple[QueueWorker, asyncio.Task[None]]] = []
 
-    async def start(recorder: Recorder, worker_class: type[QueueWorker] = QueueWorker, **options: Any) -> QueueWorker:
+    async def start(
+        recorder: Recorder,
+        worker_class: type[QueueWorker] = QueueWorker,
+        placement_id: str | None = None,
+        **options: Any,
+    ) -> QueueWorker:
         worker = worker_class(
             functions=[func(recorder.run, name=GENERATE_JOB, max_tries=3)],
             queue_name=queue,
@@ -65,6 +72,7 @@ async def start_worker(environment: Environment, queue: str) -> AsyncIterator[St
             keep_result=0,
             **{"poll_delay": 0.01, **options},
         )
+        worker.placement_id = placement_id
         task = asyncio.create_task(worker.main())
         started.append((worker, task))
         await eventually(lambda: worker._started.is_set())
@@ -338,3 +346,112 @@ async def test_jobs_enqueued_together_are_stored_as_arq_stores_them_and_started_
         assert await job_keys(state.redis, queue, job.response_id) == NOTHING_LEFT
     await state.redis.delete(*(job_key_prefix + j for j in (transient.response_id, f"resp_together_{RUN}_new")))
     await state.redis.delete(other_queue)
+
+
+# Placement (app/queue/placement.py): two workers on one queue, each with its heartbeat as
+# `WorkerState` writes it; the context `response:<prev>` held by the second one.
+
+
+async def placed_pair(
+    state: AppState, queue: str, start_worker: StartWorker, holder_options: dict[str, Any] | None = None
+) -> tuple[Recorder, Recorder, str]:
+    """An ordinary worker polling every 10 ms, and the worker holding the context (its id returned)."""
+    anyone, holder = Recorder(), Recorder()
+    holder_id = f"holder-{secrets.token_hex(3)}"
+    await start_worker(anyone)
+    await start_worker(holder, placement_id=holder_id, **(holder_options or {}))
+    await beat(state, holder_id, queue)
+    await placement.remember(state.redis, holder_id, [f"response:resp_prev_{RUN}"])
+    return anyone, holder, holder_id
+
+
+async def beat(state: AppState, worker_id: str, queue: str, draining: bool = False) -> None:
+    # (gone soon after the test: another test's `responses-server status` lists every worker alive)
+    await heartbeats.beat(state.redis, worker_id, {"worker_id": worker_id, "queue": queue, "draining": draining}, 5)
+
+
+def placements(outcome: str) -> float:
+    return REGISTRY.get_sample_value("responses_placements_total", {"outcome": outcome}) or 0.0
+
+
+def continuing(job_id: str, queue: str, *contexts: str) -> GenerateJob:
+    return GenerateJob(job_id, queue, continues=contexts or (f"response:resp_prev_{RUN}",))
+
+
+async def test_a_job_continuing_a_context_is_taken_by_the_worker_holding_it(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    anyone, holder, _ = await placed_pair(state, queue, start_worker)
+    job_ids = [f"resp_placed_{RUN}_{n}" for n in range(5)]
+    await enqueue_many(state.redis, [continuing(job_id, queue) for job_id in job_ids], placement_wait_ms=5000)
+    await eventually(lambda: sorted(holder.runs) == job_ids, timeout=2.0)  # long before the wait ends
+    assert anyone.runs == []  # though it polled the queue every 10 ms
+
+
+async def test_placement_tries_each_context_in_turn_and_skips_a_worker_gone_or_draining(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    anyone, holder, _ = await placed_pair(state, queue, start_worker)
+    await placement.remember(state.redis, "gone-worker", ["conversation:conv_gone"])  # (no heartbeat)
+    await beat(state, "draining-worker", queue, draining=True)
+    await placement.remember(state.redis, "draining-worker", ["conversation:conv_draining"])
+    placed, unplaced_before = placements("placed"), placements("unplaced")
+
+    # The chain's worker is gone: the conversation's holder is tried next.
+    job = continuing(f"resp_second_{RUN}", queue, "response:resp_gone", f"response:resp_prev_{RUN}")
+    await enqueue_many(state.redis, [job], placement_wait_ms=5000)
+    await eventually(lambda: holder.runs == [job.response_id], timeout=2.0)
+    assert placements("placed") == placed + 1
+
+    # Only gone or draining holders: due at once, for any worker.
+    unplaced = [continuing(f"resp_{name}_{RUN}", queue, f"conversation:conv_{name}") for name in ("gone", "draining")]
+    unplaced.append(continuing(f"resp_unknown_{RUN}", queue, "conversation:conv_never_seen"))
+    await enqueue_many(state.redis, unplaced, placement_wait_ms=5000)
+    assert placements("unplaced") == unplaced_before + 3
+    wanted = sorted(job.response_id for job in unplaced)
+    await eventually(lambda: sorted(anyone.runs + holder.runs[1:]) == wanted, timeout=2.0)
+
+
+async def test_without_a_placement_wait_nothing_is_placed(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    anyone, holder, _ = await placed_pair(state, queue, start_worker)
+    job_ids = [f"resp_unplaced_{RUN}_{n}" for n in range(20)]
+    await enqueue_many(state.redis, [continuing(job_id, queue) for job_id in job_ids], placement_wait_ms=0)
+    await eventually(lambda: sorted(anyone.runs + holder.runs) == sorted(job_ids), timeout=2.0)
+    assert anyone.runs  # (the holder has no claim on them: the first to hear each takes it)
+
+
+async def test_a_placed_job_its_worker_has_no_slot_for_goes_to_another_at_once(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    anyone, holder, _ = await placed_pair(state, queue, start_worker, {"max_jobs": 1})
+    holder.release.clear()
+    await enqueue_many(state.redis, [continuing(f"resp_busy_{RUN}", queue)], placement_wait_ms=5000)
+    await eventually(lambda: holder.runs == [f"resp_busy_{RUN}"], timeout=2.0)  # its one slot, taken
+
+    job = continuing(f"resp_handed_on_{RUN}", queue)
+    await enqueue_many(state.redis, [job], placement_wait_ms=5000)
+    await eventually(lambda: anyone.runs == [job.response_id], timeout=2.0)  # long before the wait ends
+    assert placements("handed_on") >= 1
+    holder.release.set()
+    await asyncio.sleep(0.1)
+    assert holder.runs == [f"resp_busy_{RUN}"]  # taken once
+
+
+async def test_a_placed_job_whose_worker_never_takes_it_is_due_for_every_worker_when_the_wait_ends(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    """Its worker died with its heartbeat still fresh (or missed the message): the job waits the
+    placement wait, no longer, and runs once."""
+    anyone = Recorder()
+    await start_worker(anyone)
+    await beat(state, "dead-worker", queue)
+    await placement.remember(state.redis, "dead-worker", [f"response:resp_prev_{RUN}"])
+    job = continuing(f"resp_orphan_{RUN}", queue)
+    await enqueue_many(state.redis, [job], placement_wait_ms=1000)
+    await asyncio.sleep(0.5)
+    assert anyone.runs == []
+    await eventually(lambda: anyone.runs == [job.response_id], timeout=3.0)
+    await asyncio.sleep(0.2)
+    assert anyone.runs == [job.response_id]

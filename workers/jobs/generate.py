@@ -149,6 +149,7 @@ async def _run(state: WorkerState, generation: Generation) -> None:
     state.running[record.id] = task
     state.translators[record.id] = translator
     try:
+        await state.hold_contexts(record)  # (while the runtime is asked)
         await asyncio.wait({task})
     except asyncio.CancelledError:
         # The job itself was cancelled: the worker is shutting down (at once, another worker
