@@ -1,4 +1,4 @@
-"""`responses-server`: migrate, run the API or a worker, manage API keys, accounts and webhooks."""
+"""`responses-server`: migrate, run the API or a worker, manage API keys, accounts, webhooks and operators."""
 
 from __future__ import annotations
 
@@ -75,6 +75,12 @@ def main(argv: list[str] | None = None) -> None:
     webhooks.add_parser(
         "rotate", help="give an endpoint a new secret (printed once); the old one signs beside it for a day"
     ).add_argument("endpoint")
+    operators = commands.add_parser("operators", help="keys of the operator's console").add_subparsers(
+        dest="operators_command", required=True
+    )
+    operators.add_parser("create", help="create an operator's key; prints the key last, once").add_argument("name")
+    operators.add_parser("list", help="list operators' keys (prefixes only)")
+    operators.add_parser("revoke", help="revoke an operator's key by id or name; ends its sessions").add_argument("key")
     commands.add_parser("status", help="the queue of each model and the workers alive")
     commands.add_parser("gc", help="apply retention now, until nothing due is left, and say what it removed")
 

@@ -183,6 +183,9 @@ class Settings(BaseSettings):
     unstored_background_seconds: float = Field(600.0, alias="RESPONSES_UNSTORED_BACKGROUND_SECONDS")
     stream_log_hours: float = Field(24.0, alias="RESPONSES_STREAM_LOG_HOURS")
     retention_interval_seconds: float = Field(60.0, alias="RESPONSES_RETENTION_INTERVAL_SECONDS")
+    # The operator's console (/console, app/console/): off unless set; its sessions last this long.
+    console: bool = Field(False, alias="RESPONSES_CONSOLE")
+    console_session_hours: float = Field(12.0, gt=0, alias="RESPONSES_CONSOLE_SESSION_HOURS")
     runtime_connect_timeout: float = Field(10.0, alias="RESPONSES_RUNTIME_CONNECT_TIMEOUT")
     runtime_read_timeout: float = Field(600.0, alias="RESPONSES_RUNTIME_READ_TIMEOUT")
 

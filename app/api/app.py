@@ -23,6 +23,7 @@ from app.api.routes import (
     responses_socket,
     vector_stores,
 )
+from app.console import pages as console
 from app.process import gc_tuning
 from app.service.state import AppState
 from app.settings import Settings
@@ -41,8 +42,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
         finally:
             await state.close()
 
+    console_routes = [console.mount()] if settings.console else []
     app = Starlette(
         routes=[
+            *console_routes,
             *responses.routes,
             *responses_socket.routes,
             *input_items.routes,

@@ -1,5 +1,5 @@
-"""The operator's commands (`responses-server keys|accounts|limits|webhooks|status`): each opens what it needs,
-does one thing, prints what it did, and answers the exit status."""
+"""The operator's commands (`responses-server keys|accounts|limits|webhooks|operators|status`): each
+opens what it needs, does one thing, prints what it did, and answers the exit status."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from app.process.egress import EgressGuard, EgressRefused
 from app.queue import redis_servers
 from app.settings import Settings
 from app.storage import accounts as accounts_db
+from app.storage import operators as operators_db
 from app.storage import webhooks as webhooks_db
 from app.storage.accounts import Limits
 from app.storage.engine import create_engine
@@ -30,6 +31,8 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             return await _limits(engine, args)
         if args.command == "webhooks":
             return await _webhooks(engine, settings, args)
+        if args.command == "operators":
+            return await _operators(engine, args)
         redis = redis_servers.client(settings.redis_url)
         try:
             print(await status.report(engine, redis))
@@ -56,6 +59,30 @@ async def _keys(engine: AsyncEngine, args: argparse.Namespace) -> int:
                 )
         elif await accounts_db.revoke_key(conn, args.key) == 0:
             print(f"no active key with id or prefix {args.key!r}", file=sys.stderr)
+            return 1
+        else:
+            print(f"revoked {args.key}")
+    return 0
+
+
+async def _operators(engine: AsyncEngine, args: argparse.Namespace) -> int:
+    async with engine.begin() as conn:
+        if args.operators_command == "create":
+            made = await operators_db.create_key(conn, args.name)
+            if made is None:
+                print(f"an operator named {args.name!r} has a live key already (revoke it first)", file=sys.stderr)
+                return 1
+            info, key = made
+            print(f"created operator key {info.id} ({info.display_prefix}…) for {info.name}")
+            print(key)
+        elif args.operators_command == "list":
+            for k in await operators_db.list_keys(conn):
+                state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active"
+                used = f"{k.last_used_at:%Y-%m-%d %H:%M}" if k.last_used_at else "never"
+                created = f"{k.created_at:%Y-%m-%d %H:%M}"
+                print(f"{k.id}  {k.display_prefix}…  {k.name}  created={created}  last_used={used}  {state}")
+        elif await operators_db.revoke_key(conn, args.key) == 0:
+            print(f"no active operator key with id or name {args.key!r}", file=sys.stderr)
             return 1
         else:
             print(f"revoked {args.key}")

@@ -17,9 +17,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.process.child_process import die_with_parent, free_local_port
 from app.settings import Settings
@@ -63,6 +66,7 @@ def run(data_dir: Path, host: str, port: int) -> int:
             env["RESPONSES_MODELS"] = str(catalog)
         if not env.get("RESPONSES_ENCRYPTION_KEYS") and not env.get("RESPONSES_ENCRYPTION_KEY_FILE"):
             env["RESPONSES_ENCRYPTION_KEY_FILE"] = str(_encryption_key(data_dir / "encryption.key"))
+        env.setdefault("RESPONSES_CONSOLE", "true")
         settings = Settings()
         from app.catalog import Catalog
         from app.storage.migrate import migrate
@@ -70,8 +74,11 @@ def run(data_dir: Path, host: str, port: int) -> int:
         served = Catalog.load(settings.models_path)
         models = served.entries
         migrate(settings)
-        key = asyncio.run(_api_key(settings, data_dir / "api_key"))
-        welcome = _welcome(host, port, key, data_dir, models[0].id)
+        key = asyncio.run(_kept_key(settings, data_dir / "api_key", _live_api_key, _new_api_key))
+        operator_key = None
+        if settings.console:
+            operator_key = asyncio.run(_kept_key(settings, data_dir / "operator_key", _live_operator, _new_operator))
+        welcome = _welcome(host, port, key, data_dir, models[0].id, operator_key)
         workers = [["worker", "--model", m.id] for m in models if m.supervised]
         if any(not m.supervised for m in models) or served.embedding_models:
             workers.append(["worker"])  # one worker serves every model on an external server, and ingests files
@@ -148,9 +155,14 @@ def _encryption_key(key_file: Path) -> Path:
     return key_file
 
 
-async def _api_key(settings: Settings, key_file: Path) -> str:
-    """The data folder's key: the one made at the first start while it still works, else a new one."""
-    from app.storage import accounts as accounts_db
+async def _kept_key(
+    settings: Settings,
+    key_file: Path,
+    live: Callable[[AsyncConnection, str], Awaitable[bool]],
+    new: Callable[[AsyncConnection], Awaitable[str]],
+) -> str:
+    """A key of the data folder's (an API key, the operator's): the one made at the first start
+    while it still works, else a new one."""
     from app.storage.engine import create_engine
 
     engine = create_engine(settings)
@@ -158,15 +170,43 @@ async def _api_key(settings: Settings, key_file: Path) -> str:
         if key_file.exists():
             key = key_file.read_text().strip()
             async with engine.begin() as conn:
-                if await accounts_db.account_for_key(conn, key) is not None:
+                if await live(conn, key):
                     return key
         async with engine.begin() as conn:
-            _, key = await accounts_db.create_key(conn, "local")
+            key = await new(conn)
     finally:
         await engine.dispose()
     key_file.touch(mode=0o600)
     key_file.write_text(key + "\n")
     return key
+
+
+async def _live_api_key(conn: AsyncConnection, key: str) -> bool:
+    from app.storage import accounts as accounts_db
+
+    return await accounts_db.account_for_key(conn, key) is not None
+
+
+async def _new_api_key(conn: AsyncConnection) -> str:
+    from app.storage import accounts as accounts_db
+
+    return (await accounts_db.create_key(conn, "local"))[1]
+
+
+async def _live_operator(conn: AsyncConnection, key: str) -> bool:
+    from app.storage import operators as operators_db
+
+    return await operators_db.is_live(conn, key)
+
+
+async def _new_operator(conn: AsyncConnection) -> str:
+    from app.storage import operators as operators_db
+
+    for attempt in range(100):  # (a name a revoked key no longer holds)
+        made = await operators_db.create_key(conn, "local" if attempt == 0 else f"local-{attempt}")
+        if made is not None:
+            return made[1]
+    raise SystemExit("responses-server dev: could not make an operator key")
 
 
 def _supervise_children(host: str, port: int, workers: list[list[str]], welcome: str) -> int:
@@ -213,15 +253,17 @@ def _wait_for_api(ready_url: str, children: list[subprocess.Popen[bytes]]) -> No
     raise SystemExit("responses-server dev: the API did not come up (see the log above)")
 
 
-def _welcome(host: str, port: int, key: str, data_dir: Path, model: str) -> str:
-    base_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/v1"
+def _welcome(host: str, port: int, key: str, data_dir: Path, model: str, operator_key: str | None) -> str:
+    root = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    base_url = f"{root}/v1"
+    console = f"Console: {root}/console (operator key: {operator_key})\n" if operator_key is not None else ""
     return (
         f"\nresponses-server is running at {base_url} (data in {data_dir}; Ctrl-C ends it)\n"
         "The first request waits a few seconds while the model loads. Paste into Python:\n\n"
         "from openai import OpenAI\n"
         f'client = OpenAI(base_url="{base_url}", api_key="{key}")\n'
         f'print(client.responses.create(model="{model}", input="{WELCOME_QUESTION}").output_text)\n\n'
-        f"API key: {key}"
+        f"{console}API key: {key}"
     )
 
 

@@ -39,6 +39,7 @@ Prefix = Literal[
     "tsc",
     "tso",
     "adt",
+    "opk",
 ]
 
 

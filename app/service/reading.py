@@ -50,6 +50,22 @@ async def resume(
     return events_shown(follow(state.log_source(True), subscription, response_id, after, first_page=page), page.include)
 
 
+async def follow_any(state: AppState, response_id: str, after: int) -> AsyncIterator[list[WireEvent] | None]:
+    """An operator's follow (the console): any account's response, in whatever mode it was made,
+    from after `after`, replayed then live until its end; a 404 for none, a 400 once its log is gone."""
+    subscription = await state.hub.subscribe(response_id, durable=True)
+    try:
+        page = await state.log_reader.read(response_id, after)
+        if not page.found:
+            raise errors.response_not_found(response_id)
+        if page.events_purged:
+            raise errors.InvalidRequest("This response's events are no longer kept.", param="stream")
+    except BaseException:
+        await subscription.close()
+        raise
+    return follow(state.log_source(True), subscription, response_id, after, first_page=page)
+
+
 async def replay(state: AppState, account_id: str, response_id: str) -> AsyncIterator[list[WireEvent] | None]:
     """The response's events from its first, then live until its end, whatever mode it was
     created in (an Idempotency-Key's create sent again); a 400 once its log is gone."""

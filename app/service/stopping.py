@@ -62,6 +62,12 @@ async def cancel(state: AppState, account_id: str, response_id: str) -> Response
     return record
 
 
+async def cancel_any(state: AppState, response_id: str) -> None:
+    """An operator's cancel (the console): any account's stored response still queued or running,
+    whatever its mode (a stuck foreground one too), waited for as a client's cancel is."""
+    await _cancel_and_wait(state, response_id, CANCEL_WAIT_SECONDS)
+
+
 async def _cancel_and_wait(state: AppState, response_id: str, timeout: float) -> None:
     """Stops a background response and waits (up to `timeout`) for its worker to end it."""
     async with state.engine.connect() as conn:

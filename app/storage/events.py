@@ -132,6 +132,7 @@ _APPEND = DriverStatement(
         -- they got live.
         SELECT n.key_after AS log_key, n.sequence_number, n.ended, k.fits, n.output_at,
                string_to_array(n.output_path, ',') AS output_path,
+               CASE WHEN NOT k.fits THEN now() END AS committed_at,
                CASE WHEN k.fits THEN n.template END AS template,
                CASE WHEN NOT k.fits THEN n.type END AS type,
                CASE WHEN k.fits THEN n.body
@@ -147,7 +148,7 @@ _APPEND = DriverStatement(
         -- The log a response that ends stored earlier: its deltas become runs with its last ones.
         DELETE FROM event_log e USING allocated a WHERE a.ended AND e.log_key = a.log_key
         RETURNING a.key_after AS log_key, e.sequence_number, e.template, e.run_length, e.output_at, e.type,
-                  e.payload, e.output_path
+                  e.payload, e.output_path, e.committed_at
     ), deltas AS (
         SELECT log_key, sequence_number, template, payload,
                sequence_number - row_number() OVER (PARTITION BY log_key, template ORDER BY sequence_number) AS run
@@ -163,14 +164,15 @@ _APPEND = DriverStatement(
               FROM deltas) p
         GROUP BY log_key, template, run, part
     ), inserted AS (
-        INSERT INTO event_log (log_key, sequence_number, template, run_length, output_at, type, payload, output_path)
-        SELECT log_key, sequence_number, template, NULL, output_at, type, payload, output_path
+        INSERT INTO event_log (log_key, sequence_number, template, run_length, output_at, type, payload, output_path,
+                               committed_at)
+        SELECT log_key, sequence_number, template, NULL, output_at, type, payload, output_path, committed_at
         FROM stored WHERE NOT (ended AND fits)
         UNION ALL
-        SELECT log_key, sequence_number, template, run_length, output_at, type, payload, output_path
+        SELECT log_key, sequence_number, template, run_length, output_at, type, payload, output_path, committed_at
         FROM moved WHERE template IS NULL OR run_length IS NOT NULL
         UNION ALL
-        SELECT log_key, sequence_number, template, run_length, NULL, NULL, payload, NULL FROM runs
+        SELECT log_key, sequence_number, template, run_length, NULL, NULL, payload, NULL, NULL FROM runs
     ), outputs AS (
         INSERT INTO items (id, response_id, side, position, type, payload, branch_id, depth)
         SELECT o.id, o.response_id, 'output', o.position, o.type, o.payload, a.branch_id, a.chain_depth
@@ -237,12 +239,13 @@ _APPEND_STREAMING = DriverStatement(
         ON CONFLICT DO NOTHING
         RETURNING log_key, id, type, prefix, suffix
     ), inserted AS (
-        INSERT INTO event_log (log_key, sequence_number, template, type, payload)
+        INSERT INTO event_log (log_key, sequence_number, template, type, payload, committed_at)
         SELECT n.log_key, n.sequence_number,
                CASE WHEN k.fits THEN n.template END,
                CASE WHEN NOT k.fits THEN n.type END,
                CASE WHEN k.fits THEN n.body
-                    ELSE n.head || n.body || n.tail || ',"sequence_number":' || n.sequence_number || '}' END
+                    ELSE n.head || n.body || n.tail || ',"sequence_number":' || n.sequence_number || '}' END,
+               CASE WHEN NOT k.fits THEN now() END
         FROM numbered n
         LEFT JOIN event_templates t ON n.template IS NOT NULL AND t.log_key = n.log_key AND t.id = n.template
         LEFT JOIN new_templates m ON m.log_key = n.log_key AND m.id = n.template

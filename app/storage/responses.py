@@ -145,8 +145,8 @@ _INSERT_WITH_INPUT = DriverStatement(
         FROM new r LEFT JOIN continuing c ON c.id = r.id LEFT JOIN responses p ON p.id = r.context_parent_id
         RETURNING id, context_branches[cardinality(context_branches)] AS branch_id, chain_depth, log_key
     ), opening AS (
-        INSERT INTO event_log (log_key, sequence_number, type, payload)
-        SELECT response.log_key, e.sequence_number, e.type, e.payload
+        INSERT INTO event_log (log_key, sequence_number, type, payload, committed_at)
+        SELECT response.log_key, e.sequence_number, e.type, e.payload, now()
         FROM unnest(CAST(:event_responses AS text[]), CAST(:event_numbers AS int[]), CAST(:event_types AS text[]),
                     CAST(:event_payloads AS text[])) AS e(response_id, sequence_number, type, payload)
         JOIN response ON response.id = e.response_id

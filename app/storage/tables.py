@@ -176,6 +176,7 @@ responses = Table(
     ),
     CheckConstraint(f"status IN ({', '.join(repr(s) for s in STATUSES)})", name="status"),
     Index(None, "account_id", "created_at"),
+    Index("ix_responses_recent", "created_at", "id"),  # every account's, newest first (the console)
     Index(None, "context_parent_id"),
     # Retention's, one per kind of expiry (app/housekeeping/retention.py), each in the order things come due.
     Index("ix_responses_stored_expiry", "created_at", postgresql_where=text("store AND conversation_id IS NULL")),
@@ -269,6 +270,11 @@ event_log = Table(
         "output_path",
         ARRAY(Text),
         comment="which piece: its path in the output items ({} all, {2} item 2, {2,content,0,text} its text)",
+    ),
+    Column(
+        "committed_at",
+        DateTime(timezone=True),
+        comment="when a whole event was committed (a response's timeline); null for deltas and runs",
     ),
     PrimaryKeyConstraint("log_key", "sequence_number"),
     comment="The durable, replayable stream of each response (read it through the response_events view), "
@@ -458,6 +464,38 @@ idempotency_keys = Table(
     PrimaryKeyConstraint("account_id", "key"),
     Index("ix_idempotency_keys_expiry", "created_at"),
     comment="Idempotency-Key: a create sent again within 24 hours answers with what the first created.",
+)
+
+operator_keys = Table(
+    "operator_keys",
+    metadata,
+    Column("id", Text, primary_key=True, comment="opk_… id"),
+    Column("name", Text, nullable=False, comment="who holds it, as the operator named it"),
+    Column("key_hash", Text, nullable=False, unique=True, comment="hex SHA-256 of the key; never the key itself"),
+    Column("display_prefix", Text, nullable=False, comment="first characters of the key"),
+    _now(),
+    Column("last_used_at", DateTime(timezone=True), comment="its last console login"),
+    Column("revoked_at", DateTime(timezone=True), comment="set by `operators revoke`: refused, sessions ended"),
+    Index("ix_operator_keys_live_name", "name", unique=True, postgresql_where=text("revoked_at IS NULL")),
+    comment="Keys of the console's operators: they see every account's responses. Stored as hashes.",
+)
+
+console_sessions = Table(
+    "console_sessions",
+    metadata,
+    Column("id", Text, primary_key=True, comment="hex SHA-256 of the session cookie"),
+    Column(
+        "operator_key_id",
+        Text,
+        ForeignKey("operator_keys.id", ondelete="CASCADE"),
+        nullable=False,
+        comment="the key it logged in with",
+    ),
+    Column("csrf_token", Text, nullable=False, comment="what every form of the session must carry"),
+    _now(),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Index("ix_console_sessions_operator", "operator_key_id"),
+    comment="The console's browser sessions; a logout or an expiry ends one.",
 )
 
 response_steers = Table(

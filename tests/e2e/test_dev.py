@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import openai
 
 from tests.conftest import ROOT, free_port, wait_until
@@ -94,6 +95,11 @@ def test_dev_runs_everything_from_an_empty_folder_and_keeps_the_data(tmp_path: P
         )
         assert ran.returncode == 0, ran.stderr
         assert ran.stdout.strip()  # the model said something
+        # The console is on, and the operator key it printed opens it.
+        console = re.search(r"Console: (http://\S+/console) \(operator key: (rs-op-\S+)\)", welcome)
+        assert console is not None, welcome
+        login = httpx.post(f"{console[1]}/login", data={"key": console[2]}, follow_redirects=False)
+        assert login.status_code == 303 and "rs_console" in login.cookies
 
         client = openai.OpenAI(base_url=dev.base_url, api_key=dev.key, max_retries=0, timeout=60)
         kept = client.responses.create(model="smollm2", input="Remember this.", max_output_tokens=16)
@@ -120,7 +126,8 @@ def test_dev_runs_everything_from_an_empty_folder_and_keeps_the_data(tmp_path: P
 
     again = Dev(data, port, log)
     try:
-        assert again.key == dev.key  # the data folder's key still works
+        assert again.key == dev.key  # the data folder's keys still work
+        assert console[2] in "".join(again.printed)
         client = openai.OpenAI(base_url=again.base_url, api_key=again.key, max_retries=0, timeout=60)
         assert client.responses.retrieve(kept.id).output_text == kept.output_text
     finally:

@@ -56,6 +56,7 @@ async def test_upgrade_head_matches_the_table_definitions(empty_database_url: st
             *("conversations", "conversation_items"),
             *("webhook_endpoints", "webhook_deliveries", "idempotency_keys", "response_steers"),
             *("files", "file_pieces", "vector_stores", "vector_store_files", "vector_store_file_batches", "chunks"),
+            *("operator_keys", "console_sessions"),
         }
         assert (await conn.execute(text("SELECT count(*) FROM response_overview"))).scalar() == 0
         days = await conn.execute(text("SELECT partition, day FROM event_log_days ORDER BY day"))

@@ -93,7 +93,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "app.events": {"app.process", "app.protocol", "app.queue", "app.storage"},
     "app.housekeeping": {"app.process", "app.protocol", "app.queue", "app.storage", "app.events"},
     "app.service": _APP_BELOW_SERVICE,
-    "app.api": _APP_BELOW_SERVICE | {"app.service"},
+    # The operator's console: pages over the same use cases as the API's routes, mounted by it.
+    "app.console": _APP_BELOW_SERVICE | {"app.service"},
+    "app.api": _APP_BELOW_SERVICE | {"app.service", "app.console"},
     "app.ops": {"app.process", "app.protocol", "app.queue", "app.storage"},
     # The worker's parts: none imports the API's use cases (app.service) or its routes.
     "workers.runtime_failure": set(),
