@@ -23,7 +23,7 @@ from app.api.routes import (
     responses_socket,
     vector_stores,
 )
-from app.console import pages as console
+from app.console import mount as console
 from app.process import gc_tuning
 from app.service.state import AppState
 from app.settings import Settings

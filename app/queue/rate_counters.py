@@ -72,3 +72,23 @@ async def count(
 async def settle(redis: Redis, tokens_key: str, real_minus_estimate: int) -> None:
     """A response's real tokens in place of its estimate, in its window if that still counts."""
     await redis.eval(_SETTLE, 1, tokens_key, str(real_minus_estimate))  # type: ignore[misc]
+
+
+# Creates refused (429) per account and day (UTC), for the console: `<prefix>refused:<account>:<day>`.
+REFUSALS_KEPT_DAYS = 8
+
+
+async def count_refusal(redis: Redis, account_id: str) -> None:
+    key = f"{LIMIT_PREFIX}refused:{account_id}:{int(time.time() // 86400)}"
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.incr(key)
+        pipe.expire(key, REFUSALS_KEPT_DAYS * 86400)
+        await pipe.execute()
+
+
+async def refusals_by_day(redis: Redis, account_id: str, days: int = 7) -> list[tuple[int, int]]:
+    """(day number since the epoch, creates refused) for the last `days` days, oldest first."""
+    today = int(time.time() // 86400)
+    numbers = list(range(today - days + 1, today + 1))
+    counts = await redis.mget([f"{LIMIT_PREFIX}refused:{account_id}:{day}" for day in numbers])
+    return [(day, int(count or 0)) for day, count in zip(numbers, counts, strict=True)]

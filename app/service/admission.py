@@ -25,6 +25,7 @@ from app import errors
 from app.catalog import ModelEntry
 from app.protocol.response_object import ResponseRecord
 from app.queue import rate_counters
+from app.queue.redis_link import REDIS_LINK
 from app.service.state import AppState
 from app.storage import responses as responses_db
 from app.storage.accounts import Limits
@@ -137,8 +138,24 @@ async def admit(
     limits: Limits | None,
     body_bytes: int,
 ) -> dict[str, str]:
-    """Refuses the create (429) over its account's limits or its model's queue; returns the
-    rate-limit headers its answer carries."""
+    """Refuses the create (429) over its account's limits or its model's queue, counting the
+    refusal for the console; returns the rate-limit headers its answer carries."""
+    try:
+        return await _admit(state, account_id, record, model, limits, body_bytes)
+    except RateLimited:
+        with REDIS_LINK.tolerated("counting a refusal"):
+            await rate_counters.count_refusal(state.redis, account_id)
+        raise
+
+
+async def _admit(
+    state: AppState,
+    account_id: str,
+    record: ResponseRecord,
+    model: ModelEntry,
+    limits: Limits | None,
+    body_bytes: int,
+) -> dict[str, str]:
     if limits is None:
         return {}
     if record.durable and (model.max_queued is not None or limits.max_concurrent is not None):

@@ -90,15 +90,17 @@ async def list_keys(conn: AsyncConnection) -> list[KeyInfo]:
     return [KeyInfo(r.id, r.account, r.display_prefix, r.created_at, r.last_used_at, r.revoked_at) for r in rows]
 
 
-async def revoke_key(conn: AsyncConnection, key_id_or_prefix: str) -> int:
-    """Revokes the key with this id or display prefix; returns how many keys it revoked."""
-    result = await conn.execute(
+async def revoke_key(conn: AsyncConnection, key_id_or_prefix: str, account_id: str | None = None) -> int:
+    """Revokes the key with this id or display prefix (of this account, if given); returns how
+    many keys it revoked."""
+    query = (
         update(api_keys)
         .where((api_keys.c.id == key_id_or_prefix) | (api_keys.c.display_prefix == key_id_or_prefix))
         .where(api_keys.c.revoked_at.is_(None))
-        .values(revoked_at=func.now())
     )
-    return result.rowcount
+    if account_id is not None:
+        query = query.where(api_keys.c.account_id == account_id)
+    return (await conn.execute(query.values(revoked_at=func.now()))).rowcount
 
 
 async def list_accounts(conn: AsyncConnection) -> list[AccountInfo]:

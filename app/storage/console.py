@@ -8,16 +8,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, text, tuple_
+from sqlalchemy import func, select, text, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.protocol.vocabulary import ACTIVE_STATUSES
 from app.storage import DbRow
-from app.storage.tables import accounts, items, response_steers, responses
+from app.storage import conversations as conversations_db
+from app.storage.tables import accounts, api_keys, conversations, items, response_steers, responses
 
 PAGE_SIZE = 50
+ITEMS_SHOWN = 200  # of a conversation's items, on its page
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,3 +174,200 @@ async def steered_at(conn: AsyncConnection, response_id: str) -> list[datetime]:
     """When a WebSocket client steered the response (its steers, as stored)."""
     query = select(response_steers.c.created_at).where(response_steers.c.response_id == response_id)
     return list((await conn.scalars(query.order_by(response_steers.c.created_at))).all())
+
+
+@dataclass(frozen=True, slots=True)
+class AccountRow:
+    id: str
+    name: str
+    created_at: datetime
+    disabled_at: datetime | None
+    live_keys: int
+    active: int  # responses queued or running now
+
+
+async def accounts_overview(conn: AsyncConnection) -> list[AccountRow]:
+    live_keys = (
+        select(func.count())
+        .where(api_keys.c.account_id == accounts.c.id, api_keys.c.revoked_at.is_(None))
+        .scalar_subquery()
+    )
+    active = (  # (the index of active responses by account)
+        select(func.count())
+        .where(responses.c.account_id == accounts.c.id, responses.c.status.in_(ACTIVE_STATUSES))
+        .scalar_subquery()
+    )
+    query = select(
+        accounts.c.id, accounts.c.name, accounts.c.created_at, accounts.c.disabled_at, live_keys, active
+    ).order_by(accounts.c.name)
+    return [AccountRow(*row) for row in await conn.execute(query)]
+
+
+async def account_row(conn: AsyncConnection, account_id: str) -> DbRow | None:
+    return (await conn.execute(select(accounts).where(accounts.c.id == account_id))).one_or_none()
+
+
+async def account_keys(conn: AsyncConnection, account_id: str) -> list[DbRow]:
+    query = select(api_keys).where(api_keys.c.account_id == account_id).order_by(api_keys.c.created_at.desc())
+    return list((await conn.execute(query)).all())
+
+
+@dataclass(frozen=True, slots=True)
+class DayUsage:
+    day: date
+    responses: int
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+
+
+# An account's responses and tokens per day (UTC) of creation, over its (account_id, created_at)
+# index: the days asked for only.
+_USAGE_BY_DAY = text("""
+    SELECT (created_at AT TIME ZONE 'UTC')::date AS day, count(*) AS responses,
+           coalesce(sum((usage ->> 'input_tokens')::bigint), 0) AS input_tokens,
+           coalesce(sum((usage -> 'input_tokens_details' ->> 'cached_tokens')::bigint), 0) AS cached_tokens,
+           coalesce(sum((usage ->> 'output_tokens')::bigint), 0) AS output_tokens
+    FROM responses
+    WHERE account_id = :account_id
+      AND created_at >= ((now() AT TIME ZONE 'UTC')::date - CAST(:days AS int) + 1)::timestamp AT TIME ZONE 'UTC'
+    GROUP BY 1 ORDER BY 1
+""")
+
+
+async def usage_by_day(conn: AsyncConnection, account_id: str, days: int) -> list[DayUsage]:
+    """Every one of the last `days` days, oldest first, those without a response at zero."""
+    rows = {row.day: row for row in await conn.execute(_USAGE_BY_DAY, {"account_id": account_id, "days": days})}
+    today = (await conn.scalar(text("SELECT (now() AT TIME ZONE 'UTC')::date"))) or date.today()
+    shown = []
+    for back in range(days - 1, -1, -1):
+        day = today - timedelta(days=back)
+        row = rows.get(day)
+        counts = (row.responses, row.input_tokens, row.cached_tokens, row.output_tokens) if row else (0, 0, 0, 0)
+        shown.append(DayUsage(day, *(int(n) for n in counts)))
+    return shown
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteFigures:
+    minute: datetime
+    by_status: dict[str, int]  # responses created that minute, by their status now
+    output_tokens: int  # of the responses that ended that minute
+    first_output_ms: list[float]  # creation to first output, of that minute's responses (sampled)
+
+    @property
+    def label(self) -> str:
+        return self.minute.strftime("%H:%M UTC")
+
+
+# The last hour, minute by minute, from the responses themselves (what /metrics exports,
+# without a time-series store): created by status, output tokens ended, and the time from a
+# response's creation to its first output item's commit, for the latest FIRST_OUTPUT_SAMPLE.
+FIRST_OUTPUT_SAMPLE = 2000
+_LAST_HOUR = text("""
+    SELECT date_trunc('minute', created_at) AS minute, status, count(*) AS n
+    FROM responses WHERE created_at >= now() - interval '1 hour'
+    GROUP BY 1, 2
+""")
+_ENDED_LAST_HOUR = text("""
+    SELECT date_trunc('minute', completed_at) AS minute, coalesce(sum((usage ->> 'output_tokens')::bigint), 0) AS n
+    FROM responses WHERE completed_at >= now() - interval '1 hour'
+    GROUP BY 1
+""")
+_FIRST_OUTPUTS = text("""
+    SELECT date_trunc('minute', r.created_at) AS minute,
+           extract(epoch FROM f.committed_at - r.created_at) * 1000 AS ms
+    FROM (SELECT id, created_at, log_key FROM responses WHERE created_at >= now() - interval '1 hour'
+          ORDER BY created_at DESC LIMIT :sample) r
+    CROSS JOIN LATERAL (
+        SELECT committed_at FROM event_log e
+        WHERE e.log_key = r.log_key AND e.type = 'response.output_item.added' AND e.committed_at IS NOT NULL
+        ORDER BY e.sequence_number LIMIT 1
+    ) f
+""")
+
+
+async def last_hour(conn: AsyncConnection) -> list[MinuteFigures]:
+    now = await conn.scalar(text("SELECT date_trunc('minute', now())"))
+    assert isinstance(now, datetime)
+    minutes = [now - timedelta(minutes=back) for back in range(59, -1, -1)]
+    by_status: dict[datetime, dict[str, int]] = {minute: {} for minute in minutes}
+    for row in await conn.execute(_LAST_HOUR):
+        by_status.setdefault(row.minute, {})[row.status] = int(row.n)
+    ended = {row.minute: int(row.n) for row in await conn.execute(_ENDED_LAST_HOUR)}
+    firsts: dict[datetime, list[float]] = {}
+    for row in await conn.execute(_FIRST_OUTPUTS, {"sample": FIRST_OUTPUT_SAMPLE}):
+        firsts.setdefault(row.minute, []).append(float(row.ms))
+    return [MinuteFigures(m, by_status.get(m, {}), ended.get(m, 0), firsts.get(m, [])) for m in minutes]
+
+
+_QUEUES = text("SELECT * FROM queue_health ORDER BY model")
+_WEBHOOKS_FAILING = text("""
+    SELECT e.id, a.name AS account, e.url, count(*) AS pending, max(d.attempts) AS attempts,
+           min(d.created_at) AS oldest, (array_agg(d.last_error ORDER BY d.created_at DESC))[1] AS last_error
+    FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id JOIN accounts a ON a.id = e.account_id
+    WHERE d.delivered_at IS NULL AND d.attempts > 0
+    GROUP BY e.id, a.name, e.url ORDER BY min(d.created_at)
+    LIMIT 50
+""")
+
+
+async def queues(conn: AsyncConnection) -> list[DbRow]:
+    return list((await conn.execute(_QUEUES)).all())
+
+
+async def webhooks_failing(conn: AsyncConnection) -> list[DbRow]:
+    return list((await conn.execute(_WEBHOOKS_FAILING)).all())
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationDetail:
+    id: str
+    account: str
+    account_id: str
+    created_at: datetime
+    metadata: dict[str, str]
+    items: list[dict[str, Any]]
+    more_items: bool
+    responses: list[ListedResponse]
+
+
+async def conversation_detail(conn: AsyncConnection, conversation_id: str) -> ConversationDetail | None:
+    """The conversation, its first ITEMS_SHOWN items in order, and the responses made in it, newest first."""
+    row = (
+        await conn.execute(
+            select(conversations, accounts.c.name.label("account"))
+            .join(accounts, accounts.c.id == conversations.c.account_id)
+            .where(conversations.c.id == conversation_id)
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    page = await conversations_db.items_page(conn, conversation_id, order="asc", limit=ITEMS_SHOWN, after=None)
+    made_in = await conn.execute(
+        select(
+            responses.c.id,
+            accounts.c.name.label("account"),
+            responses.c.model,
+            responses.c.status,
+            responses.c.created_at,
+            responses.c.completed_at,
+            responses.c.usage,
+            responses.c.metadata,
+            responses.c.background,
+        )
+        .join(accounts, accounts.c.id == responses.c.account_id)
+        .where(responses.c.conversation_id == conversation_id)
+        .order_by(responses.c.created_at.desc())
+        .limit(PAGE_SIZE)
+    )
+    return ConversationDetail(
+        row.id,
+        row.account,
+        row.account_id,
+        row.created_at,
+        row.metadata or {},
+        page.data,
+        page.has_more,
+        [ListedResponse(**r._mapping) for r in made_in],
+    )

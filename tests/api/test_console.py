@@ -255,3 +255,91 @@ def test_logging_out_ends_the_session(http: TestClient, operator_key: str) -> No
         == 303
     )
     assert http.get("/console/responses", headers=session, follow_redirects=False).status_code == 303
+
+
+def cli(environment: Environment, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=environment.env(), capture_output=True, text=True
+    )
+
+
+def test_an_account_page_shows_its_keys_usage_refusals_and_responses(
+    http: TestClient, session: dict[str, str], console: InProcess, environment: Environment
+) -> None:
+    name = f"watched-{secrets.token_hex(3)}"
+    key = cli(environment, "keys", "create", "--account", name).stdout.strip().splitlines()[-1]
+    client = openai.OpenAI(base_url=console.base_url, api_key=key, max_retries=0, http_client=console.http)
+    done = [client.responses.create(model="fake", input=f"count me {n}") for n in range(2)]
+    assert cli(environment, "limits", "set", name, "--requests-per-minute", "1").returncode == 0
+    done.append(client.responses.create(model="fake", input="the minute's one"))
+    with pytest.raises(openai.RateLimitError):
+        client.responses.create(model="fake", input="one too many")
+    listed = http.get("/console/accounts", headers=session).text
+    account_id = re.search(rf'href="/console/accounts/(acct_[0-9a-f]+)">{name}</a>', listed)
+    assert account_id is not None
+    page = http.get(f"/console/accounts/{account_id[1]}", headers=session).text
+    today = datetime.now(UTC).date().isoformat()
+    tokens_in = sum(r.usage.input_tokens for r in done if r.usage is not None)
+    tokens_out = sum(r.usage.output_tokens for r in done if r.usage is not None)
+    assert f"<td>{today}</td><td>3</td><td>{tokens_in}</td><td>0</td><td>{tokens_out}</td>" in page
+    assert f"{today}: 1" in page  # the one refused create
+    assert [r.id for r in done if f'href="/console/responses/{r.id}"' in page] == [r.id for r in done]
+    assert key[:12] in page and page.count('class="revoke"') == 1
+
+
+def test_an_operator_revokes_an_accounts_key_and_no_other(
+    http: TestClient, session: dict[str, str], console: InProcess, environment: Environment
+) -> None:
+    name, other = f"revoked-{secrets.token_hex(3)}", f"kept-{secrets.token_hex(3)}"
+    key = cli(environment, "keys", "create", "--account", name).stdout.strip().splitlines()[-1]
+    kept = cli(environment, "keys", "create", "--account", other).stdout.strip().splitlines()[-1]
+    listed = http.get("/console/accounts", headers=session).text
+    account_id = re.search(rf'href="/console/accounts/(acct_[0-9a-f]+)">{name}</a>', listed)
+    kept_id = re.search(rf'href="/console/accounts/(acct_[0-9a-f]+)">{other}</a>', listed)
+    assert account_id is not None and kept_id is not None
+    page = http.get(f"/console/accounts/{account_id[1]}", headers=session).text
+    revoke = re.search(r'action="(/console/accounts/[^"]+/keys/(key_[0-9a-f]+)/revoke)"', page)
+    assert revoke is not None
+    other_page = http.get(f"/console/accounts/{kept_id[1]}", headers=session).text
+    other_key = re.search(r'/keys/(key_[0-9a-f]+)/revoke"', other_page)
+    assert other_key is not None
+    # Another account's key through this account's form, or no token: refused, nothing revoked.
+    crossed = f"/console/accounts/{account_id[1]}/keys/{other_key[1]}/revoke"
+    assert http.post(crossed, headers=session, data={"csrf_token": csrf_of(page)}).status_code == 403
+    assert http.post(revoke[1], headers=session, data={}).status_code == 403
+    answer = http.post(revoke[1], headers=session, data={"csrf_token": csrf_of(page)}, follow_redirects=False)
+    assert answer.status_code == 303
+    for api_key, works in ((key, False), (kept, True)):
+        client = openai.OpenAI(base_url=console.base_url, api_key=api_key, max_retries=0, http_client=console.http)
+        if works:
+            client.responses.create(model="fake", input="still here")
+        else:
+            with pytest.raises(openai.AuthenticationError):
+                client.responses.create(model="fake", input="gone")
+    assert "revoked" in http.get(f"/console/accounts/{account_id[1]}", headers=session).text
+
+
+def test_the_system_page_shows_queues_workers_and_the_last_hour(
+    http: TestClient, session: dict[str, str], console_client: openai.OpenAI
+) -> None:
+    running = console_client.responses.create(model="fake", input=SLOW, background=True)
+    try:
+        page = http.get("/console/system", headers=session).text
+        assert "fake-model" in page  # its queue: the running response
+        assert "taking jobs" in page  # a worker alive
+        assert "Time to first output, p99" in page and "<rect" in page
+    finally:
+        console_client.responses.cancel(running.id)
+
+
+def test_a_conversation_page_shows_its_items_and_responses(
+    http: TestClient, session: dict[str, str], console_client: openai.OpenAI
+) -> None:
+    conversation = console_client.conversations.create(items=[{"role": "user", "content": "<i>opening</i> words"}])
+    made = console_client.responses.create(model="fake", input="in the conversation", conversation=conversation.id)
+    page = http.get(f"/console/conversations/{conversation.id}", headers=session).text
+    assert "&lt;i&gt;opening&lt;/i&gt; words" in page and "in the conversation" in page
+    assert f'href="/console/responses/{made.id}"' in page
+    response_page = http.get(f"/console/responses/{made.id}", headers=session).text
+    assert f'href="/console/conversations/{conversation.id}"' in response_page
+    assert http.get("/console/conversations/conv_unknown", headers=session).status_code == 404

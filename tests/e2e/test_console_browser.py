@@ -1,7 +1,8 @@
 """The operator's console in a real browser: headless Chromium (Debian's `chromium` and
 `chromium-driver`, which .ci/run installs) driven by Selenium against a real API process and
 worker. An operator logs in, filters the responses, opens one, watches a running one finish live,
-cancels one; model text that is markup does nothing. Each page's screenshot is kept in
+cancels one, revokes an account's key, looks at a conversation and the system; model text that is
+markup does nothing. Each page's screenshot is kept in
 build/screenshots/ (docs/console.png, in the README, is one of them)."""
 
 from __future__ import annotations
@@ -9,9 +10,12 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import openai
 import pytest
 from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
@@ -134,3 +138,37 @@ def test_model_output_that_is_markup_does_nothing(logged_in: WebDriver, stack: S
         browser.switch_to.alert.text  # noqa: B018
     assert browser.find_elements(By.CSS_SELECTOR, "main img:not(.thumb)") == []
     assert [a for a in browser.find_elements(By.TAG_NAME, "a") if "javascript" in (a.get_attribute("href") or "")] == []
+
+
+def test_an_operator_revokes_a_key_and_sees_the_system(
+    logged_in: WebDriver, stack: Stack, environment: Environment
+) -> None:
+    browser, name = logged_in, f"browsed-{secrets.token_hex(3)}"
+    made = subprocess.run(
+        [sys.executable, "-m", "app.cli", "keys", "create", "--account", name],
+        cwd=ROOT,
+        env=environment.env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    key = made.stdout.strip().splitlines()[-1]
+    client = openai.OpenAI(base_url=f"{origin(stack)}/v1", api_key=key, max_retries=0)
+    conversation = client.conversations.create()
+    client.responses.create(model="fake", input="before the revoke", conversation=conversation.id)
+    browser.get(f"{origin(stack)}/console/accounts")
+    screenshot(browser, "accounts")
+    browser.find_element(By.LINK_TEXT, name).click()
+    until(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "form.revoke button"))
+    screenshot(browser, "account")
+    browser.find_element(By.CSS_SELECTOR, "form.revoke button").click()
+    until(browser, lambda b: text_of(b, "td.key-state").startswith("revoked"))
+    with pytest.raises(openai.AuthenticationError):
+        client.responses.create(model="fake", input="after the revoke")
+    browser.get(f"{origin(stack)}/console/conversations/{conversation.id}")
+    assert "before the revoke" in text_of(browser, "main")
+    screenshot(browser, "conversation")
+    browser.find_element(By.LINK_TEXT, "System").click()
+    until(browser, lambda b: "Workers" in text_of(b, "main"))
+    assert "taking jobs" in text_of(browser, "table.workers")
+    screenshot(browser, "system")

@@ -1,86 +1,26 @@
-"""The console's pages and actions, under /console: log in and out, the responses (filtered,
-newest first, page by page), one response (its settings, chain, items, usage, error, timeline;
-live while it runs; cancel), followed as an SSE stream by static/live.js."""
+"""The responses: the list (filtered, newest first, page by page) and one response (its settings,
+chain, items, usage, error and timeline; live while it runs, followed by static/live.js; cancel)."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from datetime import UTC, datetime
 
-from jinja2 import Environment, PackageLoader
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
-from starlette.staticfiles import StaticFiles
-from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp
 
 from app import errors
 from app.console import guard
-from app.console.guard import Forbidden, NotLoggedIn, checked_form, session_of, state_of
+from app.console.guard import checked_form, session_of, state_of
 from app.console.item_views import item_view
+from app.console.rendering import TEMPLATES, page
 from app.console.timeline import timeline
 from app.events.sse import EventStreamResponse
 from app.protocol.encoding import WireEvent
 from app.protocol.vocabulary import ACTIVE_STATUSES, STATUSES
 from app.service import reading, stopping
 from app.storage import console as console_db
-from app.storage import operators as operators_db
 from app.storage.console import ResponseFilters
-
-TEMPLATES = Jinja2Templates(env=Environment(loader=PackageLoader("app.console", "templates"), autoescape=True))
-Handler = Callable[[Request], Awaitable[Response | ASGIApp]]
-
-
-def page(handler: Handler) -> Handler:
-    """A console answer: to the login form without a session, a 403 page for a refused action,
-    a 404 page for what is not there."""
-
-    @functools.wraps(handler)
-    async def answer(request: Request) -> Response | ASGIApp:
-        try:
-            return await handler(request)
-        except NotLoggedIn:
-            return guard.login_redirect(request)
-        except Forbidden as refused:
-            return TEMPLATES.TemplateResponse(request, "refused.html", {"message": str(refused)}, status_code=403)
-        except errors.NotFound as missing:
-            return TEMPLATES.TemplateResponse(request, "refused.html", {"message": missing.message}, status_code=404)
-
-    return answer
-
-
-async def login_form(request: Request) -> Response:
-    return TEMPLATES.TemplateResponse(request, "login.html", {"next": _next(request), "failed": False})
-
-
-async def log_in(request: Request) -> Response:
-    form = await request.form()
-    key, state = str(form.get("key") or "").strip(), state_of(request)
-    lifetime = timedelta(hours=state.settings.console_session_hours)
-    async with state.engine.begin() as conn:
-        opened = await operators_db.open_session(conn, key, lifetime) if key else None
-    if opened is None:
-        context = {"next": _next(request), "failed": True}
-        return TEMPLATES.TemplateResponse(request, "login.html", context, status_code=401)
-    cookie, _ = opened
-    answer = RedirectResponse(_next(request, form.get("next")), status_code=303)
-    guard.set_session_cookie(answer, request, cookie, int(lifetime.total_seconds()))
-    return answer
-
-
-@page
-async def log_out(request: Request) -> Response:
-    await checked_form(request, await session_of(request))
-    async with state_of(request).engine.begin() as conn:
-        await operators_db.close_session(conn, request.cookies[guard.COOKIE])
-    answer = RedirectResponse(f"{guard.PATH}/login", status_code=303)
-    answer.delete_cookie(guard.COOKIE, path=guard.PATH)
-    return answer
 
 
 @page
@@ -182,29 +122,17 @@ def _time(value: str) -> datetime | None:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
-def _next(request: Request, given: Any = None) -> str:
-    """Where to go after logging in: a console path only (never another site)."""
-    wanted = str(given or request.query_params.get("next") or "")
-    if wanted.startswith(guard.PATH + "/") and not wanted.startswith("//") and "\\" not in wanted:
-        return wanted
-    return f"{guard.PATH}/responses"
-
-
-async def home(request: Request) -> Response:
-    return RedirectResponse(f"{guard.PATH}/responses", status_code=303)
-
-
-def mount() -> Mount:
-    """The console, every answer with the guard's security headers."""
-    routes: list[BaseRoute] = [
-        Route("/", home),
-        Route("/login", login_form, methods=["GET"]),
-        Route("/login", log_in, methods=["POST"]),
-        Route("/logout", log_out, methods=["POST"]),
-        Route("/responses", responses_list),
-        Route("/responses/{response_id}", response_page),
-        Route("/responses/{response_id}/cancel", cancel, methods=["POST"]),
-        Route("/responses/{response_id}/events", response_events),
-        Mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="console_static"),
-    ]
-    return Mount(guard.PATH, routes=routes, middleware=[Middleware(guard.SecurityHeaders)])
+@page
+async def conversation_page(request: Request) -> Response:
+    session = await session_of(request)
+    conversation_id = request.path_params["conversation_id"]
+    async with state_of(request).engine.connect() as conn:
+        found = await console_db.conversation_detail(conn, conversation_id)
+    if found is None:
+        raise errors.NotFound(f"No conversation with id '{conversation_id}'.")
+    context = {
+        "session": session,
+        "conversation": found,
+        "items": [item_view(item) for item in found.items],
+    }
+    return TEMPLATES.TemplateResponse(request, "conversation.html", context)
