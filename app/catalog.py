@@ -105,6 +105,12 @@ class ModelEntry(BaseModel):
     # `add_generation_prompt: false`), or by itself (`prefill`: llama.cpp's C++ server, and servers
     # that continue a trailing assistant message); `none`: such a response ends `failed`.
     continuation: Literal["continue_final_message", "prefill", "none"] = "none"
+    # Where the tools a tool search loads reach the model: `listed` after the request's other
+    # tools (the chat template renders them at the prompt's start, so the engine's prefix cache
+    # is lost once, from there on), or `in_context`: described in the tool search's output, the
+    # prompt before it unchanged. `in_context` needs a server whose tool parser reads calls of
+    # tools the request does not list (vLLM's do); llama.cpp's grammar admits listed tools only.
+    loaded_tools: Literal["listed", "in_context"] = "listed"
 
     @property
     def served_name(self) -> str:
@@ -207,6 +213,7 @@ class VllmModel(SupervisedModel, VllmServer):
     reasoning_parser: str | None = None
     continuation: Literal["continue_final_message", "prefill", "none"] = "continue_final_message"
     grammar: Literal["structured_outputs", "guided"] | None = "structured_outputs"  # 0.12 and later
+    loaded_tools: Literal["listed", "in_context"] = "in_context"
 
     @model_validator(mode="before")
     @classmethod

@@ -9,8 +9,10 @@
   a `tool_search_output` holding the tools it loads (any function, custom or namespace tools); the
   function takes the tool's parameters, or OpenAI's built-in `{"paths": [names]}`.
 
-Loaded tools are offered after every other (the end of the tools the model reads), from the
-`tool_search_output` items of the context on (`loaded_tools`); an `additional_tools` input item
+Loaded tools are offered from the `tool_search_output` items of the context on (`loaded_tools`):
+listed after every other tool, or, for a model whose catalog entry says `loaded_tools =
+"in_context"` (vLLM's default), described in the output itself (`output_text`), so that the prompt
+before it, the engine's prefix cache with it, stays as it was. An `additional_tools` input item
 (`role: "developer"`) makes its tools available the same way. Pure.
 """
 
@@ -147,16 +149,16 @@ def loads_tools(items: list[Item]) -> bool:
     return any(item.get("type") in LOADING_TYPES for item in items)
 
 
-def loaded_servers(items: list[Item]) -> set[str]:
-    """The labels of the MCP servers the context's tool searches loaded."""
-    return {tool["server_label"] for tool in loaded_tools(items) if tool.get("type") == "mcp"}
-
-
-def output_text(item: Item) -> str:
-    """A tool search's output as the model reads it."""
+def output_text(item: Item, functions: list[dict[str, Any]] | None = None) -> str:
+    """A tool search's output as the model reads it; with the `functions` it loaded, when the
+    request does not list them, their signatures as a chat template renders listed tools'."""
     tools = item.get("tools") or []
     if not tools:
         return "No tool was found for that."
     described = [(unit_name(tool), tool.get("description") or tool.get("server_description") or "") for tool in tools]
     names = [f"{name}: {description}".rstrip(": .") for name, description in described]
-    return "These tools can be used now: " + "; ".join(names) + "."
+    text = "These tools can be used now: " + "; ".join(names) + "."
+    if functions:
+        signatures = "\n".join(json.dumps(function, ensure_ascii=False) for function in functions)
+        text += f" Call them as the others. Their function signatures:\n<tools>\n{signatures}\n</tools>"
+    return text

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from app.catalog import LlamaCppModel, ModelEntry, OpenAIModel, ReasoningSupport, SamplingDefaults
+from app.catalog import LlamaCppModel, ModelEntry, OpenAIModel, ReasoningSupport, SamplingDefaults, VllmModel
 from app.protocol.create_request import parse_create_request
 from app.protocol.input_items import parse_input
 from app.protocol.response_object import ResponseRecord
 from app.service.validating import new_record
 from workers.translation.chat_request import chat_request
-from workers.translation.tools import RuntimeTools
+from workers.translation.tools import RuntimeTools, ToolRef
 
 MODEL = OpenAIModel(id="m", runtime="openai", base_url="http://x/v1", upstream_model="up", max_output_tokens=100)
 
@@ -199,3 +200,78 @@ def test_a_strict_function_reaches_the_server_strict_and_a_lax_one_without_it() 
     # vLLM holds a required or named call's arguments to the schema only for a strict function.
     assert held["strict"] is True and "strict" not in lax
     assert free["strict"] is True and free["parameters"]["required"] == ["input"]
+
+
+# Tools a tool search loads: listed after every other tool, or described in the search's output
+# (a catalog entry's `loaded_tools`), the tools the request lists, the prompt's start, unchanged.
+SEARCHED_TOOLS = [
+    {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}},
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        "defer_loading": True,
+    },
+    {"type": "tool_search"},
+]
+SEARCH = [
+    *parse_input("Weather in Paris?"),
+    {
+        "type": "tool_search_call",
+        "id": "tsc_1",
+        "call_id": "c1",
+        "execution": "server",
+        "arguments": {"query": "weather"},
+    },
+    {"type": "tool_search_output", "id": "tso_1", "call_id": "c1", "execution": "server", "tools": [SEARCHED_TOOLS[1]]},
+]
+VLLM = VllmModel(id="m", runtime="vllm", model="org/m", max_output_tokens=100)
+
+
+def names(body: dict[str, Any]) -> list[str]:
+    return [tool["function"]["name"] for tool in body["tools"]]
+
+
+def test_tools_a_search_loaded_are_listed_after_every_other_by_default() -> None:
+    made = record(MODEL, tools=SEARCHED_TOOLS)
+    body = chat_request(made, SEARCH, MODEL, RuntimeTools.for_settings(made.settings, context=SEARCH))
+    assert names(body) == ["lookup", "tool_search", "get_weather"]
+    assert "<tools>" not in body["messages"][-1]["content"]
+
+
+def test_tools_a_search_loaded_are_described_in_its_output_leaving_the_listed_tools_as_they_were() -> None:
+    made = record(VLLM, tools=SEARCHED_TOOLS)
+    before = chat_request(made, SEARCH[:1], VLLM)
+    after = chat_request(
+        made, SEARCH, VLLM, RuntimeTools.for_settings(made.settings, context=SEARCH), earlier_answers=1
+    )
+    assert before["tools"] == after["tools"] and names(after) == ["lookup", "tool_search"]
+    result = after["messages"][-1]
+    assert result["role"] == "tool" and result["tool_call_id"] == "c1"
+    signature = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    assert json.dumps(signature) in result["content"]
+    # A forced call is held to the tools listed: then they are listed.
+    forced = record(VLLM, tools=SEARCHED_TOOLS, tool_choice="required")
+    body = chat_request(forced, SEARCH, VLLM, RuntimeTools.for_settings(forced.settings, context=SEARCH))
+    assert names(body) == ["lookup", "tool_search", "get_weather"]
+
+
+def test_a_call_of_a_tool_described_in_context_is_read_as_that_tool() -> None:
+    made = record(VLLM, tools=SEARCHED_TOOLS)
+    tools = RuntimeTools.for_settings(made.settings, context=SEARCH).loaded_in_context()
+    assert tools.ref("get_weather") == ToolRef("function", "get_weather", "get_weather")
+
+
+def test_tools_an_additional_tools_item_gives_are_listed_whatever_the_model() -> None:
+    given = [{"type": "additional_tools", "role": "developer", "tools": [SEARCHED_TOOLS[1]]}]
+    made = record(VLLM, tools=SEARCHED_TOOLS)
+    body = chat_request(made, given, VLLM, RuntimeTools.for_settings(made.settings, context=given))
+    assert names(body) == ["lookup", "tool_search", "get_weather"]

@@ -38,6 +38,9 @@ def chat_request(
     items keep the results only under `include`)."""
     requested = record.settings.get("requested", {})
     tools = tools or RuntimeTools.for_settings(record.settings)
+    choice = "auto" if earlier_answers else record.settings["tool_choice"]
+    if model.loaded_tools == "in_context" and choice == "auto":  # (a forced call is held to the tools listed)
+        tools = tools.loaded_in_context()
     body: dict[str, Any] = {
         "model": model.served_name,
         "messages": chat_messages(record.instructions, context, tools, search_results),
@@ -62,7 +65,6 @@ def chat_request(
     if response_format is not None:
         body["response_format"] = response_format
     grammar_tool = forced_grammar_tool(record.settings)
-    choice = "auto" if earlier_answers else record.settings["tool_choice"]
     offered = _tools(record.settings, tools, choice) if grammar_tool is None else _grammar(grammar_tool, model)
     return body | offered | _reasoning(record.settings["reasoning"]["effort"], model)
 
@@ -163,7 +165,8 @@ class _Messages:
             self._result(item["call_id"], client_tools.output_text(item, self.client_calls.get(item["call_id"])))
         elif kind == "tool_search_output":
             if item.get("call_id"):
-                self._result(item["call_id"], tool_search.output_text(item))
+                described = self.tools.described(item.get("tools") or [])
+                self._result(item["call_id"], tool_search.output_text(item, described))
         else:
             output = item["output"]
             parts = [{"type": "input_text", "text": output}] if isinstance(output, str) else output

@@ -54,6 +54,10 @@ class ToolRef:
 class RuntimeTools:
     functions: list[dict[str, Any]]  # as Chat Completions `tools`
     by_runtime_name: dict[str, ToolRef]
+    # The runtime names of the functions each tool search's unit loaded (by unit name), in order:
+    # listed after every other tool, or described where they were loaded (`in_context`).
+    loaded: dict[str, list[str]] = field(default_factory=dict)
+    described_later: dict[str, dict[str, Any]] = field(default_factory=dict)  # the loaded, not listed (by name)
 
     @classmethod
     def of(
@@ -62,30 +66,19 @@ class RuntimeTools:
         listed: Mapping[str, list[dict[str, Any]]] | None = None,
         *,
         searches: Collection[str] = (),
-        loaded_servers: Collection[str] = (),
     ) -> RuntimeTools:
         """`listed`: the tools of the MCP servers the server runs, by label (their mcp_list_tools);
         `searches`: the search tools of the request's that the server runs (`file_search`,
-        `web_search`), each offered as the function of its module; `loaded_servers`: the deferred
-        MCP servers a tool search loaded (the others deferred are not offered)."""
+        `web_search`), each offered as the function of its module. Deferred tools are not offered
+        (`loading` adds those a tool search loaded)."""
         made = _Offered()
         made.add_members([tool for tool in _members(tools) if not tool_search.is_deferred(tool[0])])
         for tool in tools:
             if tool["type"] in client_tools.TOOL_TYPES:
                 function = client_tools.FUNCTIONS[tool["type"]]
                 made.add(function["name"], ToolRef(tool["type"], function["name"]), function)
-        servers = [tool for tool in tools if tool["type"] == "mcp"]
-        for server in (s for s in servers if not tool_search.is_deferred(s) or s["server_label"] in loaded_servers):
-            for listed_tool in (listed or {}).get(server["server_label"], []):
-                read_only = bool((listed_tool.get("annotations") or {}).get("read_only"))
-                if not offered(server, listed_tool["name"], read_only):
-                    continue
-                wanted = listed_tool["name"]
-                if wanted in made.by_runtime_name:  # two servers' tools of one name: told apart by their server's
-                    wanted = f"{server['server_label']}__{wanted}"
-                approval = needs_approval(server, listed_tool["name"], read_only)
-                ref = ToolRef("mcp", listed_tool["name"], server["server_label"], approval)
-                made.add(wanted, ref, _mcp_function(listed_tool, server))
+        for server in (tool for tool in tools if tool["type"] == "mcp" and not tool_search.is_deferred(tool)):
+            made.add_server(server, listed)
         for tool in tools:
             kind = served_kind(tool["type"])
             if kind is not None and kind in searches:
@@ -101,15 +94,42 @@ class RuntimeTools:
                 made.add(tool_search.FUNCTION_NAME, ref, function)
         return cls(made.functions, made.by_runtime_name)
 
-    def loading(self, tools: list[Tool]) -> RuntimeTools:
-        """These tools offered besides, after every other (a tool search loaded them). A call of a
-        loaded top-level function comes back with its own name as its namespace, as OpenAI's do
-        (the Agents SDK finds deferred functions by that shape)."""
+    def loading(
+        self, units: list[Tool], listed: Mapping[str, list[dict[str, Any]]] | None = None, searched: bool = True
+    ) -> RuntimeTools:
+        """These units offered besides, after every other (a tool search loaded them, `searched`,
+        or an `additional_tools` item gave them): functions, custom tools, namespaces, MCP servers
+        (their `listed` tools). A call of a loaded top-level function comes back with its own name
+        as its namespace, as OpenAI's do (the Agents SDK finds deferred functions by that shape)."""
         made = _Offered(list(self.functions), dict(self.by_runtime_name))
-        for tool, namespace in _members(tools):
-            wanted = tool["name"] if namespace is None else f"{namespace}__{tool['name']}"
-            made.add(wanted, ToolRef(tool["type"], tool["name"], namespace or tool["name"]), _function(tool))
-        return RuntimeTools(made.functions, made.by_runtime_name)
+        loaded = {unit: list(names) for unit, names in self.loaded.items()}
+        for unit in units:
+            before = len(made.functions)
+            if unit["type"] == "mcp":
+                made.add_server(unit, listed)
+            for tool, namespace in _members([unit]):
+                wanted = tool["name"] if namespace is None else f"{namespace}__{tool['name']}"
+                made.add(wanted, ToolRef(tool["type"], tool["name"], namespace or tool["name"]), _function(tool))
+            if searched:  # (given tools are listed: no search output describes them)
+                names = [f["function"]["name"] for f in made.functions[before:]]
+                loaded.setdefault(tool_search.unit_name(unit), []).extend(names)
+        return RuntimeTools(made.functions, made.by_runtime_name, loaded)
+
+    def loaded_in_context(self) -> RuntimeTools:
+        """The same tools, those tool searches loaded described where they were loaded (in the
+        tool search's output, `described`) rather than listed: the tools a chat template renders
+        at the prompt's start stay as they were, and the engine's prefix cache with them. For a
+        runtime whose tool parser reads calls of any name (vLLM's)."""
+        late = {name for names in self.loaded.values() for name in names}
+        listed = [f for f in self.functions if f["function"]["name"] not in late]
+        described = {f["function"]["name"]: f for f in self.functions if f["function"]["name"] in late}
+        return replace(self, functions=listed, described_later=described)
+
+    def described(self, units: list[Tool]) -> list[dict[str, Any]]:
+        """The functions these loaded units brought, where the context describes them rather than
+        the request listing them (`loaded_in_context`)."""
+        names = [name for unit in units for name in self.loaded.get(tool_search.unit_name(unit), [])]
+        return [self.described_later[name] for name in names if name in self.described_later]
 
     @classmethod
     def for_settings(
@@ -121,10 +141,11 @@ class RuntimeTools:
         """A response's tools, from its echoed settings, and those its context's tool searches loaded."""
         requested = settings.get("requested", {})
         searches = [kind for kind in ("file_search", "web_search") if requested.get(f"runs_{kind}")]
-        servers = tool_search.loaded_servers(context or [])
-        offered_now = cls.of(settings.get("tools") or [], listed, searches=searches, loaded_servers=servers)
-        loaded = tool_search.loaded_tools(context or [])
-        return offered_now.loading(loaded) if loaded else offered_now
+        tools = cls.of(settings.get("tools") or [], listed, searches=searches)
+        for item in context or []:
+            if item.get("type") in tool_search.LOADING_TYPES and item.get("tools"):
+                tools = tools.loading(item["tools"], listed, searched=item["type"] == "tool_search_output")
+        return tools
 
     def without_hosted(self) -> RuntimeTools:
         """The same tools without those the server runs (the response may make no more such calls)."""
@@ -181,6 +202,19 @@ class _Offered:
         for tool, namespace in members:
             wanted = tool["name"] if namespace is None else f"{namespace}__{tool['name']}"
             self.add(wanted, ToolRef(tool["type"], tool["name"], namespace), _function(tool))
+
+    def add_server(self, server: Tool, listed: Mapping[str, list[dict[str, Any]]] | None) -> None:
+        """An MCP server's tools as its mcp_list_tools lists them, as far as `allowed_tools` lets them."""
+        for listed_tool in (listed or {}).get(server["server_label"], []):
+            read_only = bool((listed_tool.get("annotations") or {}).get("read_only"))
+            if not offered(server, listed_tool["name"], read_only):
+                continue
+            wanted = listed_tool["name"]
+            if wanted in self.by_runtime_name:  # two servers' tools of one name: told apart by their server's
+                wanted = f"{server['server_label']}__{wanted}"
+            approval = needs_approval(server, listed_tool["name"], read_only)
+            ref = ToolRef("mcp", listed_tool["name"], server["server_label"], approval)
+            self.add(wanted, ref, _mcp_function(listed_tool, server))
 
     def add(self, wanted: str, ref: ToolRef, function: dict[str, Any]) -> None:
         name = _free_name(wanted, self.by_runtime_name)
