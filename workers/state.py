@@ -179,7 +179,7 @@ class WorkerState(ProcessState):
     async def close(self) -> None:
         await self.stop_loops()
         with REDIS_LINK.tolerated("removing this worker's heartbeat"):  # (else it expires)
-            await heartbeats.stop_beating(self.redis, self.worker_id)
+            await heartbeats.stop_beating(self.redis, self.worker_id, self.queue_name)
         await self.lease_keeper.close()
         await self.writer.close()
         await self.claim_connection.close()

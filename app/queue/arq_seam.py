@@ -60,7 +60,15 @@ from arq.worker import Worker
 from app.process.batching import Batched
 from app.process.metrics import PLACEMENTS
 from app.process.side_tasks import SideTasks
-from app.queue.redis_keys import PLACEMENT_PREFIX, WORKER_PREFIX, placed_channel, wake_channel
+from app.queue.redis_keys import (
+    LOAD_PREFIX,
+    LOAD_TTL_SECONDS,
+    PLACEMENT_PREFIX,
+    QUEUE_WORKERS_PREFIX,
+    WORKER_PREFIX,
+    placed_channel,
+    wake_channel,
+)
 from app.queue.redis_link import REDIS_DOWN, REDIS_LINK, Backoff
 from app.queue.redis_listener import listen_for_ever
 
@@ -79,51 +87,71 @@ def serialized_job(function: str, args: tuple[Any, ...], now_ms: int, serializer
 # script for any number of jobs of one queue: each job is stored exactly as
 # arq.connections.ArqRedis.enqueue_job stores it (same keys, same serialized job), unless a job
 # or result with its id exists, and workers are woken at once by one message naming the new
-# jobs. A job continuing contexts is placed (app/queue/placement.py) on the worker that holds
-# the first of them, if that worker's heartbeat says it takes this queue's jobs: it is stored as
-# due when the placement wait ends (arq's deferred job), and that worker alone is told of it, on
-# its own channel (the wake-up channel and ":<worker id>"). KEYS[1]: the queue, KEYS[2]: its
-# wake-up channel; ARGV: expiry (ms), now (ms), the placement wait (ms; 0: none), arq's job and
-# result key prefixes, our placement and heartbeat key prefixes, then for each job its id, its
+# jobs. With a placement wait, each job is placed (app/queue/placement.py) on one of the workers
+# of the queue alive and not draining: the holder of the first context it continues while the
+# holder's load (jobs taken, not ended) is within PLACEMENT_SLACK of the least loaded's, else the
+# least loaded (ties: the holder, then the set's order); each job placed here counts at once. A
+# placed job is stored as due when the wait ends (arq's deferred job), and its worker alone is
+# told, on its own channel (the wake-up channel and ":<worker id>"). Workers whose heartbeat is
+# gone leave the queue's set. KEYS[1]: the queue, KEYS[2]: its wake-up channel, KEYS[3]: its set
+# of workers; ARGV: expiry (ms), now (ms), the placement wait (ms; 0: none), arq's job and result
+# key prefixes, our placement, heartbeat and load key prefixes, then for each job its id, its
 # serialized job, the number of contexts it continues and those contexts. Returns per job:
-# 0 not added (it exists), 1 added, 2 added and placed.
+# 0 not added (it exists), 1 added for any worker, 2 placed on its context's holder, 3 placed on
+# the least loaded worker.
 _ENQUEUE = """
 local added, ids, placed = {}, {}, {}
 local now, wait = tonumber(ARGV[2]), tonumber(ARGV[3])
-local i = 8
+local workers, loads = {}, {}
+if wait > 0 then
+    for _, worker in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+        local ok, state = pcall(cjson.decode, redis.call('GET', ARGV[7] .. worker) or 'null')
+        if not (ok and type(state) == 'table' and state['queue'] == KEYS[1]) then
+            redis.call('SREM', KEYS[3], worker)
+        elseif state['draining'] == false then
+            table.insert(workers, worker)
+            loads[worker] = tonumber(redis.call('GET', ARGV[8] .. worker) or '0')
+        end
+    end
+end
+local i = 9
 while i <= #ARGV do
     local id, contexts = ARGV[i], tonumber(ARGV[i + 2])
-    local worker = nil
     if redis.call('EXISTS', ARGV[4] .. id, ARGV[5] .. id) > 0 then
         table.insert(added, 0)
     else
+        local holder, least = nil, nil
         for c = i + 3, i + 2 + contexts do
-            local holder = wait > 0 and redis.call('GET', ARGV[6] .. ARGV[c])
-            local beat = holder and redis.call('GET', ARGV[7] .. holder)
-            local ok, state = pcall(cjson.decode, beat or 'null')
-            if ok and type(state) == 'table' and state['queue'] == KEYS[1] and state['draining'] == false then
-                worker = holder
-                break
-            end
+            local found = #workers > 0 and redis.call('GET', ARGV[6] .. ARGV[c])
+            if found and loads[found] then holder = found break end
+        end
+        for _, worker in ipairs(workers) do
+            if least == nil or loads[worker] < loads[least] then least = worker end
+        end
+        local worker, flag = nil, 1
+        if holder and loads[holder] <= loads[least] * PLACEMENT_SLACK_SHARE + PLACEMENT_SLACK_JOBS then
+            worker, flag = holder, 2
+        elseif least then
+            worker, flag = least, 3
         end
         redis.call('PSETEX', ARGV[4] .. id, ARGV[1], ARGV[i + 1])
         if worker then
+            loads[worker] = loads[worker] + 1
             redis.call('ZADD', KEYS[1], now + wait, id)
             placed[worker] = placed[worker] or {}
             table.insert(placed[worker], id)
-            table.insert(added, 2)
         else
             redis.call('ZADD', KEYS[1], now, id)
             table.insert(ids, id)
-            table.insert(added, 1)
         end
+        table.insert(added, flag)
     end
     i = i + 3 + contexts
 end
 if #ids > 0 then redis.call('PUBLISH', KEYS[2], table.concat(ids, ' ')) end
 for worker, jobs in pairs(placed) do redis.call('PUBLISH', KEYS[2] .. ':' .. worker, table.concat(jobs, ' ')) end
 return added
-"""
+""".replace("PLACEMENT_SLACK_SHARE", "1.25").replace("PLACEMENT_SLACK_JOBS", "2")
 _JOB_EXPIRY_MS = 86_400_000  # arq's default expires_extra_ms: an unstarted job lives a day
 
 
@@ -131,7 +159,7 @@ def now_ms() -> int:
     return timestamp_ms()
 
 
-NOT_ADDED, ADDED, PLACED = 0, 1, 2  # what the enqueue did with each job
+NOT_ADDED, ADDED, PLACED_ON_HOLDER, PLACED_ON_LEAST_LOADED = 0, 1, 2, 3  # what the enqueue did with a job
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,15 +172,16 @@ class SerializedJob:
 async def enqueue_serialized(
     queue: ArqRedis, queue_name: str, jobs: list[SerializedJob], enqueued_ms: int, placement_wait_ms: int = 0
 ) -> list[int]:
-    """Stores each job unless a job or result with its id exists, placed on the worker holding
-    what it continues if `placement_wait_ms` (see `_ENQUEUE`), and wakes the queue's workers;
-    returns, per job, NOT_ADDED, ADDED or PLACED."""
+    """Stores each job unless a job or result with its id exists, placed on a worker if
+    `placement_wait_ms` (see `_ENQUEUE`), and wakes the queue's workers; returns, per job, what
+    was done with it (NOT_ADDED, ADDED, PLACED_ON_HOLDER, PLACED_ON_LEAST_LOADED)."""
     script = queue.register_script(_ENQUEUE)
     args: list[Any] = [_JOB_EXPIRY_MS, enqueued_ms, placement_wait_ms, job_key_prefix, result_key_prefix]
-    args += [PLACEMENT_PREFIX, WORKER_PREFIX]
+    args += [PLACEMENT_PREFIX, WORKER_PREFIX, LOAD_PREFIX]
     for job in jobs:
         args += [job.job_id, job.data, len(job.continues), *job.continues]
-    return [int(flag) for flag in await script(keys=[queue_name, wake_channel(queue_name)], args=args)]
+    keys = [queue_name, wake_channel(queue_name), QUEUE_WORKERS_PREFIX + queue_name]
+    return [int(flag) for flag in await script(keys=keys, args=args)]
 
 
 async def remove_jobs(queue: ArqRedis, queue_name: str, job_ids: list[str]) -> None:
@@ -162,7 +191,7 @@ async def remove_jobs(queue: ArqRedis, queue_name: str, job_ids: list[str]) -> N
     later."""
     if job_ids:
         prefixes = [in_progress_key_prefix, retry_key_prefix, job_key_prefix]
-        await queue.register_script(_REMOVE)(keys=[queue_name], args=[*prefixes, *job_ids])
+        await queue.register_script(_REMOVE)(keys=[queue_name], args=[*prefixes, "", *job_ids])
 
 
 # Takes jobs as arq's start_jobs and run_job do together (not running elsewhere, due, then
@@ -170,11 +199,13 @@ async def remove_jobs(queue: ArqRedis, queue_name: str, job_ids: list[str]) -> N
 # for each job taken. A taken job's score moves to when its in-progress mark expires: polls
 # (max score: now) stop listing it while it runs, and see it again exactly when arq would take it
 # again had its worker vanished. A job placed on the worker taking it is taken before it is due.
-# KEYS[1]: the queue; ARGV: now (ms), the in-progress timeout (ms), arq's key prefixes for
-# in-progress, job and retry keys, then each job's id and whether it was placed here (1/0).
+# The jobs taken count in the worker's load (its key, if it keeps one). KEYS[1]: the queue; ARGV:
+# now (ms), the in-progress timeout (ms), arq's key prefixes for in-progress, job and retry keys,
+# the load key ('' for none) and its lifetime (s), then each job's id and whether it was placed
+# here (1/0).
 _TAKE = """
 local taken = {}
-for i = 6, #ARGV, 2 do
+for i = 8, #ARGV, 2 do
     local id = ARGV[i]
     local in_progress, retry = ARGV[3] .. id, ARGV[5] .. id
     local score = redis.call('ZSCORE', KEYS[1], id)
@@ -187,6 +218,10 @@ for i = 6, #ARGV, 2 do
         table.insert(taken, {id, redis.call('GET', ARGV[4] .. id), tries})
     end
 end
+if ARGV[6] ~= '' and #taken > 0 then
+    redis.call('INCRBY', ARGV[6], #taken)
+    redis.call('EXPIRE', ARGV[6], ARGV[7])
+end
 return taken
 """
 # A placed job its worker cannot take now, due at once for every worker unless taken meanwhile.
@@ -196,14 +231,17 @@ for i = 3, #ARGV do
     if redis.call('EXISTS', ARGV[2] .. ARGV[i]) == 0 then redis.call('ZADD', KEYS[1], 'XX', ARGV[1], ARGV[i]) end
 end
 """
-# Removes ended jobs as arq does (in-progress, retry and job keys, queue entry). KEYS[1]: the
-# queue; ARGV: arq's in-progress, retry and job key prefixes, then the job ids.
+# Removes ended jobs as arq does (in-progress, retry and job keys, queue entry), and takes them out
+# of their worker's load (its key, if it keeps one: '' for none). KEYS[1]: the queue; ARGV: arq's
+# in-progress, retry and job key prefixes, the load key, then the job ids.
 _REMOVE = """
-for i = 4, #ARGV do
+local removed = 0
+for i = 5, #ARGV do
     local id = ARGV[i]
     redis.call('DEL', ARGV[1] .. id, ARGV[2] .. id, ARGV[3] .. id)
-    redis.call('ZREM', KEYS[1], id)
+    removed = removed + redis.call('ZREM', KEYS[1], id)
 end
+if ARGV[4] ~= '' and removed > 0 and redis.call('DECRBY', ARGV[4], removed) < 0 then redis.call('SET', ARGV[4], 0) end
 """
 
 
@@ -362,12 +400,18 @@ class QueueWorker(Worker):
             pipe.delete(in_progress_key_prefix + job_id)
             pipe.zadd(self.queue_name, {job_id: timestamp_ms()}, xx=True)
             pipe.publish(wake_channel(self.queue_name), job_id)
+            if self.placement_id is not None:
+                pipe.decr(LOAD_PREFIX + self.placement_id)
             await pipe.execute()
+
+    @property
+    def _load_key(self) -> str:
+        return "" if self.placement_id is None else LOAD_PREFIX + self.placement_id
 
     async def _take_many(self, jobs: list[tuple[str, bool]]) -> dict[tuple[str, bool], tuple[bytes | None, int]]:
         prefixes = [in_progress_key_prefix, job_key_prefix, retry_key_prefix]
         now, timeout = timestamp_ms(), int(self.in_progress_timeout_s * 1000)
-        args: list[str | int] = [now, timeout, *prefixes]
+        args: list[str | int] = [now, timeout, *prefixes, self._load_key, LOAD_TTL_SECONDS]
         for job_id, placed_here in jobs:
             args += [job_id, int(placed_here)]
         placed = dict(jobs)
@@ -379,7 +423,7 @@ class QueueWorker(Worker):
 
     async def _remove_many(self, job_ids: list[str]) -> dict[str, None]:
         prefixes = [in_progress_key_prefix, retry_key_prefix, job_key_prefix]
-        await self._remove_script(keys=[self.queue_name], args=[*prefixes, *job_ids])
+        await self._remove_script(keys=[self.queue_name], args=[*prefixes, self._load_key, *job_ids])
         return {}
 
     def handle_sig_wait_for_completion(self, signum: signal.Signals) -> None:

@@ -9,15 +9,23 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from app.queue.redis_keys import WORKER_PREFIX
+from app.queue.redis_keys import QUEUE_WORKERS_PREFIX, WORKER_PREFIX
 
 
 async def beat(redis: Redis, worker_id: str, heartbeat: dict[str, Any], ttl_seconds: int) -> None:
-    await redis.set(WORKER_PREFIX + worker_id, json.dumps(heartbeat), ex=ttl_seconds)
+    """The worker's heartbeat, and its place among the workers of its queue (`heartbeat["queue"]`)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.set(WORKER_PREFIX + worker_id, json.dumps(heartbeat), ex=ttl_seconds)
+        if heartbeat.get("queue"):
+            pipe.sadd(QUEUE_WORKERS_PREFIX + str(heartbeat["queue"]), worker_id)
+        await pipe.execute()
 
 
-async def stop_beating(redis: Redis, worker_id: str) -> None:
-    await redis.delete(WORKER_PREFIX + worker_id)
+async def stop_beating(redis: Redis, worker_id: str, queue_name: str) -> None:
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.delete(WORKER_PREFIX + worker_id)
+        pipe.srem(QUEUE_WORKERS_PREFIX + queue_name, worker_id)
+        await pipe.execute()
 
 
 async def workers_alive(redis: Redis) -> list[dict[str, Any]]:

@@ -107,11 +107,21 @@ async def enqueue_generate(queue: ArqRedis, response_id: str, queue_name: str, c
     return (await enqueue_many(queue, [job]))[job]
 
 
+# What placement did with a job (the enqueue's flag, and whether it continues a context).
+_PLACEMENT_OUTCOMES = {
+    (arq_seam.ADDED, False): "unplaced",
+    (arq_seam.ADDED, True): "unplaced",
+    (arq_seam.PLACED_ON_HOLDER, True): "placed",
+    (arq_seam.PLACED_ON_LEAST_LOADED, True): "moved",
+    (arq_seam.PLACED_ON_LEAST_LOADED, False): "balanced",
+}
+
+
 async def enqueue_many(
     queue: ArqRedis, jobs: Sequence[GenerateJob], placement_wait_ms: int = 0
 ) -> dict[GenerateJob, bool]:
-    """`enqueue_generate` for many jobs: one script call per queue, each job that continues a
-    context placed on the worker holding it (app/queue/placement.py) if `placement_wait_ms`.
+    """`enqueue_generate` for many jobs: one script call per queue, each job placed on a worker
+    (app/queue/placement.py) if `placement_wait_ms`.
     Raises what Redis raised, once the outage is reported."""
     now = arq_seam.now_ms()
     added: dict[GenerateJob, bool] = {}
@@ -124,8 +134,8 @@ async def enqueue_many(
             flags = await arq_seam.enqueue_serialized(queue, queue_name, serialized, now, placement_wait_ms)
             for job, flag in zip(queued, flags, strict=True):
                 added[job] = flag != arq_seam.NOT_ADDED
-                if job.continues and flag != arq_seam.NOT_ADDED and placement_wait_ms:
-                    PLACEMENTS.labels("placed" if flag == arq_seam.PLACED else "unplaced").inc()
+                if flag != arq_seam.NOT_ADDED and placement_wait_ms:
+                    PLACEMENTS.labels(_PLACEMENT_OUTCOMES[flag, bool(job.continues)]).inc()
     except REDIS_DOWN as error:
         REDIS_LINK.failed("enqueue", error)
         raise

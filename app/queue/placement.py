@@ -1,15 +1,20 @@
 """Cache-aware placement: a response that continues a context (a `previous_response_id` chain, a
 conversation, a `prompt_cache_key`) goes to the worker whose engine ran that context last, where
-the engine's prefix cache holds it; there its prompt costs only the prefill of what is new.
+the engine's prefix cache holds it; there its prompt costs only the prefill of what is new. A
+response that continues nothing known goes to the least loaded worker, so that the contexts
+start spread over the engines.
 
 Each context is named by a key (`contexts_continued`, `contexts_held`). A worker starting a
-response writes itself under the keys of the contexts the response holds (`remember`). The enqueue
-(app/queue/arq_seam.py) looks the continued contexts up in the same script call that stores the
-job, and places the job on the worker found if that worker is alive and not draining: the job is
-stored as due `wait_ms` later, so that only that worker, told on its own channel, takes it before
-then. A worker with no free slot hands the job on at once; a worker gone or deaf leaves it to
-become due for every worker when the wait ends. So placement delays no response by more than the
-wait, and never outlives its worker: the job is the one job it always was, taken once.
+response writes itself under the keys of the contexts the response holds (`remember`). Each
+worker's load (jobs taken, not ended) is kept by the queue's take and removal scripts. The
+enqueue (app/queue/arq_seam.py) looks the contexts and the loads up in the same script call that
+stores the job, among the workers of the queue alive and not draining: the holder gets the job
+while its load is within a slack of the least loaded's (1.25 times it, plus 2), else the least
+loaded does (and the next turn sticks there). The job is stored as due `wait_ms` later, so that
+only that worker, told on its own channel, takes it before then. A worker with no free slot hands
+the job on at once; a worker gone or deaf leaves it to become due for every worker when the wait
+ends. So placement delays no response by more than the wait, and never outlives its worker: the
+job is the one job it always was, taken once.
 """
 
 from __future__ import annotations

@@ -61,6 +61,13 @@ def placed_channel(queue_name: str, worker_id: str) -> str:
     return f"{WAKE_CHANNEL_PREFIX}{queue_name}:{worker_id}"
 
 
+# The workers taking a queue's jobs (`<prefix><queue>` → their ids), kept by their heartbeats, and
+# each one's jobs taken and not yet ended (`<load prefix><worker id>`), kept by its take and
+# removal scripts: what placement balances by (app/queue/placement.py).
+QUEUE_WORKERS_PREFIX = "responses:queue-workers:"
+LOAD_PREFIX = "responses:load:"
+LOAD_TTL_SECONDS = 86_400  # (a crashed worker's count goes with it; a live one's is refreshed by each take)
+
 # The worker whose engine last ran a context: `<prefix><context>` → worker id, written by the
 # worker when it starts a response, read by the enqueue of the response that continues it.
 PLACEMENT_PREFIX = "responses:placement:"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pytest
@@ -21,7 +23,7 @@ from app.protocol.response_object import ResponseRecord
 from app.queue import heartbeats, placement
 from app.queue.arq_seam import QueueWorker
 from app.queue.jobs import GenerateJob, enqueue_generate, enqueue_many, job_deserializer, job_serializer
-from app.queue.redis_keys import GENERATE_JOB
+from app.queue.redis_keys import GENERATE_JOB, LOAD_PREFIX
 from app.queue.transient_runs import TransientJob
 from app.service.state import AppState
 from tests.conftest import Environment, eventually
@@ -324,10 +326,12 @@ async def test_jobs_enqueued_together_are_stored_as_arq_stores_them_and_started_
     jobs = [GenerateJob.of(f"resp_together_{RUN}_{n}", queue) for n in range(3)]
     record = ResponseRecord("x", "m", "queued", 0.0, None, None, {}, {}, store=False, background=False, stream=True)
     transient = GenerateJob.of(f"resp_together_{RUN}_e", other_queue, TransientJob(record, []))
+    recorder.release.clear()  # (the jobs stay while the same response is enqueued again)
     added = await enqueue_many(state.redis, [*jobs, transient])
     assert added == dict.fromkeys([*jobs, transient], True)
     again = await enqueue_many(state.redis, [jobs[0], GenerateJob.of(f"resp_together_{RUN}_new", other_queue)])
     assert list(again.values()) == [False, True]  # the same response twice is one job
+    recorder.release.set()
 
     # Stored exactly as arq stores an enqueued job: arq reads it back as the call it describes.
     stored = await state.redis.get(job_key_prefix + transient.response_id)
@@ -348,26 +352,48 @@ async def test_jobs_enqueued_together_are_stored_as_arq_stores_them_and_started_
     await state.redis.delete(other_queue)
 
 
-# Placement (app/queue/placement.py): two workers on one queue, each with its heartbeat as
-# `WorkerState` writes it; the context `response:<prev>` held by the second one.
+# Placement (app/queue/placement.py): workers that place (each with its heartbeat, as
+# `WorkerState` writes it, and its load kept by the take and removal scripts), one of them holding
+# the context `response:<prev>`, and one that does not place, polling every 10 ms.
 
 
-async def placed_pair(
+@dataclass
+class Placing:
+    anyone: Recorder  # a worker that takes only what is due for every worker
+    holder: Recorder  # holds the context
+    other: Recorder  # places too, holds nothing
+    holder_id: str
+    other_id: str
+
+    def ran(self, job_id: str) -> bool:
+        return any(job_id in recorder.runs for recorder in (self.anyone, self.holder, self.other))
+
+
+async def placing(
     state: AppState, queue: str, start_worker: StartWorker, holder_options: dict[str, Any] | None = None
-) -> tuple[Recorder, Recorder, str]:
-    """An ordinary worker polling every 10 ms, and the worker holding the context (its id returned)."""
-    anyone, holder = Recorder(), Recorder()
-    holder_id = f"holder-{secrets.token_hex(3)}"
-    await start_worker(anyone)
-    await start_worker(holder, placement_id=holder_id, **(holder_options or {}))
-    await beat(state, holder_id, queue)
-    await placement.remember(state.redis, holder_id, [f"response:resp_prev_{RUN}"])
-    return anyone, holder, holder_id
+) -> Placing:
+    made = Placing(
+        Recorder(), Recorder(), Recorder(), f"holder-{secrets.token_hex(3)}", f"other-{secrets.token_hex(3)}"
+    )
+    await start_worker(made.anyone)
+    await start_worker(made.holder, placement_id=made.holder_id, **(holder_options or {}))
+    await start_worker(made.other, placement_id=made.other_id)
+    for worker_id in (made.holder_id, made.other_id):
+        await beat(state, worker_id, queue)
+    await placement.remember(state.redis, made.holder_id, [f"response:resp_prev_{RUN}"])
+    return made
 
 
 async def beat(state: AppState, worker_id: str, queue: str, draining: bool = False) -> None:
     # (gone soon after the test: another test's `responses-server status` lists every worker alive)
     await heartbeats.beat(state.redis, worker_id, {"worker_id": worker_id, "queue": queue, "draining": draining}, 5)
+
+
+async def load_is(state: AppState, worker_id: str, jobs: int) -> None:
+    """Until the worker's load (kept by its take and removal scripts) is this many jobs."""
+    async with asyncio.timeout(2.0):
+        while int(await state.redis.get(LOAD_PREFIX + worker_id) or 0) != jobs:
+            await asyncio.sleep(0.01)
 
 
 def placements(outcome: str) -> float:
@@ -378,65 +404,104 @@ def continuing(job_id: str, queue: str, *contexts: str) -> GenerateJob:
     return GenerateJob(job_id, queue, continues=contexts or (f"response:resp_prev_{RUN}",))
 
 
-async def test_a_job_continuing_a_context_is_taken_by_the_worker_holding_it(
+async def test_each_turn_continuing_a_context_is_taken_by_the_worker_holding_it(
     state: AppState, queue: str, start_worker: StartWorker
 ) -> None:
-    anyone, holder, _ = await placed_pair(state, queue, start_worker)
+    placed = await placing(state, queue, start_worker)
+    before = placements("placed")
     job_ids = [f"resp_placed_{RUN}_{n}" for n in range(5)]
-    await enqueue_many(state.redis, [continuing(job_id, queue) for job_id in job_ids], placement_wait_ms=5000)
-    await eventually(lambda: sorted(holder.runs) == job_ids, timeout=2.0)  # long before the wait ends
-    assert anyone.runs == []  # though it polled the queue every 10 ms
+    for job_id in job_ids:  # (turns: each after the one before ended)
+        await enqueue_many(state.redis, [continuing(job_id, queue)], placement_wait_ms=5000)
+        await eventually(partial(placed.ran, job_id), timeout=2.0)
+        await load_is(state, placed.holder_id, 0)
+    assert placed.holder.runs == job_ids and placed.other.runs == placed.anyone.runs == []
+    assert placements("placed") == before + 5
 
 
-async def test_placement_tries_each_context_in_turn_and_skips_a_worker_gone_or_draining(
+async def test_a_turn_whose_holder_is_gone_draining_or_too_busy_goes_to_the_least_loaded_worker(
     state: AppState, queue: str, start_worker: StartWorker
 ) -> None:
-    anyone, holder, _ = await placed_pair(state, queue, start_worker)
+    placed = await placing(state, queue, start_worker)
     await placement.remember(state.redis, "gone-worker", ["conversation:conv_gone"])  # (no heartbeat)
     await beat(state, "draining-worker", queue, draining=True)
     await placement.remember(state.redis, "draining-worker", ["conversation:conv_draining"])
-    placed, unplaced_before = placements("placed"), placements("unplaced")
 
     # The chain's worker is gone: the conversation's holder is tried next.
     job = continuing(f"resp_second_{RUN}", queue, "response:resp_gone", f"response:resp_prev_{RUN}")
     await enqueue_many(state.redis, [job], placement_wait_ms=5000)
-    await eventually(lambda: holder.runs == [job.response_id], timeout=2.0)
-    assert placements("placed") == placed + 1
+    await eventually(lambda: placed.holder.runs == [job.response_id], timeout=2.0)
+    await load_is(state, placed.holder_id, 0)
 
-    # Only gone or draining holders: due at once, for any worker.
-    unplaced = [continuing(f"resp_{name}_{RUN}", queue, f"conversation:conv_{name}") for name in ("gone", "draining")]
-    unplaced.append(continuing(f"resp_unknown_{RUN}", queue, "conversation:conv_never_seen"))
-    await enqueue_many(state.redis, unplaced, placement_wait_ms=5000)
-    assert placements("unplaced") == unplaced_before + 3
-    wanted = sorted(job.response_id for job in unplaced)
-    await eventually(lambda: sorted(anyone.runs + holder.runs[1:]) == wanted, timeout=2.0)
+    # The holder busy with 3 turns, the other idle: past the slack (1.25 x 0 + 2), the turn moves.
+    placed.holder.release.clear()
+    busy = [continuing(f"resp_busy_{RUN}_{n}", queue) for n in range(3)]
+    for n, turn in enumerate(busy):
+        await enqueue_many(state.redis, [turn], placement_wait_ms=5000)
+        await load_is(state, placed.holder_id, n + 1)
+    moved_before = placements("moved")
+    for name in ("gone", "draining"):  # (only gone or draining holders: the least loaded takes it)
+        await enqueue_many(
+            state.redis, [continuing(f"resp_{name}_{RUN}", queue, f"conversation:conv_{name}")], placement_wait_ms=5000
+        )
+    await eventually(lambda: len(placed.other.runs) == 2, timeout=2.0)
+    await load_is(state, placed.other_id, 0)
+    await enqueue_many(state.redis, [continuing(f"resp_crowded_{RUN}", queue)], placement_wait_ms=5000)
+    await eventually(lambda: len(placed.other.runs) == 3, timeout=2.0)
+    assert placed.other.runs == [f"resp_gone_{RUN}", f"resp_draining_{RUN}", f"resp_crowded_{RUN}"]
+    assert placements("moved") == moved_before + 3 and placed.anyone.runs == []
+    placed.holder.release.set()
 
 
-async def test_without_a_placement_wait_nothing_is_placed(
+async def test_new_contexts_are_spread_over_the_workers_by_load(
     state: AppState, queue: str, start_worker: StartWorker
 ) -> None:
-    anyone, holder, _ = await placed_pair(state, queue, start_worker)
-    job_ids = [f"resp_unplaced_{RUN}_{n}" for n in range(20)]
-    await enqueue_many(state.redis, [continuing(job_id, queue) for job_id in job_ids], placement_wait_ms=0)
-    await eventually(lambda: sorted(anyone.runs + holder.runs) == sorted(job_ids), timeout=2.0)
-    assert anyone.runs  # (the holder has no claim on them: the first to hear each takes it)
+    placed = await placing(state, queue, start_worker)
+    placed.holder.release.clear()
+    placed.other.release.clear()
+    fresh = [GenerateJob(f"resp_fresh_{RUN}_{n}", queue) for n in range(10)]
+    await enqueue_many(state.redis, fresh, placement_wait_ms=5000)  # (together: one batch)
+    await eventually(lambda: len(placed.holder.runs) + len(placed.other.runs) == 10, timeout=2.0)
+    assert (len(placed.holder.runs), len(placed.other.runs), placed.anyone.runs) == (5, 5, [])
+    placed.holder.release.set()
+    placed.other.release.set()
+
+
+async def test_with_no_wait_or_no_worker_placing_a_job_is_due_at_once_for_every_worker(
+    state: AppState, queue: str
+) -> None:
+    """(On a queue no worker takes from, so that the stored job can be read as it was enqueued.)"""
+    holder = f"idle-{secrets.token_hex(3)}"
+    await placement.remember(state.redis, holder, [f"response:resp_prev_{RUN}"])
+    lonely = f"{queue}:lonely"
+    await enqueue_many(state.redis, [continuing(f"resp_lonely_{RUN}", lonely)], placement_wait_ms=5000)
+    await beat(state, holder, queue)
+    await enqueue_many(state.redis, [continuing(f"resp_nowait_{RUN}", queue)], placement_wait_ms=0)
+    await enqueue_many(state.redis, [continuing(f"resp_waits_{RUN}", queue)], placement_wait_ms=5000)
+    now = timestamp_ms()
+    assert (await state.redis.zscore(lonely, f"resp_lonely_{RUN}") or now + 1) <= now  # nobody places there
+    assert (await state.redis.zscore(queue, f"resp_nowait_{RUN}") or now + 1) <= now
+    assert (await state.redis.zscore(queue, f"resp_waits_{RUN}") or 0) > now + 4000  # placed: due when the wait ends
+    for name, job in ((lonely, "lonely"), (queue, "nowait"), (queue, "waits")):
+        await state.redis.zrem(name, f"resp_{job}_{RUN}")
+        await state.redis.delete(job_key_prefix + f"resp_{job}_{RUN}")
 
 
 async def test_a_placed_job_its_worker_has_no_slot_for_goes_to_another_at_once(
     state: AppState, queue: str, start_worker: StartWorker
 ) -> None:
-    anyone, holder, _ = await placed_pair(state, queue, start_worker, {"max_jobs": 1})
-    holder.release.clear()
-    await enqueue_many(state.redis, [continuing(f"resp_busy_{RUN}", queue)], placement_wait_ms=5000)
-    await eventually(lambda: holder.runs == [f"resp_busy_{RUN}"], timeout=2.0)  # its one slot, taken
+    placed = await placing(state, queue, start_worker, {"max_jobs": 1})
+    placed.holder.release.clear()
+    await enqueue_many(state.redis, [continuing(f"resp_full_{RUN}", queue)], placement_wait_ms=5000)
+    await eventually(lambda: placed.holder.runs == [f"resp_full_{RUN}"], timeout=2.0)  # its one slot, taken
 
-    job = continuing(f"resp_handed_on_{RUN}", queue)
+    handed_on = placements("handed_on")
+    job = continuing(f"resp_handed_on_{RUN}", queue)  # (its load, 1, is within the slack: placed there)
     await enqueue_many(state.redis, [job], placement_wait_ms=5000)
-    await eventually(lambda: anyone.runs == [job.response_id], timeout=2.0)  # long before the wait ends
-    assert placements("handed_on") >= 1
-    holder.release.set()
+    await eventually(lambda: job.response_id in placed.anyone.runs + placed.other.runs, timeout=2.0)
+    assert placements("handed_on") == handed_on + 1
+    placed.holder.release.set()
     await asyncio.sleep(0.1)
-    assert holder.runs == [f"resp_busy_{RUN}"]  # taken once
+    assert placed.holder.runs == [f"resp_full_{RUN}"]  # taken once
 
 
 async def test_a_placed_job_whose_worker_never_takes_it_is_due_for_every_worker_when_the_wait_ends(
