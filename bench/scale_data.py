@@ -59,11 +59,12 @@ WHERE r.id LIKE $2 AND i.response_id = $1
 """
 
 _EVENTS = """
-INSERT INTO event_log (log_key, sequence_number, template, run_length, output_at, type, payload, output_path)
-SELECT r.log_key, e.sequence_number, e.template, e.run_length, e.output_at, e.type, e.payload, e.output_path
-FROM responses r, event_log e
-WHERE r.id LIKE 'resp_scale_%' AND substr(r.id, 12)::int % $2 = 0
-  AND e.log_key = (SELECT log_key FROM responses WHERE id = $1)
+INSERT INTO event_log (log_key, sequence_number, template, run_length, output_at, type, payload, output_path,
+                       committed_at)
+SELECT r.log_key, e.sequence_number, e.template, e.run_length, e.output_at, e.type, e.payload, e.output_path,
+       r.created_at + (e.committed_at - t.created_at)
+FROM responses r, event_log e, responses t
+WHERE r.id LIKE 'resp_scale_%' AND substr(r.id, 12)::int % $2 = 0 AND t.id = $1 AND e.log_key = t.log_key
 """
 
 _TEMPLATES = """

@@ -12,7 +12,7 @@ from app import errors
 from app.console import guard
 from app.console.charts import bar_chart
 from app.console.guard import Forbidden, checked_form, session_of, state_of
-from app.console.rendering import TEMPLATES, page
+from app.console.rendering import TEMPLATES, page, path_id
 from app.protocol.vocabulary import ACTIVE_STATUSES
 from app.queue import rate_counters
 from app.queue.redis_link import REDIS_DOWN
@@ -35,7 +35,7 @@ async def accounts_list(request: Request) -> Response:
 @page
 async def account_page(request: Request) -> Response:
     session, state = await session_of(request), state_of(request)
-    account_id = request.path_params["account_id"]
+    account_id = path_id(request, "account_id")
     async with state.engine.connect() as conn:
         account = await console_db.account_row(conn, account_id)
         if account is None:
@@ -73,7 +73,7 @@ async def account_page(request: Request) -> Response:
 @page
 async def revoke_key(request: Request) -> Response:
     await checked_form(request, await session_of(request))
-    account_id, key_id = request.path_params["account_id"], request.path_params["key_id"]
+    account_id, key_id = path_id(request, "account_id"), path_id(request, "key_id")
     async with state_of(request).engine.begin() as conn:
         if await accounts_db.revoke_key(conn, key_id, account_id) == 0:
             raise Forbidden("That key is not a live key of this account.")

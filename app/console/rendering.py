@@ -36,3 +36,11 @@ def page(handler: Handler) -> Handler:
             return TEMPLATES.TemplateResponse(request, "refused.html", {"message": missing.message}, status_code=404)
 
     return answer
+
+
+def path_id(request: Request, name: str) -> str:
+    """An id from the path; one no Postgres text can hold (a NUL) names nothing: a 404."""
+    value = str(request.path_params[name])
+    if "\x00" in value:
+        raise errors.NotFound(f"No such {name.removesuffix('_id')}.")
+    return value

@@ -13,7 +13,7 @@ from app import errors
 from app.console import guard
 from app.console.guard import checked_form, session_of, state_of
 from app.console.item_views import item_view
-from app.console.rendering import TEMPLATES, page
+from app.console.rendering import TEMPLATES, page, path_id
 from app.console.timeline import timeline
 from app.events.sse import EventStreamResponse
 from app.protocol.encoding import WireEvent
@@ -45,7 +45,7 @@ async def responses_list(request: Request) -> Response:
 @page
 async def response_page(request: Request) -> Response:
     session = await session_of(request)
-    response_id = request.path_params["response_id"]
+    response_id = path_id(request, "response_id")
     async with state_of(request).engine.connect() as conn:
         detail = await console_db.response_detail(conn, response_id)
         steered = await console_db.steered_at(conn, response_id) if detail is not None else []
@@ -70,7 +70,7 @@ async def response_page(request: Request) -> Response:
 @page
 async def cancel(request: Request) -> Response:
     await checked_form(request, await session_of(request))
-    response_id = request.path_params["response_id"]
+    response_id = path_id(request, "response_id")
     await stopping.cancel_any(state_of(request), response_id)
     return RedirectResponse(f"{guard.PATH}/responses/{response_id}", status_code=303)
 
@@ -81,7 +81,7 @@ async def response_events(request: Request) -> Response | ASGIApp:
     await session_of(request)
     after = request.query_params.get("starting_after", "-1")
     events = await reading.follow_any(
-        state_of(request), request.path_params["response_id"], int(after) if after.lstrip("-").isdigit() else -1
+        state_of(request), path_id(request, "response_id"), int(after) if after.lstrip("-").isdigit() else -1
     )
     return EventStreamResponse(events, obfuscate=False, on_error=_error_event)
 
@@ -91,8 +91,9 @@ def _error_event(error: errors.APIError) -> WireEvent:
 
 
 def _filters(request: Request) -> ResponseFilters:
-    """The list's filters from its query; a value that does not parse is ignored, as a form field left empty."""
-    query = request.query_params
+    """The list's filters from its query; a value that does not parse is ignored, as a form field
+    left empty (and a NUL, which no Postgres text holds, is dropped)."""
+    query = {name: value.replace("\x00", "") for name, value in request.query_params.items()}
     metadata = None
     if "=" in query.get("metadata", ""):
         key, _, value = query["metadata"].partition("=")
@@ -125,7 +126,7 @@ def _time(value: str) -> datetime | None:
 @page
 async def conversation_page(request: Request) -> Response:
     session = await session_of(request)
-    conversation_id = request.path_params["conversation_id"]
+    conversation_id = path_id(request, "conversation_id")
     async with state_of(request).engine.connect() as conn:
         found = await console_db.conversation_detail(conn, conversation_id)
     if found is None:

@@ -141,35 +141,24 @@ async def admit(
     """Refuses the create (429) over its account's limits or its model's queue, counting the
     refusal for the console; returns the rate-limit headers its answer carries."""
     try:
-        return await _admit(state, account_id, record, model, limits, body_bytes)
+        if limits is None:
+            return {}
+        if record.durable and (model.max_queued is not None or limits.max_concurrent is not None):
+            async with state.engine.connect() as conn:
+                if limits.max_concurrent is not None:
+                    check_concurrency(await responses_db.count_active(conn, account_id), limits)
+                if model.max_queued is not None:
+                    check_queue(await responses_db.count_queued(conn, model.id), model.max_queued)
+        if not limits.any:
+            return {}
+        requested = record.settings["requested"]["max_output_tokens"]
+        output = min(requested or model.max_output_tokens, model.max_output_tokens)
+        estimate = estimate_tokens(body_bytes, output)
+        admitted = await _counted(state.redis, account_id, limits, estimate, state.settings.limit_window_seconds)
+        if admitted.tokens_key is not None:  # its worker puts the real count in place of the estimate
+            record.settings["admission"] = {"tokens_key": admitted.tokens_key, "estimate": admitted.estimate}
+        return admitted.headers
     except RateLimited:
         with REDIS_LINK.tolerated("counting a refusal"):
             await rate_counters.count_refusal(state.redis, account_id)
         raise
-
-
-async def _admit(
-    state: AppState,
-    account_id: str,
-    record: ResponseRecord,
-    model: ModelEntry,
-    limits: Limits | None,
-    body_bytes: int,
-) -> dict[str, str]:
-    if limits is None:
-        return {}
-    if record.durable and (model.max_queued is not None or limits.max_concurrent is not None):
-        async with state.engine.connect() as conn:
-            if limits.max_concurrent is not None:
-                check_concurrency(await responses_db.count_active(conn, account_id), limits)
-            if model.max_queued is not None:
-                check_queue(await responses_db.count_queued(conn, model.id), model.max_queued)
-    if not limits.any:
-        return {}
-    requested = record.settings["requested"]["max_output_tokens"]
-    output = min(requested or model.max_output_tokens, model.max_output_tokens)
-    estimate = estimate_tokens(body_bytes, output)
-    admitted = await _counted(state.redis, account_id, limits, estimate, state.settings.limit_window_seconds)
-    if admitted.tokens_key is not None:  # its worker puts the real count in place of the estimate
-        record.settings["admission"] = {"tokens_key": admitted.tokens_key, "estimate": admitted.estimate}
-    return admitted.headers

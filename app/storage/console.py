@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, text, tuple_
+from sqlalchemy import Select, func, select, text, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.protocol.vocabulary import ACTIVE_STATUSES
@@ -71,18 +71,7 @@ async def list_responses(
 ) -> tuple[list[ListedResponse], tuple[datetime, str] | None]:
     """A page, newest first, and the cursor of the next (None: no more)."""
     query = (
-        select(
-            responses.c.id,
-            accounts.c.name.label("account"),
-            responses.c.model,
-            responses.c.status,
-            responses.c.created_at,
-            responses.c.completed_at,
-            responses.c.usage,
-            responses.c.metadata,
-            responses.c.background,
-        )
-        .join(accounts, accounts.c.id == responses.c.account_id)
+        _listed()
         .where(*_conditions(filters))
         .order_by(responses.c.created_at.desc(), responses.c.id.desc())
         .limit(limit + 1)
@@ -91,6 +80,21 @@ async def list_responses(
     listed = [ListedResponse(**row._mapping) for row in rows[:limit]]
     more = len(rows) > limit
     return listed, (listed[-1].created_at, listed[-1].id) if more else None
+
+
+def _listed() -> Select[Any]:
+    """Responses as a list shows them (ListedResponse), with their account's name."""
+    return select(
+        responses.c.id,
+        accounts.c.name.label("account"),
+        responses.c.model,
+        responses.c.status,
+        responses.c.created_at,
+        responses.c.completed_at,
+        responses.c.usage,
+        responses.c.metadata,
+        responses.c.background,
+    ).join(accounts, accounts.c.id == responses.c.account_id)
 
 
 def _conditions(filters: ResponseFilters) -> list[Any]:
@@ -109,8 +113,12 @@ def _conditions(filters: ResponseFilters) -> list[Any]:
         key, value = filters.metadata
         conditions.append(responses.c.metadata.contains({key: value}))
     if filters.id_prefix:
-        escaped = filters.id_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        conditions.append(responses.c.id.like(escaped + "%", escape="\\"))
+        # A range of the primary key (read through it, as LIKE is not under every collation),
+        # then the prefix itself.
+        prefix = filters.id_prefix
+        conditions += [responses.c.id >= prefix, func.starts_with(responses.c.id, prefix)]
+        if ord(prefix[-1]) < 0x10FFFF:
+            conditions.append(responses.c.id < prefix[:-1] + chr(ord(prefix[-1]) + 1))
     if filters.before:
         conditions.append(tuple_(responses.c.created_at, responses.c.id) < tuple_(*filters.before))
     return conditions
@@ -345,18 +353,7 @@ async def conversation_detail(conn: AsyncConnection, conversation_id: str) -> Co
         return None
     page = await conversations_db.items_page(conn, conversation_id, order="asc", limit=ITEMS_SHOWN, after=None)
     made_in = await conn.execute(
-        select(
-            responses.c.id,
-            accounts.c.name.label("account"),
-            responses.c.model,
-            responses.c.status,
-            responses.c.created_at,
-            responses.c.completed_at,
-            responses.c.usage,
-            responses.c.metadata,
-            responses.c.background,
-        )
-        .join(accounts, accounts.c.id == responses.c.account_id)
+        _listed()
         .where(responses.c.conversation_id == conversation_id)
         .order_by(responses.c.created_at.desc())
         .limit(PAGE_SIZE)

@@ -343,3 +343,18 @@ def test_a_conversation_page_shows_its_items_and_responses(
     response_page = http.get(f"/console/responses/{made.id}", headers=session).text
     assert f'href="/console/conversations/{conversation.id}"' in response_page
     assert http.get("/console/conversations/conv_unknown", headers=session).status_code == 404
+
+
+def test_hostile_queries_and_paths_get_an_answer_never_an_error(http: TestClient, session: dict[str, str]) -> None:
+    for path in (
+        "/console/responses?account=%00&model=a%00b&id=resp_%00&metadata=k%00%3Dv&before=x%00%7Cy",
+        "/console/responses?id=%F4%8F%BF%BF",  # the last code point: no upper bound to its range
+        "/console/responses?id=" + "r" * 5000,
+    ):
+        answer = http.get(path, headers=session)
+        assert answer.status_code == 200 and "No response matches." in answer.text, path
+    # Values that do not parse are ignored, as empty fields: the whole list.
+    assert http.get("/console/responses?before=not-a-time%7Cresp_x&from=%00&to=2026-13-45", headers=session).is_success
+    for path in ("/console/responses/resp_%00", "/console/conversations/conv%00", "/console/accounts/acct_%00"):
+        assert http.get(path, headers=session).status_code == 404, path
+    assert http.get("/console/responses/resp_x/events?starting_after=%00", headers=session).status_code == 404
