@@ -14,7 +14,11 @@ engines from their /metrics:
   `prefix_cache_hits` / `prefix_cache_queries`);
 - `cached_of_cacheable`: those hits / the tokens that could have been hits: each turn after a
   loop's first could find the turn before's prompt and answer, in the engine's whole blocks;
-- `prefill_seconds`: vLLM's `request_prefill_time_seconds` summed over the turns;
+- `computed_prompt_tokens`: the prompt tokens the engines computed (not found in a cache), the
+  prefill work placement saves, and its ratio placed / unplaced;
+- `prefill_seconds`: vLLM's `request_prefill_time_seconds` summed over the turns (on one CPU
+  host, two engines share its cores: the time is more how busy the other engine was than how
+  much was computed);
 - `same_worker_share`: turns run by the worker of the turn before (Postgres's `worker_id`);
 - `turns_per_worker`: how the turns were spread over the two workers;
 - the wall time of the round, and a turn's time (p50, p90).
@@ -260,6 +264,11 @@ async def main() -> None:
         **{mode: summed(measured) for mode, measured in rounds.items()},
     }
     placed, unplaced_result = result["placed"], result["unplaced"]
+    for mode in (placed, unplaced_result):
+        mode["computed_prompt_tokens"] = mode["prompt_tokens"] - mode["cached_tokens"]
+    result["computed_prompt_tokens_ratio"] = round(
+        placed["computed_prompt_tokens"] / unplaced_result["computed_prompt_tokens"], 3
+    )
     result["prefill_seconds_ratio"] = round(placed["prefill_seconds"] / unplaced_result["prefill_seconds"], 3)
     result["wall_seconds_ratio"] = round(placed["wall_seconds"] / unplaced_result["wall_seconds"], 3)
     print(json.dumps(result, indent=2))

@@ -1,8 +1,9 @@
 """The tool loop's tool_search kind (server execution): the model's query searched among the
 request's deferred tools not loaded yet (app/protocol/tool_search.py: functions, namespaces, MCP
 servers by the tools they list); the best matches are the `tool_search_output` added after the
-answer's items, and offered to the model from its next answer on, after every other tool. A
-search changes nothing: one in flight when its worker stopped is made again."""
+answer's items, and offered to the model from its next answer on (after every other tool, or
+described in that output: the catalog entry's `loaded_tools`). A search changes nothing: one in
+flight when its worker stopped is made again."""
 
 from __future__ import annotations
 
