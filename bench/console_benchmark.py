@@ -40,8 +40,12 @@ def pages(size: Size, template: str) -> dict[str, str]:
         "responses, newest": "/console/responses",
         "responses, an account's": "/console/responses?account=scale-7",
         "responses, failed (none)": "/console/responses?status=failed",
-        "responses, by model": "/console/responses?model=fake-model",
-        "responses, metadata absent": "/console/responses?metadata=run%3Dnowhere",
+        "responses, cancelled (none)": "/console/responses?status=cancelled",
+        "responses, completed": "/console/responses?status=completed",
+        "responses, a model's": "/console/responses?model=fake",
+        "responses, a model with none": "/console/responses?model=no-such-model",
+        "responses, metadata on every row": "/console/responses?metadata=topic%3Dscale",
+        "responses, metadata on none": "/console/responses?metadata=run%3Dnowhere",
         "responses, an id prefix": f"/console/responses?id={oldest[:-2]}",
         "responses, a past hour": "/console/responses?from=2000-01-01T00%3A00&to=2000-01-01T01%3A00",
         "responses, page 100": "",  # (its cursor is found by walking the pages first)
@@ -105,7 +109,7 @@ async def main() -> None:
     # The stack's worker applies no retention of its own: it would purge the generated logs midway.
     stack_running = running_stack(RESPONSES_CONSOLE="true", RESPONSES_RETENTION_INTERVAL_SECONDS="1e9")
     async with stack_running as stack, aiohttp.ClientSession(cookie_jar=jar) as http:
-        template = await finished_response(http, stack)
+        template = await finished_response(http, stack, metadata={"topic": "scale"})  # (every row's)
         results["fill_seconds"] = await fill(stack.database_url, template, size)
         await log_in(http, stack)
         asked = pages(size, template)

@@ -55,12 +55,12 @@ async def timed(repeats: int, call: Any) -> dict[str, float]:
     return percentiles(samples)
 
 
-async def finished_response(http: aiohttp.ClientSession, stack: Stack) -> str:
+async def finished_response(http: aiohttp.ClientSession, stack: Stack, **fields: Any) -> str:
     """A background response run to its end: the template every generated row copies."""
     async with http.post(
         f"{stack.api_url}/responses",
         headers=stack.headers,
-        json={"model": "fake", "input": "What is the capital of France?", "background": True},
+        json={"model": "fake", "input": "What is the capital of France?", "background": True, **fields},
     ) as answer:
         response_id = str((await answer.json())["id"])
     while True:

@@ -35,7 +35,11 @@ async def system(request: Request) -> Response:
         bar_chart(
             "Failed responses per minute (by creation)", [(m.label, m.by_status.get("failed", 0)) for m in minutes]
         ),
-        bar_chart("Output tokens per second", [(m.label, m.output_tokens / 60) for m in minutes], "tokens/s"),
+        bar_chart(
+            "Output tokens per second (by the minute of creation)",
+            [(m.label, m.output_tokens / 60) for m in minutes],
+            "tokens/s",
+        ),
         bar_chart("Time to first output, p50", [(m.label, _share(m.first_output_ms, 0.5)) for m in minutes], "ms"),
         bar_chart("Time to first output, p99", [(m.label, _share(m.first_output_ms, 0.99)) for m in minutes], "ms"),
     ]

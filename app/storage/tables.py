@@ -176,7 +176,24 @@ responses = Table(
     ),
     CheckConstraint(f"status IN ({', '.join(repr(s) for s in STATUSES)})", name="status"),
     Index(None, "account_id", "created_at"),
-    Index("ix_responses_recent", "created_at", "id"),  # every account's, newest first (the console)
+    # The console's lists, newest first (migration 0020): every account's, a model's, a rare
+    # status's (the active ones: ix_responses_active), those with a metadata pair.
+    Index("ix_responses_recent", "created_at", "id"),
+    Index("ix_responses_model_recent", "model", "created_at", "id"),
+    Index(
+        "ix_responses_rare_status",
+        "status",
+        "created_at",
+        "id",
+        postgresql_where=text("status IN ('failed', 'cancelled', 'incomplete')"),
+    ),
+    Index(
+        "ix_responses_metadata",
+        "metadata",
+        postgresql_using="gin",
+        postgresql_ops={"metadata": "jsonb_path_ops"},
+        postgresql_where=text("metadata <> '{}'::jsonb"),
+    ),
     Index(None, "context_parent_id"),
     # Retention's, one per kind of expiry (app/housekeeping/retention.py), each in the order things come due.
     Index("ix_responses_stored_expiry", "created_at", postgresql_where=text("store AND conversation_id IS NULL")),

@@ -7,7 +7,8 @@ The operator's console (app/console/): operators' keys (`operator_keys`, made by
 operators create`, never an account's), their browser sessions (`console_sessions`, by the hash
 of the session cookie, with the session's CSRF token), when each whole event of the log was
 committed (`event_log.committed_at`: a response's timeline; deltas, folded into runs, carry none),
-and the index that lists every account's responses newest first.
+and the indexes that list responses newest first: every account's, a model's, a rare status's,
+those with a metadata pair.
 Create Date: 2026-12-05 11:30:00
 """
 
@@ -82,11 +83,34 @@ def upgrade() -> None:
         comment="The console's browser sessions; a logout or an expiry ends one.",
     )
     op.create_index("ix_console_sessions_operator", "console_sessions", ["operator_key_id"])
+    # The console's lists, newest first, a million rows in: every account's, one model's, one rare
+    # status's (the active ones have ix_responses_active), and those with a metadata pair.
     op.create_index("ix_responses_recent", "responses", ["created_at", "id"])
+    op.create_index("ix_responses_model_recent", "responses", ["model", "created_at", "id"])
+    op.create_index(
+        "ix_responses_rare_status",
+        "responses",
+        ["status", "created_at", "id"],
+        postgresql_where=sa.text("status IN ('failed', 'cancelled', 'incomplete')"),
+    )
+    op.create_index(
+        "ix_responses_metadata",
+        "responses",
+        ["metadata"],
+        postgresql_using="gin",
+        postgresql_ops={"metadata": "jsonb_path_ops"},
+        postgresql_where=sa.text("metadata <> '{}'::jsonb"),
+    )
 
 
 def downgrade() -> None:
-    op.drop_index("ix_responses_recent", table_name="responses")
+    for index in (
+        "ix_responses_metadata",
+        "ix_responses_rare_status",
+        "ix_responses_model_recent",
+        "ix_responses_recent",
+    ):
+        op.drop_index(index, table_name="responses")
     op.drop_table("console_sessions")
     op.drop_table("operator_keys")
     op.drop_column("event_log", "committed_at")
