@@ -1,6 +1,6 @@
 """The package as a user installs it: a wheel built from this tree, installed (not editable) into
 a fresh virtualenv outside it, runs `responses-server migrate`, `api` and `worker` and serves a
-response. The new environment borrows this one's installed dependencies through a path file (no
+response, and its console's pages. The new environment borrows this one's installed dependencies through a path file (no
 network needed), never its editable install: the project itself comes only from the wheel."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import httpx
 import openai
 
 from tests.conftest import ROOT, Environment, FakeRuntime, admin_sql, free_port, stop, wait_for_http
@@ -55,12 +56,18 @@ def test_a_wheel_installed_outside_the_tree_migrates_and_serves(
         )
         key = keys.stdout.decode().strip().splitlines()[-1]
         port = free_port()
-        processes.append(subprocess.Popen([command, "api", "--port", str(port)], cwd=outside, env=env))
+        console_env = {**env, "RESPONSES_CONSOLE": "true"}
+        processes.append(subprocess.Popen([command, "api", "--port", str(port)], cwd=outside, env=console_env))
         processes.append(subprocess.Popen([command, "worker"], cwd=outside, env=env))
         wait_for_http(f"http://127.0.0.1:{port}/ready", processes[0])
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0, timeout=30)
         answer = client.responses.create(model="fake", input="from the wheel")
         assert answer.status == "completed" and answer.output_text == "Echo: from the wheel"
+        # The console's templates, stylesheet and script ship in the wheel.
+        console = f"http://127.0.0.1:{port}/console"
+        assert "Operator key" in httpx.get(f"{console}/login").text
+        for asset in ("console.css", "live.js"):
+            assert httpx.get(f"{console}/static/{asset}").status_code == 200
     finally:
         stop(*processes)
         admin_sql(f'DROP DATABASE "{database}" WITH (FORCE)')
