@@ -51,7 +51,7 @@ class Timeline:
 
 
 def timeline(row: Any, events: Sequence[TimedEvent], steered_at: Sequence[datetime], now: datetime) -> Timeline:
-    """`row`: the response's (created_at, status, worker_id, continuations, completed_at)."""
+    """`row`: the response's (created_at, status, worker_id, continuations, continued_at, completed_at)."""
     created: datetime = row.created_at
     running = row.completed_at is None
     end: datetime = row.completed_at or now
@@ -67,7 +67,8 @@ def timeline(row: Any, events: Sequence[TimedEvent], steered_at: Sequence[dateti
         spans += _calls(events, end)
     marks += [Mark("steered", at) for at in steered_at]
     if row.continuations:
-        marks.append(Mark("continued", claimed or created, f"{row.continuations} time(s) after its worker stopped"))
+        detail = f"by {row.worker_id}, its continuation {row.continuations} after a worker stopped"
+        marks.append(Mark("continued", row.continued_at or claimed or created, detail))
     ended = next((e for e in events if e.type in TERMINAL_EVENT_TYPES), None)
     if ended is not None:
         marks.append(Mark("ended", ended.committed_at, row.status))

@@ -166,7 +166,8 @@ _CLAIM = DriverStatement(
     text(
         """
     UPDATE responses SET status = 'in_progress', started_at = coalesce(started_at, now()), worker_id = :worker_id,
-                         lease_expires_at = now() + make_interval(secs => :lease_seconds)
+                         lease_expires_at = now() + make_interval(secs => :lease_seconds),
+                         continued_at = CASE WHEN status = 'in_progress' THEN now() ELSE continued_at END
     WHERE id = ANY(CAST(:response_ids AS text[]))
       AND (status = 'queued' OR (status = 'in_progress' AND worker_id IS NULL))
     RETURNING continuations, context_branches, context_depths, """

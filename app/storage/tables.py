@@ -146,6 +146,7 @@ responses = Table(
     Column("incomplete_details", JSONB, comment="{reason} of an incomplete response"),
     _now(),
     Column("started_at", DateTime(timezone=True), comment="claimed by a worker"),
+    Column("continued_at", DateTime(timezone=True), comment="its last continuation claimed by another worker"),
     Column("completed_at", DateTime(timezone=True), comment="reached a terminal status"),
     Column("events_purged_at", DateTime(timezone=True), comment="when retention removed its event log"),
     Column("cancel_requested_at", DateTime(timezone=True), comment="a cancel (or client disconnect) asked it to stop"),

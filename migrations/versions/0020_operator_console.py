@@ -6,7 +6,8 @@ Revises: 0019
 The operator's console (app/console/): operators' keys (`operator_keys`, made by `responses-server
 operators create`, never an account's), their browser sessions (`console_sessions`, by the hash
 of the session cookie, with the session's CSRF token), when each whole event of the log was
-committed (`event_log.committed_at`: a response's timeline; deltas, folded into runs, carry none),
+committed (`event_log.committed_at`: a response's timeline; deltas, folded into runs, carry none)
+and when its last continuation was claimed (`responses.continued_at`),
 and the indexes that list responses newest first: every account's, a model's, a rare status's,
 those with a metadata pair.
 Create Date: 2026-12-05 11:30:00
@@ -31,6 +32,14 @@ def upgrade() -> None:
             "committed_at",
             sa.DateTime(timezone=True),
             comment="when a whole event was committed (a response's timeline); null for deltas and runs",
+        ),
+    )
+    op.add_column(
+        "responses",
+        sa.Column(
+            "continued_at",
+            sa.DateTime(timezone=True),
+            comment="its last continuation claimed by another worker",
         ),
     )
     op.create_table(
@@ -114,3 +123,4 @@ def downgrade() -> None:
     op.drop_table("console_sessions")
     op.drop_table("operator_keys")
     op.drop_column("event_log", "committed_at")
+    op.drop_column("responses", "continued_at")

@@ -117,8 +117,12 @@ def test_a_killed_workers_generation_is_continued_by_another(environment: Enviro
         follower = killed_mid_answer(stack, environment, fake, "continuing-model")
         continuation = fake.requests()[1]
         assert continuation["continue_final_message"] is True and continuation["add_generation_prompt"] is False
-        [row] = environment.query("SELECT continuations FROM responses WHERE id = $1", follower.response_id)
+        [row] = environment.query(
+            "SELECT continuations, started_at, continued_at, completed_at FROM responses WHERE id = $1",
+            follower.response_id,
+        )
         assert row["continuations"] == 1
+        assert row["started_at"] < row["continued_at"] < row["completed_at"]  # (the console's timeline marks it)
         # Neither the dead worker's job nor the continuation's is left in Redis.
         wait_until(lambda: stack.jobs_left(follower.response_id) == [])
 
