@@ -20,20 +20,20 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.api.conftest import InProcess, serving_in_process
-from tests.conftest import ROOT, Environment, key_of
+from tests.conftest import ROOT, Environment, create_key, key_of
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(200)), "delay": 0.05})
 XSS = '<script>alert("x")</script> [click](javascript:alert(1)) <img src=x onerror=alert(1)>'
 
 
-def operators(environment: Environment, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(environment: Environment, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", "operators", *args],
-        cwd=ROOT,
-        env=environment.env(),
-        capture_output=True,
-        text=True,
+        [sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=environment.env(), capture_output=True, text=True
     )
+
+
+def operators(environment: Environment, *args: str) -> subprocess.CompletedProcess[str]:
+    return cli(environment, "operators", *args)
 
 
 @pytest.fixture(scope="module")
@@ -257,17 +257,11 @@ def test_logging_out_ends_the_session(http: TestClient, operator_key: str) -> No
     assert http.get("/console/responses", headers=session, follow_redirects=False).status_code == 303
 
 
-def cli(environment: Environment, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=environment.env(), capture_output=True, text=True
-    )
-
-
 def test_an_account_page_shows_its_keys_usage_refusals_and_responses(
     http: TestClient, session: dict[str, str], console: InProcess, environment: Environment
 ) -> None:
     name = f"watched-{secrets.token_hex(3)}"
-    key = cli(environment, "keys", "create", "--account", name).stdout.strip().splitlines()[-1]
+    key = create_key(environment, name)
     client = openai.OpenAI(base_url=console.base_url, api_key=key, max_retries=0, http_client=console.http)
     done = [client.responses.create(model="fake", input=f"count me {n}") for n in range(2)]
     assert cli(environment, "limits", "set", name, "--requests-per-minute", "1").returncode == 0
@@ -291,8 +285,8 @@ def test_an_operator_revokes_an_accounts_key_and_no_other(
     http: TestClient, session: dict[str, str], console: InProcess, environment: Environment
 ) -> None:
     name, other = f"revoked-{secrets.token_hex(3)}", f"kept-{secrets.token_hex(3)}"
-    key = cli(environment, "keys", "create", "--account", name).stdout.strip().splitlines()[-1]
-    kept = cli(environment, "keys", "create", "--account", other).stdout.strip().splitlines()[-1]
+    key = create_key(environment, name)
+    kept = create_key(environment, other)
     listed = http.get("/console/accounts", headers=session).text
     account_id = re.search(rf'href="/console/accounts/(acct_[0-9a-f]+)">{name}</a>', listed)
     kept_id = re.search(rf'href="/console/accounts/(acct_[0-9a-f]+)">{other}</a>', listed)

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,7 +24,7 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
 from tests.api.test_console import XSS, operators
-from tests.conftest import ROOT, Environment
+from tests.conftest import ROOT, Environment, create_key
 from tests.e2e.processes import Stack
 
 SCREENSHOTS = ROOT / "build" / "screenshots"
@@ -144,15 +142,7 @@ def test_an_operator_revokes_a_key_and_sees_the_system(
     logged_in: WebDriver, stack: Stack, environment: Environment
 ) -> None:
     browser, name = logged_in, f"browsed-{secrets.token_hex(3)}"
-    made = subprocess.run(
-        [sys.executable, "-m", "app.cli", "keys", "create", "--account", name],
-        cwd=ROOT,
-        env=environment.env(),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    key = made.stdout.strip().splitlines()[-1]
+    key = create_key(environment, name)
     client = openai.OpenAI(base_url=f"{origin(stack)}/v1", api_key=key, max_retries=0)
     conversation = client.conversations.create()
     client.responses.create(model="fake", input="before the revoke", conversation=conversation.id)
