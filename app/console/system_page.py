@@ -24,6 +24,7 @@ async def system(request: Request) -> Response:
         queues = await console_db.queues(conn)
         webhooks = await console_db.webhooks_failing(conn)
         minutes = await console_db.last_hour(conn)
+        running = await console_db.running_by_worker(conn)
     try:
         workers = [
             beat for beat in await heartbeats.workers_alive(state.redis) if _ours(beat, state.settings.queue_name)
@@ -51,6 +52,7 @@ async def system(request: Request) -> Response:
         "session": session,
         "queues": queues,
         "workers": workers,
+        "running": running,
         "webhooks": webhooks,
         "charts": charts,
         "by_status": sorted(by_status.items()),

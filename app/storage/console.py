@@ -321,6 +321,18 @@ _WEBHOOKS_FAILING = text("""
 """)
 
 
+# What each worker runs now (the index of active responses), its earliest-claimed first.
+_RUNNING_BY_WORKER = text("""
+    SELECT worker_id, array_agg(id ORDER BY started_at) AS ids
+    FROM responses WHERE status = 'in_progress' AND worker_id IS NOT NULL
+    GROUP BY worker_id
+""")
+
+
+async def running_by_worker(conn: AsyncConnection) -> dict[str, list[str]]:
+    return {row.worker_id: list(row.ids) for row in await conn.execute(_RUNNING_BY_WORKER)}
+
+
 async def queues(conn: AsyncConnection) -> list[DbRow]:
     return list((await conn.execute(_QUEUES)).all())
 

@@ -11,6 +11,7 @@ import re
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from urllib.parse import quote
@@ -318,9 +319,13 @@ def test_the_system_page_shows_queues_workers_and_the_last_hour(
 ) -> None:
     running = console_client.responses.create(model="fake", input=SLOW, background=True)
     try:
+        deadline = time.monotonic() + 10
+        while console_client.responses.retrieve(running.id).status != "in_progress" and time.monotonic() < deadline:
+            time.sleep(0.05)
         page = http.get("/console/system", headers=session).text
         assert "fake-model" in page  # its queue: the running response
-        assert "taking jobs" in page  # a worker alive
+        assert "taking jobs" in page  # a worker alive, and what it runs
+        assert f'href="/console/responses/{running.id}"' in page
         assert "Time to first output, p99" in page and "<rect" in page
     finally:
         console_client.responses.cancel(running.id)

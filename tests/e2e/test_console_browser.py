@@ -104,11 +104,11 @@ def test_an_operator_filters_the_responses_and_opens_one(logged_in: WebDriver, s
 def test_an_operator_watches_a_running_response_finish_live(logged_in: WebDriver, stack: Stack) -> None:
     browser = logged_in
     words = " ".join(f"live{i}" for i in range(60))
-    running = stack.client.responses.create(
-        model="fake", input="#fake " + json.dumps({"text": words, "delay": 0.1}), background=True
-    )
+    script = {"text": words, "delay": 0.1, "first_delay": 2}  # (the page is open before its first output)
+    running = stack.client.responses.create(model="fake", input="#fake " + json.dumps(script), background=True)
     browser.get(f"{origin(stack)}/console/responses/{running.id}")
     until(browser, lambda b: "live3" in text_of(b, "#live-output"))  # streaming, in the page
+    assert "output item opened" in text_of(browser, "#steps")  # the timeline grows as events arrive
     screenshot(browser, "live")
     until(browser, lambda b: text_of(b, "#status") == "completed", 30)
     until(browser, lambda b: not b.find_elements(By.ID, "live"))  # the page, again, whole
