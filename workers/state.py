@@ -4,6 +4,7 @@ event writer, the runtime client, the generations running, and the side tasks th
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import socket
@@ -45,8 +46,16 @@ log = logging.getLogger(__name__)
 HELD_CONNECTIONS = 2
 
 
-def this_worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+_WORKERS_IN_PROCESS = itertools.count(1)
+
+
+def new_worker_id() -> str:
+    """A worker's id: its host and process (`host:pid`), and for a second worker in one process
+    (the tests' in-process servers) its number after them (`host:pid-2`): no two workers share a
+    heartbeat, a lease or a placement."""
+    number = next(_WORKERS_IN_PROCESS)
+    process = f"{socket.gethostname()}:{os.getpid()}"
+    return process if number == 1 else f"{process}-{number}"
 
 
 @dataclass
@@ -55,7 +64,7 @@ class WorkerState(ProcessState):
     runtime: ChatRuntimeClient
     # The model server this worker started and keeps running (a `worker --model` only).
     supervisor: RuntimeSupervisor | None = None
-    worker_id: str = field(default_factory=lambda: this_worker_id())
+    worker_id: str = field(default_factory=new_worker_id)
     queue_name: str = ""  # the queue it takes jobs from (open() sets it)
     draining: bool = False  # shutting down: no new job; its generations finish or are handed over
     # Generations running in this process, by response id: what a stop signal cancels.
@@ -142,10 +151,12 @@ class WorkerState(ProcessState):
         catalog: Catalog,
         supervisor: RuntimeSupervisor | None = None,
         queue_name: str | None = None,
+        worker_id: str | None = None,
     ) -> WorkerState:
-        """`queue_name`: the queue the worker takes jobs from (its hosted model's, or the shared one)."""
+        """`queue_name`: the queue the worker takes jobs from (its hosted model's, or the shared one);
+        `worker_id`: the id its queue worker places jobs by (else a new one)."""
         engine, held_engine = open_engines(settings, HELD_CONNECTIONS)
-        worker_id = this_worker_id()
+        worker_id = worker_id or new_worker_id()
         return cls(
             settings=settings,
             catalog=catalog,

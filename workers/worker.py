@@ -18,7 +18,7 @@ from workers.jobs.embed import embed_texts
 from workers.jobs.generate import generate
 from workers.jobs.ingest import ingest_file
 from workers.runtimes.hosting import hosted_queue, start_model_server
-from workers.state import WorkerState, this_worker_id
+from workers.state import WorkerState, new_worker_id
 
 
 async def _startup(ctx: dict[str, Any]) -> None:
@@ -31,7 +31,7 @@ async def _startup(ctx: dict[str, Any]) -> None:
     supervisor = None
     if ctx["hosted_model"] is not None:  # jobs wait in the queue until the model's server answers
         catalog, supervisor = await start_model_server(catalog, ctx["hosted_model"])
-    state = WorkerState.open(settings, ctx["redis"], catalog, supervisor, ctx["queue_name"])
+    state = WorkerState.open(settings, ctx["redis"], catalog, supervisor, ctx["queue_name"], ctx["worker_id"])
     state.start()
     await state.announce()
     ctx["state"] = state
@@ -65,7 +65,13 @@ def build_worker(settings: Settings, hosted_model: str | None = None, **override
     options: dict[str, Any] = {
         "on_startup": _startup,
         "on_shutdown": _shutdown,
-        "ctx": {"settings": settings, "catalog": catalog, "hosted_model": hosted_model, "queue_name": queue_name},
+        "ctx": {
+            "settings": settings,
+            "catalog": catalog,
+            "hosted_model": hosted_model,
+            "queue_name": queue_name,
+            "worker_id": new_worker_id(),
+        },
         "max_jobs": settings.worker_max_jobs,
         "poll_delay": settings.worker_poll_delay,
         "job_timeout": settings.job_timeout_seconds,
@@ -74,8 +80,8 @@ def build_worker(settings: Settings, hosted_model: str | None = None, **override
     options.update(overrides)
     worker = queue_worker(jobs, options.pop("queue_name", queue_name), settings.redis_url, **options)
     worker.on_drain = partial(_drain, worker.ctx)
-    if settings.placement_wait_ms:  # (its WorkerState has the same id: this process's)
-        worker.placement_id = this_worker_id()
+    if settings.placement_wait_ms:  # (its WorkerState has the same id)
+        worker.placement_id = worker.ctx["worker_id"]
     return worker
 
 
