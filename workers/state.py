@@ -51,11 +51,11 @@ _WORKERS_IN_PROCESS = itertools.count(1)
 
 def new_worker_id() -> str:
     """A worker's id: its host and process (`host:pid`), and for a second worker in one process
-    (the tests' in-process servers) its number after them (`host:pid-2`): no two workers share a
-    heartbeat, a lease or a placement."""
+    (the tests' in-process servers) its number with the host (`host-2:pid`): no two workers share
+    a heartbeat, a lease or a placement, and every id ends with its process."""
     number = next(_WORKERS_IN_PROCESS)
-    process = f"{socket.gethostname()}:{os.getpid()}"
-    return process if number == 1 else f"{process}-{number}"
+    host = socket.gethostname() if number == 1 else f"{socket.gethostname()}-{number}"
+    return f"{host}:{os.getpid()}"
 
 
 @dataclass

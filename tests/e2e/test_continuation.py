@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -68,13 +69,13 @@ def two_workers(stack: Stack, environment: Environment) -> list[subprocess.Popen
     workers = [stack.start_worker(), stack.start_worker()]
     redis = Redis.from_url(environment.redis_url)
 
-    def beating() -> set[int]:
+    def beating() -> set[str]:
+        """The worker ids beating now (of any deployment on this Redis)."""
         beats: list[Any] = [redis.get(key) for key in redis.scan_iter(match=WORKER_PREFIX + "*")]
-        ids = [json.loads(beat) for beat in beats if beat]
-        return {int(b["worker_id"].rsplit(":", 1)[1]) for b in ids}
+        return {str(json.loads(beat)["worker_id"]) for beat in beats if beat}
 
     try:
-        wait_until(lambda: {w.pid for w in workers} <= beating())
+        wait_until(lambda: {f"{socket.gethostname()}:{w.pid}" for w in workers} <= beating())
     finally:
         redis.close()
     return workers
