@@ -28,8 +28,10 @@ LATEST = 20
 async def accounts_list(request: Request) -> Response:
     session = await session_of(request)
     async with state_of(request).engine.connect() as conn:
-        listed = await console_db.accounts_overview(conn)
-    return TEMPLATES.TemplateResponse(request, "accounts.html", {"session": session, "accounts": listed})
+        listed = await accounts_db.list_accounts(conn)
+        active = await console_db.active_by_account(conn)
+    context = {"session": session, "accounts": listed, "active": active}
+    return TEMPLATES.TemplateResponse(request, "accounts.html", context)
 
 
 @page

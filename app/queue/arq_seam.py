@@ -92,10 +92,11 @@ def serialized_job(function: str, args: tuple[Any, ...], now_ms: int, serializer
 # holder's load (jobs taken, not ended) is within PLACEMENT_SLACK of the least loaded's, else the
 # least loaded (ties: the holder, then the set's order); each job placed here counts at once. A
 # placed job is stored as due when the wait ends (arq's deferred job), and its worker alone is
-# told, on its own channel (the wake-up channel and ":<worker id>"). Workers whose heartbeat is
-# gone leave the queue's set. KEYS[1]: the queue, KEYS[2]: its wake-up channel, KEYS[3]: its set
-# of workers; ARGV: expiry (ms), now (ms), the placement wait (ms; 0: none), arq's job and result
-# key prefixes, our placement, heartbeat and load key prefixes, then for each job its id, its
+# told, on its own channel (redis_keys.placed_channel). Workers whose heartbeat is gone leave the
+# queue's set. KEYS[1]: the queue, KEYS[2]: its wake-up channel, KEYS[3]: its set of workers;
+# ARGV: expiry (ms), now (ms), the placement wait (ms; 0: none), arq's job and result key
+# prefixes, our placement, heartbeat and load key prefixes, the queue's placed channels' prefix
+# (a worker's channel is it and the worker's id), then for each job its id, its
 # serialized job, the number of contexts it continues and those contexts. Returns per job:
 # 0 not added (it exists), 1 added for any worker, 2 placed on its context's holder, 3 placed on
 # the least loaded worker.
@@ -114,7 +115,7 @@ if wait > 0 then
         end
     end
 end
-local i = 9
+local i = 10
 while i <= #ARGV do
     local id, contexts = ARGV[i], tonumber(ARGV[i + 2])
     if redis.call('EXISTS', ARGV[4] .. id, ARGV[5] .. id) > 0 then
@@ -149,7 +150,7 @@ while i <= #ARGV do
     i = i + 3 + contexts
 end
 if #ids > 0 then redis.call('PUBLISH', KEYS[2], table.concat(ids, ' ')) end
-for worker, jobs in pairs(placed) do redis.call('PUBLISH', KEYS[2] .. ':' .. worker, table.concat(jobs, ' ')) end
+for worker, jobs in pairs(placed) do redis.call('PUBLISH', ARGV[9] .. worker, table.concat(jobs, ' ')) end
 return added
 """.replace("PLACEMENT_SLACK_SHARE", "1.25").replace("PLACEMENT_SLACK_JOBS", "2")
 _JOB_EXPIRY_MS = 86_400_000  # arq's default expires_extra_ms: an unstarted job lives a day
@@ -177,7 +178,7 @@ async def enqueue_serialized(
     was done with it (NOT_ADDED, ADDED, PLACED_ON_HOLDER, PLACED_ON_LEAST_LOADED)."""
     script = queue.register_script(_ENQUEUE)
     args: list[Any] = [_JOB_EXPIRY_MS, enqueued_ms, placement_wait_ms, job_key_prefix, result_key_prefix]
-    args += [PLACEMENT_PREFIX, WORKER_PREFIX, LOAD_PREFIX]
+    args += [PLACEMENT_PREFIX, WORKER_PREFIX, LOAD_PREFIX, placed_channel(queue_name, "")]
     for job in jobs:
         args += [job.job_id, job.data, len(job.continues), *job.continues]
     keys = [queue_name, wake_channel(queue_name), QUEUE_WORKERS_PREFIX + queue_name]

@@ -10,7 +10,7 @@ from typing import Literal
 
 from redis.asyncio import Redis
 
-from app.queue.redis_keys import LIMIT_PREFIX
+from app.queue.redis_keys import LIMIT_PREFIX, refusals_key
 
 # One call for both of a create's counters. KEYS: the requests counter, the tokens counter. ARGV:
 # requests limit (0: none), tokens limit (0: none), the estimate, the window (s). Counts only when
@@ -74,12 +74,12 @@ async def settle(redis: Redis, tokens_key: str, real_minus_estimate: int) -> Non
     await redis.eval(_SETTLE, 1, tokens_key, str(real_minus_estimate))  # type: ignore[misc]
 
 
-# Creates refused (429) per account and day (UTC), for the console: `<prefix>refused:<account>:<day>`.
+# Creates refused (429) per account and day (UTC), for the console (redis_keys.refusals_key).
 REFUSALS_KEPT_DAYS = 8
 
 
 async def count_refusal(redis: Redis, account_id: str) -> None:
-    key = f"{LIMIT_PREFIX}refused:{account_id}:{int(time.time() // 86400)}"
+    key = refusals_key(account_id, int(time.time() // 86400))
     async with redis.pipeline(transaction=False) as pipe:
         pipe.incr(key)
         pipe.expire(key, REFUSALS_KEPT_DAYS * 86400)
@@ -90,5 +90,5 @@ async def refusals_by_day(redis: Redis, account_id: str, days: int = 7) -> list[
     """(day number since the epoch, creates refused) for the last `days` days, oldest first."""
     today = int(time.time() // 86400)
     numbers = list(range(today - days + 1, today + 1))
-    counts = await redis.mget([f"{LIMIT_PREFIX}refused:{account_id}:{day}" for day in numbers])
+    counts = await redis.mget([refusals_key(account_id, day) for day in numbers])
     return [(day, int(count or 0)) for day, count in zip(numbers, counts, strict=True)]

@@ -48,6 +48,12 @@ WORKER_PREFIX = "responses:workers:"
 # `<prefix>tokens:<account>:<window>`, expiring with the window (app/queue/rate_counters.py).
 LIMIT_PREFIX = "responses:limits:"
 
+
+def refusals_key(account_id: str, day: int) -> str:
+    """An account's creates refused (429) on one day (days since the epoch, UTC), for the console."""
+    return f"{LIMIT_PREFIX}refused:{account_id}:{day}"
+
+
 # Published after each enqueue, so workers start the job at once instead of at their next poll.
 WAKE_CHANNEL_PREFIX = "responses:wake:"
 

@@ -14,7 +14,6 @@ from typing import Any
 from sqlalchemy import Select, func, select, text, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.protocol.vocabulary import ACTIVE_STATUSES
 from app.storage import DbRow
 from app.storage import conversations as conversations_db
 from app.storage.tables import accounts, api_keys, conversations, items, response_steers, responses
@@ -185,31 +184,14 @@ async def steered_at(conn: AsyncConnection, response_id: str) -> list[datetime]:
     return list((await conn.scalars(query.order_by(response_steers.c.created_at))).all())
 
 
-@dataclass(frozen=True, slots=True)
-class AccountRow:
-    id: str
-    name: str
-    created_at: datetime
-    disabled_at: datetime | None
-    live_keys: int
-    active: int  # responses queued or running now
+# Responses queued or running now per account (the index of active responses by account).
+_ACTIVE_BY_ACCOUNT = text("""
+    SELECT account_id, count(*) AS n FROM responses WHERE status IN ('queued', 'in_progress') GROUP BY account_id
+""")
 
 
-async def accounts_overview(conn: AsyncConnection) -> list[AccountRow]:
-    live_keys = (
-        select(func.count())
-        .where(api_keys.c.account_id == accounts.c.id, api_keys.c.revoked_at.is_(None))
-        .scalar_subquery()
-    )
-    active = (  # (the index of active responses by account)
-        select(func.count())
-        .where(responses.c.account_id == accounts.c.id, responses.c.status.in_(ACTIVE_STATUSES))
-        .scalar_subquery()
-    )
-    query = select(
-        accounts.c.id, accounts.c.name, accounts.c.created_at, accounts.c.disabled_at, live_keys, active
-    ).order_by(accounts.c.name)
-    return [AccountRow(*row) for row in await conn.execute(query)]
+async def active_by_account(conn: AsyncConnection) -> dict[str, int]:
+    return {row.account_id: int(row.n) for row in await conn.execute(_ACTIVE_BY_ACCOUNT)}
 
 
 async def account_row(conn: AsyncConnection, account_id: str) -> DbRow | None:
