@@ -183,6 +183,8 @@ class Settings(BaseSettings):
     unstored_background_seconds: float = Field(600.0, alias="RESPONSES_UNSTORED_BACKGROUND_SECONDS")
     stream_log_hours: float = Field(24.0, alias="RESPONSES_STREAM_LOG_HOURS")
     retention_interval_seconds: float = Field(60.0, alias="RESPONSES_RETENTION_INTERVAL_SECONDS")
+    # How often each worker vacuums the event log's live partition (app/housekeeping/live_log.py).
+    live_log_vacuum_seconds: float = Field(2.0, gt=0, alias="RESPONSES_LIVE_LOG_VACUUM_SECONDS")
     # The operator's console (/console, app/console/): off unless set; its sessions last this long.
     console: bool = Field(False, alias="RESPONSES_CONSOLE")
     console_session_hours: float = Field(12.0, gt=0, alias="RESPONSES_CONSOLE_SESSION_HOURS")

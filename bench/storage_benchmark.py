@@ -1,14 +1,16 @@
 """What a streamed token costs Postgres: table, index and TOAST bytes and WAL, per output token.
 
     python bench/storage_benchmark.py [--responses 128] [--tokens 256] [--concurrency 16] [--rounds 2]
+                                      [--live-log-vacuum-seconds S]
 
 Starts a Postgres cluster of its own (tests/private_postgres.py), so that nothing else writes
 WAL, and the stack (bench/stack.py) on it. Each round streams `--responses` stored responses of
 `--tokens` tokens, `--concurrency` at a time, one token every `--token-delay` seconds (a GPU's
 pace), and reports the growth of every table of the database (heap, indexes, TOAST; the event
-log apart) and the WAL written, per output token and as a multiple of the tokens' text, with the
-WAL by kind of record (pg_waldump's statistics: which writes it is). A VACUUM
-runs between rounds: a later round is steady traffic, reusing what VACUUM freed.
+log apart, and each table's) and the WAL written, per output token and as a multiple of the
+tokens' text, with the WAL by kind of record (pg_waldump's statistics: which writes it is). The
+first round starts from a fresh database; a VACUUM runs between rounds: a later round is steady
+traffic, reusing what VACUUM freed.
 """
 
 from __future__ import annotations
@@ -86,6 +88,12 @@ def growth(
             "bytes_per_token": round(total / tokens, 1),
             "times_text": round(total / text_bytes, 1),
         }
+    by_table = {t: {part: grown([t], part) for part in ("heap", "index", "toast")} for t in everything}
+    figures["by_table_bytes_per_token"] = {
+        t: {part: round(size / tokens, 1) for part, size in parts.items() if size}
+        for t, parts in sorted(by_table.items(), key=lambda kv: -sum(kv[1].values()))
+        if any(parts.values())
+    }
     figures["wal_bytes_per_token"] = round(wal_bytes / tokens, 1)
     figures["wal_times_text"] = round(wal_bytes / text_bytes, 1)
     return figures
@@ -98,6 +106,7 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--token-delay", type=float, default=0.02)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--live-log-vacuum-seconds", type=float, default=2.0, help="RESPONSES_LIVE_LOG_VACUUM_SECONDS")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     words = [f"w{i}" for i in range(args.tokens)]  # (the fake streams a word a token, a space between)
@@ -105,7 +114,11 @@ async def main() -> None:
     script = "#fake " + json.dumps({"text": " ".join(words), "delay": args.token_delay})
     rounds = []
     with private_cluster() as cluster:
-        async with running_stack(max_output_tokens=args.tokens * 2, postgres_admin_url=cluster.url()) as stack:
+        async with running_stack(
+            max_output_tokens=args.tokens * 2,
+            postgres_admin_url=cluster.url(),
+            RESPONSES_LIVE_LOG_VACUUM_SECONDS=str(args.live_log_vacuum_seconds),
+        ) as stack:
             body = {"model": "fake", "input": script, "stream": True, "stream_options": {"include_obfuscation": False}}
             stream = (f"{stack.api_url}/responses", body, stack.headers, b"response.output_text.delta")
             conn = await asyncpg.connect(stack.database_url.replace("+asyncpg", ""))

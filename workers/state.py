@@ -9,12 +9,13 @@ import logging
 import os
 import socket
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from app.catalog import Catalog, OpenAIModel
 from app.embeddings.embedders import Embedders
 from app.events.writer import EventWriter
-from app.housekeeping import reaper, retention
+from app.housekeeping import live_log, reaper, retention
 from app.housekeeping.process_state import ProcessState, open_engines
 from app.process.batching import Batched
 from app.process.egress import EgressGuard
@@ -186,6 +187,9 @@ class WorkerState(ProcessState):
         self.side_tasks.start("steer-listener", self._listen_for_steers)
         self.side_tasks.start_every("housekeeping", self.settings.housekeeping_seconds, self._housekeeping)
         self.side_tasks.start_every("retention", self.settings.retention_interval_seconds, self._retention)
+        self.side_tasks.start_every(
+            "live-log-vacuum", self.settings.live_log_vacuum_seconds, partial(live_log.vacuum, self.engine)
+        )
 
     async def close(self) -> None:
         await self.stop_loops()

@@ -1,12 +1,13 @@
 """The event log's day partitions: made ahead, dropped whole.
 
-`event_log` has one partition a day, `event_log_YYYY_MM_DD`, for the responses created that day
-(their `log_key >> 32`, migration 0015). Retention (app/housekeeping/retention.py) purges a response's
-log by marking it; its rows stay until its day's partition is dropped, which happens once every
-response of that day has been purged or deleted: one DROP instead of a DELETE per row and the
-VACUUM after it. Partitions are made DAYS_AHEAD days ahead; a response whose day has none (the
-workers were all down for days) has its events in `event_log_default`, whose rows its purge
-deletes.
+`event_log` has one partition a day, `event_log_YYYY_MM_DD`, for the logs of the responses that
+ended that day (their `log_key >> 32`, migrations 0015 and 0021); the logs still being written are
+in `event_log_live` (app/housekeeping/live_log.py). Retention (app/housekeeping/retention.py)
+purges a response's log by marking it; its rows stay until its day's partition is dropped, which
+happens once every response of that day has been purged or deleted: one DROP instead of a DELETE
+per row and the VACUUM after it. Partitions are made DAYS_AHEAD days ahead; a response whose day
+has none (the workers were all down for days) has its events in `event_log_default`, whose rows
+its purge deletes.
 
 Both changes take the parent table's lock for a moment. While one waits for it, the event
 writers' statements queue behind it, so it waits at most LOCK_TIMEOUT and is tried again on the
@@ -33,7 +34,7 @@ _EPOCH = datetime.date(1970, 1, 1)
 _TODAY = text("SELECT floor(extract(epoch FROM now()) / 86400)::bigint")
 _PARTITIONS = text("""
     SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-    WHERE i.inhparent = 'event_log'::regclass AND c.relname <> 'event_log_default'
+    WHERE i.inhparent = 'event_log'::regclass AND c.relname NOT IN ('event_log_default', 'event_log_live')
 """)
 # Whether any response of the day still has its log (created, running, or ended and not purged).
 _DAY_IN_USE = text("""

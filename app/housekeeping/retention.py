@@ -82,8 +82,10 @@ class Step:
             marked AS (UPDATE responses r SET events_purged_at = now() FROM due WHERE r.id = due.id
                        RETURNING r.id, r.log_key),
             -- The log's rows go with their day's partition (app/housekeeping/log_partitions.py); only
-            -- a day that had none holds them in the default one.
+            -- a day that had none holds them in the default one, and only a log that never ended
+            -- where it should have (its response's status set by hand) in the live one.
             gone AS (DELETE FROM event_log_default e USING marked WHERE e.log_key = marked.log_key),
+            live AS (DELETE FROM event_log_live e USING marked WHERE e.log_key = marked.log_key),
             templates AS (DELETE FROM event_templates t USING marked WHERE t.log_key = marked.log_key),
             snapshots AS (DELETE FROM output_snapshots s USING marked WHERE s.response_id = marked.id)
             SELECT count(*) FROM marked"""

@@ -10,9 +10,10 @@ other numbered too and has its statement refused; it cannot write after a termin
 to number past it, it must see it, and with it the terminal status it committed with (design
 invariants 2 and 3). When a response ends, the same statement folds its deltas: each run of
 consecutive deltas of one part becomes one row holding their texts (RUN_BYTES of them at most),
-and the whole log moves to a new key of the same day: the old key's index pages, emptied, are
-used again, where entries left among them would keep them sparse for as long as their day's
-partition lives.
+and the whole log moves from its key in `event_log_live`, the partition of the logs being written,
+to a new key of the day it ends (migration 0021): a day's partition holds folded logs only, written
+once, with no holes where streamed rows were; the live partition's space, freed as fast as it is
+filled, is used again (app/housekeeping/live_log.py).
 """
 
 from __future__ import annotations
@@ -74,12 +75,11 @@ _APPEND = DriverStatement(
                              CAST(:end_times AS float8[]))
             AS f(response_id, status, usage, error, incomplete_details, completed_epoch)
     ), ended AS (
-        -- A response that ends moves its log to a new key (of the same day): its folded log is
-        -- written afresh, and the old key's index pages, emptied, are used again.
+        -- A response that ends moves its log from the live partition to a key of today's: its
+        -- folded log is written afresh there, and the live rows' space is used again.
         UPDATE responses r SET
             status = f.status, usage = f.usage, error = f.error, incomplete_details = f.incomplete_details,
-            completed_at = to_timestamp(f.completed_epoch), lease_expires_at = NULL,
-            log_key = ((r.log_key >> 32) << 32) | (nextval('response_log_keys') & 4294967295)
+            completed_at = to_timestamp(f.completed_epoch), lease_expires_at = NULL, log_key = ended_log_key()
         FROM endings f
         WHERE r.id = f.response_id AND r.id IN (SELECT id FROM live) AND r.status IN ('queued', 'in_progress')
           AND (CAST(:worker_id AS text) IS NULL OR r.worker_id = :worker_id)
@@ -239,12 +239,13 @@ _APPEND_STREAMING = DriverStatement(
         ON CONFLICT DO NOTHING
         RETURNING log_key, id, type, prefix, suffix
     ), inserted AS (
-        INSERT INTO event_log (log_key, sequence_number, template, type, payload, committed_at)
+        INSERT INTO event_log (log_key, sequence_number, template, type, payload, output_at, output_path, committed_at)
         SELECT n.log_key, n.sequence_number,
                CASE WHEN k.fits THEN n.template END,
                CASE WHEN NOT k.fits THEN n.type END,
                CASE WHEN k.fits THEN n.body
                     ELSE n.head || n.body || n.tail || ',"sequence_number":' || n.sequence_number || '}' END,
+               n.output_at, string_to_array(n.output_path, ','),
                CASE WHEN NOT k.fits THEN now() END
         FROM numbered n
         LEFT JOIN event_templates t ON n.template IS NOT NULL AND t.log_key = n.log_key AND t.id = n.template
@@ -393,17 +394,29 @@ _OUTPUT_PIECE = """
 """
 
 
+# An opening event stored without its response object (output_refs.py) gets it back from the
+# event before it: `{"type":"…","response":` OBJECT `,"sequence_number":N}`.
+_OPENING_PIECE = """
+    (SELECT substr(p.payload, length(p.type) + 23,
+                   length(p.payload) - length(p.type) - 22 - length(',"sequence_number":' || p.sequence_number || '}'))
+     FROM event_log p WHERE p.log_key = e.log_key AND p.sequence_number = e.sequence_number - 1)
+"""
+
+
 def _log_after(after: str) -> str:
     """The events of response `r`'s log after sequence number `after`, in order, each put back as
     it was streamed: a row's event, or each delta of a run (its texts a JSON array, which `json`
     hands back as written); a delta with its template, a closing event with its piece of the
-    output. A row is keyed by its last event's number, so the key's range finds exactly the rows
-    that hold events after `after`. (The `response_events` view, migration 0015, is this for psql.)"""
+    output, an opening event with the response object of the one before it. A row is keyed by
+    its last event's number, so the key's range finds exactly the rows that hold events after
+    `after`. (The `response_events` view, migrations 0015 and 0021, is this for psql.)"""
     return f"""
         SELECT x.sequence_number, coalesce(e.type, t.type) AS type,
                CASE WHEN e.template IS NOT NULL
                     THEN t.prefix || x.body || t.suffix || ',"sequence_number":' || x.sequence_number || '}}'
                     WHEN e.output_at IS NULL THEN e.payload
+                    WHEN e.output_path = '{{response}}'
+                    THEN left(e.payload, e.output_at) || {_OPENING_PIECE} || substr(e.payload, e.output_at + 1)
                     ELSE left(e.payload, e.output_at) || {_OUTPUT_PIECE} || substr(e.payload, e.output_at + 1)
                END AS payload
         FROM event_log e

@@ -1,4 +1,4 @@
-"""Closing events stored by reference to the output items.
+"""Events stored by reference to what the log or the output items hold already.
 
 When a response ends, its closing events repeat its output: `output_text.done` the text,
 `content_part.done` the part, `output_item.done` the item, and the terminal event the whole
@@ -8,6 +8,11 @@ events. A closing event of a large answer is stored with that value left out, an
 `{}` the whole array, `{2}` item 2, `{2,content,0,text}` its text); a read puts it back from the
 items (app/storage/events.py), as the very text the followers got live. Small answers are stored
 whole: for a few hundred bytes a reference costs the read more than it saves.
+
+A response opens with two events that carry the same response object (`created` then
+`in_progress`, or a background one's `created` then `queued`), its settings and tools echoed
+whole: the second is stored with the object left out, `output_path` `{response}`, and a read
+takes it from the event before it.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 import orjson
 
 from app.protocol import encoding
+from app.protocol.encoding import WireEvent
 from app.protocol.shapes import Event
 from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
 
@@ -40,14 +46,57 @@ class Stored:
 
 
 def as_stored(events: Sequence[Event], encoded: Sequence[str], output: list[Event] | None) -> list[Stored]:
-    """How each event is stored: whole, or (the closing events of a large answer that `output`
-    ends) with its piece of the output left out."""
-    whole = [Stored(text) for text in encoded]
+    """How each event is stored: whole, with its piece of the output left out (the closing
+    events of a large answer that `output` ends), or with the response object of the event
+    before it left out."""
+    stored = _opening_by_reference(encoded)
     if output is None or not encoded or len(encoded[-1]) < REFERENCE_FROM_BYTES:
-        return whole
+        return stored
     if any(next(iter(item), None) != "id" for item in output):  # read back with its id first
-        return whole
-    return [_by_reference(event, output) or one for event, one in zip(events, whole, strict=True)]
+        return stored
+    return [_by_reference(event, output) or one for event, one in zip(events, stored, strict=True)]
+
+
+def _opening_by_reference(encoded: Sequence[str]) -> list[Stored]:
+    """Each event whole, but an opening event whose response object is, to the character, that of
+    the event stored whole before it in the batch: that one without it."""
+    stored = [Stored(text) for text in encoded]
+    for number in range(1, len(encoded)):
+        before, this = _lifecycle_kind(encoded[number - 1]), _lifecycle_kind(encoded[number])
+        if before is None or this not in OPENED_AGAIN or stored[number - 1].output_at is not None:
+            continue
+        at = len(_object_prefix(this))
+        if encoded[number - 1][len(_object_prefix(before)) : -1] == encoded[number][at:-1]:
+            stored[number] = Stored(encoded[number][:at] + "}", at, RESPONSE_OBJECT)
+    return stored
+
+
+def numbered_as_stored(events: Sequence[WireEvent]) -> list[Stored]:
+    """Events numbered already (a create's opening ones) as stored: whole, or without the
+    response object of the event before them."""
+    tails = [f',"sequence_number":{event.sequence_number}}}' for event in events]
+    unnumbered = [event.json.removesuffix(tail) + "}" for event, tail in zip(events, tails, strict=True)]
+    return [
+        Stored(event.json) if one.output_at is None else Stored(one.payload[:-1] + tail, one.output_at, one.output_path)
+        for event, one, tail in zip(events, _opening_by_reference(unnumbered), tails, strict=True)
+    ]
+
+
+OPENED_AGAIN = ("response.in_progress", "response.queued")
+RESPONSE_OBJECT = "response"  # the output_path of an event whose response object is the one before it's
+
+
+def _object_prefix(kind: str) -> str:
+    return f'{{"type":"{kind}","response":'
+
+
+def _lifecycle_kind(text: str) -> str | None:
+    """The type of an encoded lifecycle event, its response object running from its prefix to
+    its closing brace as the read takes it (app/storage/events.py); None for any other event."""
+    if not text.startswith('{"type":"response.') or not text.endswith("}"):
+        return None
+    kind = text[9 : text.find('"', 9)]
+    return kind if text.startswith(_object_prefix(kind)) else None
 
 
 def _places(event: Event) -> tuple[list[str], Path] | None:

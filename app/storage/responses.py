@@ -21,7 +21,7 @@ from app.protocol.encoding import WireEvent
 from app.protocol.input_items import CLIENT_CALL_TYPES
 from app.protocol.response_object import ResponseRecord
 from app.protocol.vocabulary import ACTIVE_STATUSES, Status
-from app.storage import DbRow
+from app.storage import DbRow, output_refs
 from app.storage import conversations as conversations_db
 from app.storage import items as items_db
 from app.storage.driver import DriverStatement, as_columns
@@ -145,10 +145,13 @@ _INSERT_WITH_INPUT = DriverStatement(
         FROM new r LEFT JOIN continuing c ON c.id = r.id LEFT JOIN responses p ON p.id = r.context_parent_id
         RETURNING id, context_branches[cardinality(context_branches)] AS branch_id, chain_depth, log_key
     ), opening AS (
-        INSERT INTO event_log (log_key, sequence_number, type, payload, committed_at)
-        SELECT response.log_key, e.sequence_number, e.type, e.payload, now()
+        INSERT INTO event_log (log_key, sequence_number, type, payload, output_at, output_path, committed_at)
+        SELECT response.log_key, e.sequence_number, e.type, e.payload, e.output_at,
+               string_to_array(e.output_path, ','), now()
         FROM unnest(CAST(:event_responses AS text[]), CAST(:event_numbers AS int[]), CAST(:event_types AS text[]),
-                    CAST(:event_payloads AS text[])) AS e(response_id, sequence_number, type, payload)
+                    CAST(:event_payloads AS text[]), CAST(:event_output_ats AS int[]),
+                    CAST(:event_output_paths AS text[]))
+            AS e(response_id, sequence_number, type, payload, output_at, output_path)
         JOIN response ON response.id = e.response_id
     )
     INSERT INTO items (id, response_id, side, position, type, payload, branch_id, depth)
@@ -203,7 +206,11 @@ class NewResponse:
 async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) -> None:
     """Stores new responses with their input items and opening events, all with one statement."""
     inputs = [(n.record.id, position, item) for n in new for position, item in enumerate(n.input_items)]
-    opening = [(n.record.id, event) for n in new for event in n.opening]
+    opening = [
+        (n.record.id, event, stored)
+        for n in new
+        for event, stored in zip(n.opening, output_refs.numbered_as_stored(n.opening), strict=True)
+    ]
     stored = as_columns(
         new,
         ids=attrgetter("record.id"),
@@ -227,7 +234,9 @@ async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) ->
         event_responses=itemgetter(0),
         event_numbers=lambda one: one[1].sequence_number,
         event_types=lambda one: one[1].type,
-        event_payloads=lambda one: one[1].json,
+        event_payloads=lambda one: one[2].payload,
+        event_output_ats=lambda one: one[2].output_at,
+        event_output_paths=lambda one: one[2].output_path,
     )
     items = as_columns(
         inputs,

@@ -170,10 +170,12 @@ responses = Table(
         BigInteger,
         nullable=False,
         unique=True,
-        # the day it was created in the upper 32 bits, a counter in the lower ones (migration
-        # 0015): keys grow with time, and one day's keys are one range
+        # while it runs, a key of the live partition; once it ended, the day it ended in the
+        # upper 32 bits and a counter in the lower ones (migrations 0015, 0021): one day's keys
+        # are one range
         server_default=text("new_log_key()"),
-        comment="the key of its event log (event_log): its creation day in the upper 32 bits",
+        comment="the key of its event log (event_log): while it runs, one of event_log_live; "
+        "once it ended, the day it ended in the upper 32 bits",
     ),
     CheckConstraint(f"status IN ({', '.join(repr(s) for s in STATUSES)})", name="status"),
     Index(None, "account_id", "created_at"),
@@ -295,9 +297,11 @@ event_log = Table(
         comment="when a whole event was committed (a response's timeline); null for deltas and runs",
     ),
     PrimaryKeyConstraint("log_key", "sequence_number"),
-    comment="The durable, replayable stream of each response (read it through the response_events view), "
-    "a partition a day (event_log_YYYY_MM_DD: the day its response was created).",
-    # a partition a day of log_key >> 32 (migration 0015, app/housekeeping/log_partitions.py)
+    comment="The durable, replayable stream of each response (read it through the response_events view): "
+    "a running response's in event_log_live, an ended one's in the partition of the day it ended "
+    "(event_log_YYYY_MM_DD).",
+    # a partition a day of log_key >> 32, and the live one (migrations 0015, 0021,
+    # app/housekeeping/log_partitions.py, live_log.py)
     postgresql_partition_by="RANGE (log_key)",
 )
 

@@ -122,10 +122,13 @@ def test_a_large_answer_is_stored_once_beside_its_deltas_and_replays_as_it_strea
     )
     assert sse_data(replay) == sse_data(live)  # byte for byte, the referring events put back whole
     [stored] = environment.query(
-        "SELECT sum(octet_length(e.payload)) AS bytes, count(e.output_at) AS referring "
+        "SELECT sum(octet_length(e.payload)) AS bytes, count(e.output_at) FILTER (WHERE e.output_path <> '{response}') "
+        "AS referring, count(*) FILTER (WHERE e.output_path = '{response}') AS opening_again "
         "FROM event_log e JOIN responses r ON r.log_key = e.log_key WHERE r.id = $1",
         response_id,
     )
-    # The deltas hold the text once; the done events and the terminal one refer to the items.
+    # The deltas hold the text once; the done events and the terminal one refer to the items, and
+    # `queued` to the response object `created` holds.
     assert stored["referring"] == 4 and stored["bytes"] < 1.1 * ANSWER_BYTES
+    assert stored["opening_again"] == 1
     assert big_client.responses.retrieve(response_id).output_text == expected_text()

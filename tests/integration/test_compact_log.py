@@ -13,6 +13,7 @@ import sqlalchemy.exc
 from sqlalchemy import text
 
 from app.protocol.encoding import WireEvent
+from app.protocol.lifecycle import lifecycle_event
 from app.service.state import AppState
 from app.storage import events as events_db
 from app.storage import responses as responses_db
@@ -194,3 +195,45 @@ async def test_a_commit_of_streaming_output_drops_the_events_of_a_response_that_
     assert await read_after(state, ended, closed[-1].sequence_number) == []
     opening = committed[streaming][0].sequence_number
     assert await read_after(state, streaming, opening - 1) == [e.json for e in committed[streaming]]
+
+
+async def test_an_opening_event_repeating_the_response_object_is_stored_once_and_reads_back_whole(
+    state: AppState, account_id: str
+) -> None:
+    """A response's first two events carry the same response object: a background one's
+    `created` and `queued` (stored by its create), a foreground one's `created` and `in_progress`
+    (appended by its worker). The second is stored without it, and every read (a resume from any
+    point, the operators' view, the log once folded) gives it back as it streamed."""
+    tricky = {"a": 'x,"sequence_number":1}', "sequence_number": "\u00e9\U0001f600"}  # what a read must not look for
+    for background in (True, False):
+        response_id = await accept(state, account_id, input="hi", background=background, stream=True, metadata=tricky)
+        async with state.engine.connect() as conn:
+            record = await responses_db.get_record(conn, response_id, account_id)
+        assert record is not None
+        running = record.evolve(status="in_progress")
+        worker_opens = [lifecycle_event("response.in_progress", running)]
+        if not background:  # (a foreground response's create stores nothing)
+            worker_opens.insert(0, lifecycle_event("response.created", running))
+        everything = await read_after(state, response_id, -1)
+        everything += [e.json for e in await streamed(state, response_id, [worker_opens, [text_delta("a")]])]
+        kinds = [orjson.loads(e)["type"] for e in everything]
+        second, third = ("response.queued", "response.in_progress") if background else (worker_opens[1]["type"], "")
+        assert kinds[:3] == ["response.created", second, third or "response.output_text.delta"]
+        rows = {row["sequence_number"]: row["payload"] for row in await stored_rows(state, response_id)}
+        assert '"metadata"' in rows[0] and '"metadata"' not in rows[1]  # stored by reference to the first
+        assert '"metadata"' in rows[2] or not background  # (background: in_progress differs from queued)
+        for after in range(-1, len(everything)):
+            assert await read_after(state, response_id, after) == everything[after + 1 :]
+
+        closing = [{"type": "response.completed"}]
+        async with state.engine.begin() as conn:
+            ended = await events_db.end(conn, response_id, closing, responses_db.Outcome("completed", [], 0.0))
+        everything += [e.json for e in ended]
+        for after in range(-1, len(everything)):
+            assert await read_after(state, response_id, after) == everything[after + 1 :]
+        async with state.engine.connect() as conn:
+            viewed = await conn.scalars(
+                text("SELECT payload FROM response_events WHERE response_id = :id ORDER BY sequence_number"),
+                {"id": response_id},
+            )
+            assert list(viewed) == everything

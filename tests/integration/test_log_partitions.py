@@ -1,5 +1,6 @@
-"""The event log's day partitions: events land in their response's day, and a day is dropped
-whole once every response of it has had its log purged (app/housekeeping/log_partitions.py)."""
+"""The event log's partitions: a running response's log is live, its end moves it folded into
+the day it ended, and a day is dropped whole once every response of it has had its log purged
+(app/housekeeping/log_partitions.py, live_log.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from datetime import timedelta
 
 from sqlalchemy import text
 
-from app.housekeeping import log_partitions, retention
+from app.housekeeping import live_log, log_partitions, retention
 from app.service.state import AppState
 from app.storage import events as events_db
+from app.storage import responses as responses_db
 from tests.deltas import text_delta
 from tests.integration.conftest import accept
 
@@ -83,13 +85,58 @@ async def readable(state: AppState, response_id: str) -> int:
         return len(await events_db.events_after(conn, response_id, -1, None))
 
 
-async def test_partitions_are_made_ahead_and_a_response_logs_into_its_own_day(state: AppState, account_id: str) -> None:
+async def end(state: AppState, response_id: str) -> list[str]:
+    """Streams a few deltas and ends the response as a worker does; every event it streamed."""
+    async with state.engine.begin() as conn:
+        await conn.execute(text("UPDATE responses SET status = 'in_progress' WHERE id = :id"), {"id": response_id})
+        streamed = [await events_db.append(conn, response_id, [text_delta(w)]) for w in ("a", "b", "c")]
+        closing = [text_delta("d"), {"type": "response.completed"}]
+        ended = await events_db.end(conn, response_id, closing, responses_db.Outcome("completed", [], 0.0))
+    return [e.json for events in [*streamed, ended] for e in events]
+
+
+async def all_events(state: AppState, response_id: str) -> list[str]:
+    async with state.engine.connect() as conn:
+        return [e.json for e in await events_db.events_after(conn, response_id, -1, None)]
+
+
+async def test_a_running_responses_log_is_live_and_its_end_moves_it_folded_into_the_day_it_ended(
+    state: AppState, account_id: str
+) -> None:
     day = await today(state)
     await log_partitions.maintain(state.engine)
     ahead = {log_partitions.partition_name(day + n) for n in range(log_partitions.DAYS_AHEAD + 1)}
     assert ahead <= await partitions(state)
     response_id = await accept(state, account_id, input="hi", background=True, stream=True)
+    assert await where_its_events_are(state, response_id) == {live_log.PARTITION}
+    opening = await all_events(state, response_id)
+
+    streamed = await end(state, response_id)
     assert await where_its_events_are(state, response_id) == {log_partitions.partition_name(day)}
+    assert await all_events(state, response_id) == opening + streamed  # as it streamed, from its new place
+    [(left,)] = await query(
+        state,
+        "SELECT count(*) FROM event_log_live l JOIN responses r ON r.id = :id AND l.log_key = r.log_key",
+        id=response_id,
+    )
+    assert left == 0
+    assert live_log.PARTITION not in {name for (_, name, *_) in await query(state, "SELECT * FROM event_log_days")}
+
+
+async def test_the_live_partitions_space_is_used_again_once_vacuumed(state: AppState, account_id: str) -> None:
+    """What a day's partition never does: the streamed rows that ended responses left behind are
+    space for the next ones, so the live partition holds what streams between two vacuums."""
+
+    async def stream_and_end(count: int) -> int:
+        for _ in range(count):
+            await end(state, await accept(state, account_id, input="hi", background=True, stream=True))
+        await live_log.vacuum(state.engine)
+        [(size,)] = await query(state, "SELECT pg_relation_size('event_log_live')")
+        return int(str(size))
+
+    first = await stream_and_end(40)
+    assert await stream_and_end(40) == first
+    assert await stream_and_end(40) == first
 
 
 async def test_a_day_is_dropped_whole_once_every_log_of_it_is_purged(state: AppState, account_id: str) -> None:

@@ -48,7 +48,10 @@ async def test_upgrade_head_matches_the_table_definitions(empty_database_url: st
         assert await conn.run_sync(_differences) == []
         tables = set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
         today = (await conn.execute(text("SELECT floor(extract(epoch FROM now()) / 86400)::bigint"))).scalar_one()
-        partitions = {"event_log_default", *(log_partitions.partition_name(today + n) for n in range(3))}
+        partitions = {
+            *("event_log_default", "event_log_live"),
+            *(log_partitions.partition_name(today + n) for n in range(3)),
+        }
         assert partitions <= tables  # today's and the next two days', made ahead
         assert tables - partitions == {
             *("accounts", "api_keys", "responses", "items", "event_log", "event_templates", "output_snapshots"),
@@ -283,4 +286,64 @@ async def test_event_logs_stored_before_0015_move_into_the_compact_log_and_back(
         ]
         counts = await conn.execute(text("SELECT id, next_sequence_number FROM responses ORDER BY id"))
         assert [tuple(row) for row in counts] == [("resp_new", 3), ("resp_old", 4)]
+    await engine.dispose()
+
+
+async def test_logs_being_written_at_0021_go_live_and_back_to_their_creation_day(empty_database_url: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    import migrations
+    from app.storage import events as events_db
+
+    config = Config()
+    config.set_main_option("script_location", migrations.__path__[0])
+    config.set_main_option("sqlalchemy.url", empty_database_url)
+    await _in_thread(command.upgrade, config, "0020")
+    engine = create_async_engine(empty_database_url)
+    delta = {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0}
+    insert = text(
+        "INSERT INTO responses (id, account_id, model, status, background, stream, settings, context_branches, "
+        "context_depths) VALUES (:id, 'acct_1', 'm', 'in_progress', true, true, '{}', "
+        "ARRAY[nextval('branch_ids')], ARRAY[0])"
+    )
+    where = text(
+        "SELECT DISTINCT e.tableoid::regclass::text FROM event_log e JOIN responses r ON r.log_key = e.log_key "
+        "WHERE r.id = :id"
+    )
+    today = log_partitions.partition_name(int(time.time() // 86400))
+
+    async def everything(conn: Any, response_id: str) -> list[str]:
+        return [e.json for e in await events_db.events_after(conn, response_id, -1, None)]
+
+    async with engine.begin() as conn:
+        await conn.execute(text("INSERT INTO accounts (id, name) VALUES ('acct_1', 'one')"))
+        await conn.execute(insert, {"id": "resp_before"})
+        before = await events_db.append(conn, "resp_before", [{**delta, "delta": "a", "logprobs": []}])
+    await _in_thread(command.upgrade, config, "head")
+    async with engine.begin() as conn:
+        assert await everything(conn, "resp_before") == [e.json for e in before]  # running on, where it was
+        closing: list[dict[str, Any]] = [{**delta, "delta": "b", "logprobs": []}, {"type": "response.completed"}]
+        before += await events_db.end(conn, "resp_before", closing, responses_db.Outcome("completed", [], time.time()))
+        assert [*(await conn.scalars(where, {"id": "resp_before"}))] == [today]
+        assert await everything(conn, "resp_before") == [e.json for e in before]
+        await conn.execute(insert, {"id": "resp_after"})
+        response = {"id": "resp_after", "status": "in_progress", "tools": []}
+        opening = [{"type": kind, "response": response} for kind in ("response.created", "response.in_progress")]
+        after = await events_db.append(conn, "resp_after", [*opening, {**delta, "delta": "c", "logprobs": []}])
+        stored_once = text("SELECT count(*) FROM event_log WHERE output_path = '{response}'")
+        assert await conn.scalar(stored_once) == 1  # in_progress, by reference to created
+        assert [*(await conn.scalars(where, {"id": "resp_after"}))] == ["event_log_live"]
+    await _in_thread(command.downgrade, config, "0020")
+    async with engine.begin() as conn:
+        for response_id, events in (("resp_before", before), ("resp_after", after)):
+            assert await everything(conn, response_id) == [e.json for e in events]
+        assert [*(await conn.scalars(where, {"id": "resp_after"}))] == [today]  # created today
+        names = await conn.scalars(text("SELECT relname FROM pg_class WHERE relname = 'event_log_live'"))
+        assert [*names] == []
+        assert await conn.scalar(stored_once) == 0  # stored whole again
+        viewed = await conn.scalars(
+            text("SELECT payload FROM response_events WHERE response_id = 'resp_after' ORDER BY sequence_number")
+        )
+        assert [*viewed] == [e.json for e in after]
     await engine.dispose()

@@ -69,3 +69,41 @@ def test_an_event_that_differs_from_the_output_is_stored_whole() -> None:
     kinds = [e["type"] for e, s in zip(events, stored, strict=True) if s.output_at is not None]
     assert "response.output_item.done" not in kinds and "response.completed" not in kinds
     assert [put_back(s, altered) for s in stored] == encoded
+
+
+def put_back_opening(stored: list[output_refs.Stored], number: int, numbered: bool = False) -> str:
+    """What the read does for an opening event stored by reference, in Python: the response
+    object of the event before it, from its prefix to its sequence number (or closing brace)."""
+    one, before = stored[number], stored[number - 1].payload
+    kind = before[9 : before.index('"', 9)]
+    end = f',"sequence_number":{number - 1}}}' if numbered else "}"
+    assert one.output_at is not None and one.output_path == "response"
+    piece = before[len(f'{{"type":"{kind}","response":') : len(before) - len(end)]
+    return one.payload[: one.output_at] + piece + one.payload[one.output_at :]
+
+
+def test_an_opening_event_repeating_the_response_object_before_it_leaves_it_out() -> None:
+    response = {"id": "resp_1", "status": "queued", "metadata": {"k": 'a,"sequence_number":1}'}}
+    events = [{"type": t, "response": response} for t in ("response.created", "response.queued")]
+    events.append({"type": "response.in_progress", "response": {**response, "status": "in_progress"}})
+    encoded = [encoding.encode(e) for e in events]
+    stored = output_refs.as_stored(events, encoded, None)
+    assert [s.output_path for s in stored] == [None, "response", None]  # in_progress differs: whole
+    assert stored[1].payload == '{"type":"response.queued","response":}'
+    assert put_back_opening(stored, 1) == encoded[1]
+
+    numbered = encoding.numbered(events, encoded, 0)  # as a create stores them
+    stored = output_refs.numbered_as_stored(numbered)
+    assert [s.output_path for s in stored] == [None, "response", None]
+    assert put_back_opening(stored, 1, numbered=True) == numbered[1].json
+    assert stored[0].payload == numbered[0].json and stored[2].payload == numbered[2].json
+
+
+def test_an_opening_event_without_the_same_object_just_before_it_is_stored_whole() -> None:
+    response = {"id": "resp_1", "status": "in_progress"}
+    delta = {"type": "response.output_text.delta", "delta": "hi"}
+    alone: list[dict[str, Any]] = [{"type": "response.in_progress", "response": response}]
+    after_a_delta: list[dict[str, Any]] = [delta, {"type": "response.in_progress", "response": response}]
+    for events in (alone, after_a_delta):
+        stored = output_refs.as_stored(events, [encoding.encode(e) for e in events], None)
+        assert all(s.output_at is None for s in stored)
