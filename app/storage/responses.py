@@ -164,17 +164,27 @@ _INSERT_WITH_INPUT = DriverStatement(
 # The claims, in one statement for any number of responses; JSON comes back as text, decoded here
 # (the statement goes through the driver: app/storage/driver.py).
 # A queued response, or a running one whose worker stopped or died and that waits to be continued
-# (no worker, no lease): either way one compare-and-set, so a second delivery finds nothing.
+# (no worker, no lease): either way one compare-and-set, so a second delivery finds nothing. A
+# response that continues nothing (one branch, its own, at depth 0) reads no chain: its context is
+# its own input, which the claim brings back with it, so its start costs no second round trip.
 _CLAIM = DriverStatement(
     text(
         """
-    UPDATE responses SET status = 'in_progress', started_at = coalesce(started_at, now()), worker_id = :worker_id,
-                         lease_expires_at = now() + make_interval(secs => :lease_seconds),
-                         continued_at = CASE WHEN status = 'in_progress' THEN now() ELSE continued_at END
-    WHERE id = ANY(CAST(:response_ids AS text[]))
-      AND (status = 'queued' OR (status = 'in_progress' AND worker_id IS NULL))
-    RETURNING continuations, context_branches, context_depths, """
+    WITH claimed AS (
+        UPDATE responses SET status = 'in_progress', started_at = coalesce(started_at, now()),
+                             worker_id = :worker_id, lease_expires_at = now() + make_interval(secs => :lease_seconds),
+                             continued_at = CASE WHEN status = 'in_progress' THEN now() ELSE continued_at END
+        WHERE id = ANY(CAST(:response_ids AS text[]))
+          AND (status = 'queued' OR (status = 'in_progress' AND worker_id IS NULL))
+        RETURNING *
+    )
+    SELECT continuations, context_branches, context_depths,
+           CASE WHEN cardinality(context_depths) = 1 AND context_depths[1] = 0 THEN
+               (SELECT coalesce(json_agg(json_build_array(i.id, i.payload) ORDER BY i.position), '[]')::text
+                FROM items i WHERE i.response_id = c.id AND i.side = 'input')
+           END AS own_input, """
         + ", ".join(f"{c}::text AS {c}" if c in _JSON_COLUMNS else c for c in _RECORD_COLUMNS)
+        + " FROM claimed c"
     )
 )
 
@@ -333,14 +343,18 @@ async def claim_many(
 ) -> dict[str, Claim]:
     """`claim` for many responses in one statement: those claimed, by id."""
     parameters = {"response_ids": list(response_ids), "worker_id": worker_id, "lease_seconds": lease_seconds}
-    records, continuations, paths = [], {}, {}
+    records, continuations, paths, contexts = [], {}, {}, {}
     for row in await _CLAIM.mappings(conn, parameters):
         row.update((c, orjson.loads(row[c])) for c in _JSON_COLUMNS if row[c] is not None)
         records.append(record_from_row(row, []))
         continuations[row["id"]] = row["continuations"]
-        paths[row["id"]] = items_db.spans(row["context_branches"], row["context_depths"], own_output=False)
+        if row["own_input"] is not None:  # (as branch_tails reads an item: its id last)
+            contexts[row["id"]] = [{**payload, "id": item_id} for item_id, payload in orjson.loads(row["own_input"])]
+        else:
+            paths[row["id"]] = items_db.spans(row["context_branches"], row["context_depths"], own_output=False)
     # The context of a queued response never changes: read after the claim, it is the same.
-    contexts = await read_contexts(conn, paths) if paths else {}
+    if paths:
+        contexts |= await read_contexts(conn, paths)
     return {r.id: Claim(r, contexts[r.id], continuations[r.id]) for r in records}
 
 

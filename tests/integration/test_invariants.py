@@ -17,6 +17,7 @@ from app.queue.redis_keys import events_channel
 from app.service.state import AppState
 from app.storage import accounts as accounts_db
 from app.storage import events as events_db
+from app.storage import items as items_db
 from app.storage import responses as responses_db
 from app.storage.tables import responses
 from tests.conftest import Environment, FakeRuntime, within
@@ -319,7 +320,8 @@ async def test_one_statement_claims_many_each_with_its_own_context(state: AppSta
         outcome = responses_db.Outcome("completed", answer, time.time())
         assert await events_db.end(conn, first, [{"type": "response.completed"}], outcome)
     chained = await accept(state, account_id, input="second turn", previous_response_id=first)
-    alone = await accept(state, account_id, input="alone")
+    several = [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "alone"}]
+    alone = await accept(state, account_id, input=several)
     taken = await accept(state, account_id, input="taken")
     async with state.engine.begin() as conn:
         assert await responses_db.claim(conn, taken, "another-worker", 30) is not None
@@ -336,8 +338,13 @@ async def test_one_statement_claims_many_each_with_its_own_context(state: AppSta
         ("user", "second turn"),
     ]
     assert claims[chained].context[1]["id"] == f"msg_{first}"
-    assert [text_of(item) for item in claims[alone].context] == ["alone"]
+    assert [text_of(item) for item in claims[alone].context] == ["be brief", "alone"]
     assert claims[alone].record.status == claims[chained].record.status == "in_progress"
+    # A response that continues nothing has its input brought back by the claim itself: the very
+    # items (ids, keys in their order) that reading its context gives.
+    async with state.engine.connect() as conn:
+        read = await items_db.context_items(conn, alone)
+    assert claims[alone].context == read and [list(item) for item in claims[alone].context] == [list(i) for i in read]
 
 
 async def test_requests_authenticated_together_each_get_their_own_account(state: AppState) -> None:
