@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -76,21 +77,25 @@ async def test_upgrade_head_matches_the_table_definitions(empty_database_url: st
 
 async def test_downgrade_base_removes_everything(empty_database_url: str) -> None:
     from alembic import command
-    from alembic.config import Config
-
-    import migrations
 
     settings = Settings(DATABASE_URL=empty_database_url)
     await _in_thread(migrate, settings)
-    config = Config()
-    config.set_main_option("script_location", migrations.__path__[0])
-    config.set_main_option("sqlalchemy.url", empty_database_url)
+    config = _alembic_config(empty_database_url)
     await _in_thread(command.downgrade, config, "base")
     engine = create_async_engine(empty_database_url)
     async with engine.connect() as conn:
         tables = set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
     await engine.dispose()
     assert tables == {"alembic_version"}
+
+
+def _alembic_config(database_url: str) -> Config:
+    import migrations
+
+    config = Config()
+    config.set_main_option("script_location", migrations.__path__[0])
+    config.set_main_option("sqlalchemy.url", database_url)
+    return config
 
 
 async def _in_thread(function: Callable[..., None], *args: object) -> None:
@@ -100,13 +105,8 @@ async def _in_thread(function: Callable[..., None], *args: object) -> None:
 
 async def test_settings_stored_before_0005_survive_the_change_to_json(empty_database_url: str) -> None:
     from alembic import command
-    from alembic.config import Config
 
-    import migrations
-
-    config = Config()
-    config.set_main_option("script_location", migrations.__path__[0])
-    config.set_main_option("sqlalchemy.url", empty_database_url)
+    config = _alembic_config(empty_database_url)
     await _in_thread(command.upgrade, config, "0004")
     engine = create_async_engine(empty_database_url)
     settings = '{"text": {"format": {"type": "text"}}, "tools": [], "temperature": 0.5}'
@@ -131,14 +131,10 @@ async def test_chains_stored_before_0006_keep_their_contexts_as_branches(empty_d
     """Before 0006, a context was walked through context_parent_id (relinked past deleted turns).
     After it, every response's context is the same, and new turns go on from any of them."""
     from alembic import command
-    from alembic.config import Config
 
-    import migrations
     from app.storage import items as items_db
 
-    config = Config()
-    config.set_main_option("script_location", migrations.__path__[0])
-    config.set_main_option("sqlalchemy.url", empty_database_url)
+    config = _alembic_config(empty_database_url)
     await _in_thread(command.upgrade, config, "0005")
     engine = create_async_engine(empty_database_url)
     # a → b → c with b deleted (c relinked to a); a → x → y created later; a lone response z
@@ -192,16 +188,12 @@ def _new_turn(name: str, parent: str, depth: int) -> responses_db.NewResponse:
 
 async def test_downgrade_from_0009_puts_the_left_out_output_back_into_the_events(empty_database_url: str) -> None:
     from alembic import command
-    from alembic.config import Config
 
-    import migrations
     from app.storage import events as events_db
     from app.storage import output_refs
     from tests.unit.test_output_refs import answered
 
-    config = Config()
-    config.set_main_option("script_location", migrations.__path__[0])
-    config.set_main_option("sqlalchemy.url", empty_database_url)
+    config = _alembic_config(empty_database_url)
     await _in_thread(command.upgrade, config, "head")
     engine = create_async_engine(empty_database_url)
     events, output = answered("y" * output_refs.REFERENCE_FROM_BYTES, reasoning="because")
@@ -228,14 +220,10 @@ async def test_downgrade_from_0009_puts_the_left_out_output_back_into_the_events
 
 async def test_event_logs_stored_before_0015_move_into_the_compact_log_and_back(empty_database_url: str) -> None:
     from alembic import command
-    from alembic.config import Config
 
-    import migrations
     from app.storage import events as events_db
 
-    config = Config()
-    config.set_main_option("script_location", migrations.__path__[0])
-    config.set_main_option("sqlalchemy.url", empty_database_url)
+    config = _alembic_config(empty_database_url)
     await _in_thread(command.upgrade, config, "0014")
     engine = create_async_engine(empty_database_url)
     payloads = [
@@ -291,14 +279,10 @@ async def test_event_logs_stored_before_0015_move_into_the_compact_log_and_back(
 
 async def test_logs_being_written_at_0021_go_live_and_back_to_their_creation_day(empty_database_url: str) -> None:
     from alembic import command
-    from alembic.config import Config
 
-    import migrations
     from app.storage import events as events_db
 
-    config = Config()
-    config.set_main_option("script_location", migrations.__path__[0])
-    config.set_main_option("sqlalchemy.url", empty_database_url)
+    config = _alembic_config(empty_database_url)
     await _in_thread(command.upgrade, config, "0020")
     engine = create_async_engine(empty_database_url)
     delta = {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0}
