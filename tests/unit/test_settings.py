@@ -1,6 +1,6 @@
 """DATABASE_URL: the server talks to asyncpg itself, so any PostgreSQL URL means asyncpg's, and
 another driver is refused when the settings are read, naming the variable; a list of servers is
-tried in turn."""
+tried in turn. And an interval that must be positive is refused otherwise."""
 
 from __future__ import annotations
 
@@ -60,3 +60,10 @@ def test_the_password_file_keeps_a_list_of_servers(tmp_path: Path) -> None:
     settings = Settings(DATABASE_URL="postgresql://app@db1,db2/responses", RESPONSES_DATABASE_PASSWORD_FILE=str(secret))
     url = make_url(settings.database_url)
     assert url.password == "pw" and url.query["host"] == ("db1", "db2")
+
+
+@pytest.mark.parametrize("given", ["0", "-1"])
+def test_the_live_logs_vacuum_needs_a_positive_interval(given: str) -> None:
+    """(A worker would vacuum in a loop without pause.)"""
+    with pytest.raises(ValidationError, match="RESPONSES_LIVE_LOG_VACUUM_SECONDS"):
+        Settings(RESPONSES_LIVE_LOG_VACUUM_SECONDS=given)
