@@ -25,6 +25,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.housekeeping import live_log
+
 log = logging.getLogger(__name__)
 
 DAYS_AHEAD = 2
@@ -32,9 +34,9 @@ LOCK_TIMEOUT = "100ms"
 _EPOCH = datetime.date(1970, 1, 1)
 
 _TODAY = text("SELECT floor(extract(epoch FROM now()) / 86400)::bigint")
-_PARTITIONS = text("""
+_PARTITIONS = text(f"""
     SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-    WHERE i.inhparent = 'event_log'::regclass AND c.relname NOT IN ('event_log_default', 'event_log_live')
+    WHERE i.inhparent = 'event_log'::regclass AND c.relname NOT IN ('event_log_default', '{live_log.PARTITION}')
 """)
 # Whether any response of the day still has its log (ended and not purged; or running still under
 # the key of its creation day, given before migration 0021).

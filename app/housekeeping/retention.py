@@ -19,7 +19,7 @@ from datetime import timedelta
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.housekeeping import log_partitions
+from app.housekeeping import live_log, log_partitions
 from app.process.metrics import RETENTION_BEHIND, RETENTION_REMOVED
 from app.settings import Settings
 from app.storage.idempotency import KEY_HOURS
@@ -85,7 +85,7 @@ class Step:
             -- a day that had none holds them in the default one, and only a log that never ended
             -- where it should have (its response's status set by hand) in the live one.
             gone AS (DELETE FROM event_log_default e USING marked WHERE e.log_key = marked.log_key),
-            live AS (DELETE FROM event_log_live e USING marked WHERE e.log_key = marked.log_key),
+            live AS (DELETE FROM {live_log.PARTITION} e USING marked WHERE e.log_key = marked.log_key),
             templates AS (DELETE FROM event_templates t USING marked WHERE t.log_key = marked.log_key),
             snapshots AS (DELETE FROM output_snapshots s USING marked WHERE s.response_id = marked.id)
             SELECT count(*) FROM marked"""

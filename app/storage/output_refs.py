@@ -49,7 +49,7 @@ def as_stored(events: Sequence[Event], encoded: Sequence[str], output: list[Even
     """How each event is stored: whole, with its piece of the output left out (the closing
     events of a large answer that `output` ends), or with the response object of the event
     before it left out."""
-    stored = _opening_by_reference(encoded)
+    stored = _opening_by_reference([event["type"] for event in events], encoded, ["}"] * len(encoded))
     if output is None or not encoded or len(encoded[-1]) < REFERENCE_FROM_BYTES:
         return stored
     if any(next(iter(item), None) != "id" for item in output):  # read back with its id first
@@ -57,46 +57,47 @@ def as_stored(events: Sequence[Event], encoded: Sequence[str], output: list[Even
     return [_by_reference(event, output) or one for event, one in zip(events, stored, strict=True)]
 
 
-def _opening_by_reference(encoded: Sequence[str]) -> list[Stored]:
-    """Each event whole, but an opening event whose response object is, to the character, that of
-    the event stored whole before it in the batch: that one without it."""
-    stored = [Stored(text) for text in encoded]
-    for number in range(1, len(encoded)):
-        before, this = _lifecycle_kind(encoded[number - 1]), _lifecycle_kind(encoded[number])
-        if before is None or this not in OPENED_AGAIN or stored[number - 1].output_at is not None:
-            continue
-        at = len(_object_prefix(this))
-        if encoded[number - 1][len(_object_prefix(before)) : -1] == encoded[number][at:-1]:
-            stored[number] = Stored(encoded[number][:at] + "}", at, RESPONSE_OBJECT)
-    return stored
-
-
 def numbered_as_stored(events: Sequence[WireEvent]) -> list[Stored]:
     """Events numbered already (a create's opening ones) as stored: whole, or without the
     response object of the event before them."""
     tails = [f',"sequence_number":{event.sequence_number}}}' for event in events]
-    unnumbered = [event.json.removesuffix(tail) + "}" for event, tail in zip(events, tails, strict=True)]
-    return [
-        Stored(event.json) if one.output_at is None else Stored(one.payload[:-1] + tail, one.output_at, one.output_path)
-        for event, one, tail in zip(events, _opening_by_reference(unnumbered), tails, strict=True)
-    ]
+    return _opening_by_reference([event.type for event in events], [event.json for event in events], tails)
 
 
-OPENED_AGAIN = ("response.in_progress", "response.queued")
+OPENED_AGAIN = frozenset({"response.in_progress", "response.queued"})
 RESPONSE_OBJECT = "response"  # the output_path of an event whose response object is the one before it's
+
+
+def _opening_by_reference(types: Sequence[str], texts: Sequence[str], tails: Sequence[str]) -> list[Stored]:
+    """Each event whole, but an opening event whose response object is, to the character, that of
+    the event stored whole before it in the batch: that one without it. `tails[n]` is what
+    follows the object in `texts[n]` (its closing brace, or its sequence number and the brace).
+    Only an opening event's type leads to reading the texts: a batch of deltas costs a lookup each."""
+    stored = [Stored(text) for text in texts]
+    for n in range(1, len(texts)):
+        if types[n] not in OPENED_AGAIN or stored[n - 1].output_at is not None:
+            continue
+        before, this = (
+            _response_object(types[n - 1], texts[n - 1], tails[n - 1]),
+            _response_object(types[n], texts[n], tails[n]),
+        )
+        if before is not None and before == this:
+            at = len(_object_prefix(types[n]))
+            stored[n] = Stored(texts[n][:at] + tails[n], at, RESPONSE_OBJECT)
+    return stored
 
 
 def _object_prefix(kind: str) -> str:
     return f'{{"type":"{kind}","response":'
 
 
-def _lifecycle_kind(text: str) -> str | None:
-    """The type of an encoded lifecycle event, its response object running from its prefix to
-    its closing brace as the read takes it (app/storage/events.py); None for any other event."""
-    if not text.startswith('{"type":"response.') or not text.endswith("}"):
+def _response_object(kind: str, text: str, tail: str) -> str | None:
+    """The response object of an encoded lifecycle event, from its prefix to its tail, as the
+    read takes it (app/storage/events.py); None for any other event."""
+    prefix = _object_prefix(kind)
+    if not kind.startswith("response.") or not text.startswith(prefix) or not text.endswith(tail):
         return None
-    kind = text[9 : text.find('"', 9)]
-    return kind if text.startswith(_object_prefix(kind)) else None
+    return text[len(prefix) : len(text) - len(tail)]
 
 
 def _places(event: Event) -> tuple[list[str], Path] | None:
