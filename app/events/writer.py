@@ -12,7 +12,10 @@ even when few responses stream. Once a commit is due it goes with the next event
 for anyway, rather than by a timer of its own; on a virtual machine being woken costs a process
 more CPU than a commit's own work (`wake_up_cost` in bench/idle_benchmark.py). A response's
 first output and its end do not wait: they go out at once (under load, within URGENT_SPACING),
-alone, since that is what a client waits on (its first token, its answer's end). Nothing is
+alone, since that is what a client waits on (its first token, its answer's end). Its opening
+events wait for its first output, a commit interval at most (`open`): committed alone, they
+would cost a commit of their own, and compete for the CPU with the runtime request that the
+first token waits on. Nothing is
 published before its commit (design invariant 2).
 
 A commit that Postgres refuses for its data, not for its connection, is not retried: the batch's
@@ -132,6 +135,8 @@ class EventWriter:
         self._wake = asyncio.Event()
         # Responses whose pending events hold their first output or their end: they skip the pause.
         self._urgent: set[str] = set()
+        # Responses whose opening events wait for their first output: when they go without it.
+        self._opening_due: dict[str, asyncio.TimerHandle] = {}
         self._urgent_times: deque[float] = deque(maxlen=URGENT_BURST)  # of the last urgent commits
         # Set by what may not wait for the next full commit: urgent events, and (not under load)
         # events arriving once it is due.
@@ -158,6 +163,8 @@ class EventWriter:
         self._side_tasks.start("held-events", self._publish_held)
 
     async def close(self) -> None:
+        for due in self._opening_due.values():
+            due.cancel()
         while self._pending:
             await self._flush_pending()
         async with self._flushing:  # the flusher is idle now: stopping it loses nothing
@@ -189,7 +196,26 @@ class EventWriter:
         if self._due_at != _NOTHING_DUE and asyncio.get_running_loop().time() >= self._due_at:
             self._go.set()
 
+    def open(self, response_id: str, events: list[Event]) -> None:
+        """A response's opening events (`created`, `in_progress`): they wait for its first output
+        and go in its commit (one commit, publish and SSE write where there were two), a commit
+        interval at most (a slow prefill, an answer that starts with no text)."""
+        if self._commit_interval <= 0 or response_id in self._refused:
+            self.append(response_id, events)
+            return
+        self._pending.setdefault(response_id, _Pending()).events.extend(events)
+        loop = asyncio.get_running_loop()
+        self._opening_due[response_id] = loop.call_later(self._commit_interval, self._opened, response_id)
+
+    def _opened(self, response_id: str) -> None:
+        del self._opening_due[response_id]
+        if response_id in self._pending:  # (else a full commit took them)
+            self._hurry(response_id)
+            self._wake.set()
+
     def _hurry(self, response_id: str) -> None:
+        if (due := self._opening_due.pop(response_id, None)) is not None:
+            due.cancel()
         self._urgent.add(response_id)
         self._go.set()
 

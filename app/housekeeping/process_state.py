@@ -27,7 +27,8 @@ from app.storage.engine import create_engine
 
 def open_engines(settings: Settings, held_connections: int) -> tuple[AsyncEngine, AsyncEngine]:
     """The pool requests (or jobs) take connections from, and the pool of `held_connections`."""
-    return create_engine(settings), create_engine(settings, pool_size=held_connections, max_overflow=0)
+    held = create_engine(settings, pool_size=held_connections, max_overflow=0, generic_plans=True)
+    return create_engine(settings), held
 
 
 @dataclass

@@ -109,15 +109,29 @@ def record_from_row(row: DbRow | Mapping[str, Any], output: list[dict[str, Any]]
     )
 
 
+# UNFLUSHED_COMMITS: a statement whose effect no client can see before a later commit of the same
+# response does not wait for its commit's WAL flush (`SET LOCAL synchronous_commit = off`, for
+# its own transaction only): a response's claim, and a foreground response's insert (its client
+# learns of it from its first event). The WAL is one sequence, so the flush of that first event's
+# commit, which does wait, makes them durable too. Should Postgres stop before then, it comes back
+# without them, as if the create (or the claim) had not yet happened: a claim lost is taken again
+# (a worker whose claim was lost has its events refused, as a reaped one's), an insert lost was
+# never answered. A background response's insert is answered at once, so its commit waits.
+# Each saves a WAL flush on the way to the first token (docs/benchmark.md).
+
 # Built once: statements built per call spend more CPU on SQLAlchemy's cache keys than on Postgres.
 # Responses and their input items go in with one statement, for any number of responses: atomic
 # without a transaction around it. Each takes its place in its chain (docs/architecture.md,
 # "Chains"): the first continuation of a response goes on its branch, any other (and a chain's
 # first turn) starts a branch. The compare-and-set on branch_continued makes that first one one.
+# Its commit waits for the WAL's flush only when a background response is in it (`flush`); see
+# UNFLUSHED_COMMITS.
 _INSERT_WITH_INPUT = DriverStatement(
     text("""
-    WITH new AS (
-        SELECT * FROM unnest(CAST(:ids AS text[]), CAST(:account_ids AS text[]), CAST(:models AS text[]),
+    WITH flush AS (
+        SELECT set_config('synchronous_commit', CASE WHEN :flush THEN 'on' ELSE 'off' END, true)
+    ), new AS (
+        SELECT r.* FROM flush, unnest(CAST(:ids AS text[]), CAST(:account_ids AS text[]), CAST(:models AS text[]),
                              CAST(:statuses AS text[]), CAST(:backgrounds AS boolean[]), CAST(:streams AS boolean[]),
                              CAST(:stores AS boolean[]), CAST(:instructions AS text[]), CAST(:metadata AS jsonb[]),
                              CAST(:settings AS json[]), CAST(:previous_response_ids AS text[]),
@@ -167,6 +181,7 @@ _INSERT_WITH_INPUT = DriverStatement(
 # (no worker, no lease): either way one compare-and-set, so a second delivery finds nothing. A
 # response that continues nothing (one branch, its own, at depth 0) reads no chain: its context is
 # its own input, which the claim brings back with it, so its start costs no second round trip.
+# Its commit does not wait for the WAL's flush (UNFLUSHED_COMMITS).
 _CLAIM = DriverStatement(
     text(
         """
@@ -178,7 +193,7 @@ _CLAIM = DriverStatement(
           AND (status = 'queued' OR (status = 'in_progress' AND worker_id IS NULL))
         RETURNING *
     )
-    SELECT continuations, context_branches, context_depths,
+    SELECT set_config('synchronous_commit', 'off', true) AS unflushed, continuations, context_branches, context_depths,
            CASE WHEN cardinality(context_depths) = 1 AND context_depths[1] = 0 THEN
                (SELECT coalesce(json_agg(json_build_array(i.id, i.payload) ORDER BY i.position), '[]')::text
                 FROM items i WHERE i.response_id = c.id AND i.side = 'input')
@@ -211,6 +226,12 @@ class NewResponse:
     # Its first events, numbered from 0 (a background response's `created` and `queued`),
     # stored by the same statement.
     opening: Sequence[WireEvent] = ()
+
+    @property
+    def answered_at_once(self) -> bool:
+        """Whether its client sees it as soon as it is stored (a background response, answered
+        `queued`), rather than from its first event's commit: then its insert must be on disk."""
+        return self.record.background
 
 
 async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) -> None:
@@ -256,7 +277,8 @@ async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) ->
         types=lambda one: one[2]["type"],
         payloads=lambda one: json.dumps(items_db.stored_payload(one[2])),
     )
-    await _INSERT_WITH_INPUT.rows(conn, {**stored, **events, **items})
+    flush = any(n.answered_at_once for n in new)
+    await _INSERT_WITH_INPUT.rows(conn, {**stored, **events, **items, "flush": flush})
 
 
 async def count_active(conn: AsyncConnection, account_id: str) -> int:

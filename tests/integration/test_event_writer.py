@@ -169,6 +169,53 @@ async def test_output_after_a_first_output_still_being_committed_waits_for_the_p
     assert await committed(state, response_id) == 2
 
 
+OPENING = [{"type": "response.created"}, {"type": "response.in_progress"}]
+
+
+async def test_opening_events_go_in_the_first_outputs_commit(state: AppState, account_id: str) -> None:
+    [response_id] = await in_progress(state, account_id, 1)
+    writer = paced_writer(state, PACE_SECONDS)
+    writer.start()
+    try:
+        writer.open(response_id, OPENING)
+        await asyncio.sleep(0.3)
+        assert await committed(state, response_id) == 0  # waiting for the first output
+        writer.append(response_id, [delta("a")])
+        await within(until_committed(state, response_id, 3), 10)
+        assert writer.batches == 1  # one commit for the three
+    finally:
+        await writer.close()
+
+
+async def test_opening_events_go_alone_after_a_commit_interval_without_output(state: AppState, account_id: str) -> None:
+    """A slow prefill, or an answer that starts with a tool call: its client still sees it start."""
+    [response_id, ending] = await in_progress(state, account_id, 2)
+    writer = paced_writer(state, 0.5)
+    writer.start()
+    try:
+        writer.open(response_id, OPENING)
+        writer.open(ending, OPENING)
+        await asyncio.sleep(0.2)
+        assert await committed(state, response_id) == 0
+        outcome = responses_db.Outcome("completed", [], 0.0)  # an end does not wait: nor do they
+        assert await within(writer.finish(ending, [{"type": "response.completed"}], outcome), 10)
+        assert await committed(state, ending) == 3
+        await within(until_committed(state, response_id, 2), 5)  # after the interval, with nothing else
+    finally:
+        await writer.close()
+
+
+async def test_without_a_commit_interval_opening_events_go_at_once(state: AppState, account_id: str) -> None:
+    [response_id] = await in_progress(state, account_id, 1)
+    writer = paced_writer(state, 0.0)
+    writer.start()
+    try:
+        writer.open(response_id, OPENING)
+        await within(until_committed(state, response_id, 2), 10)
+    finally:
+        await writer.close()
+
+
 async def test_a_due_commit_goes_a_grace_later_when_nothing_more_arrives(state: AppState, account_id: str) -> None:
     [response_id] = await in_progress(state, account_id, 1)
     writer = paced_writer(state, 0.1)

@@ -145,7 +145,7 @@ async def _run(state: WorkerState, generation: Generation) -> None:
         opening = [] if record.background else [lifecycle_event("response.created", record)]
         # (a background response's create stored `created` and `queued`; a foreground one's, nothing)
         state.writer.expect(record.id, 2 if record.background else 0)
-        state.writer.append(record.id, [*opening, lifecycle_event("response.in_progress", record)])
+        state.writer.open(record.id, [*opening, lifecycle_event("response.in_progress", record)])
     state.running[record.id] = task
     state.translators[record.id] = translator
     try:
