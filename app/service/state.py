@@ -22,6 +22,7 @@ from app.process.url_fetch import UrlFetcher
 from app.protocol.mcp_tools import McpPolicy
 from app.queue.jobs import GenerateJob, enqueue_many, queue_pool
 from app.queue.redis_keys import events_channel
+from app.service.known_keys import KnownKeys
 from app.settings import Settings
 from app.storage import accounts as accounts_db
 from app.storage import responses as responses_db
@@ -30,10 +31,11 @@ from app.storage.driver import refused_data
 from app.storage.held import HeldConnection, HeldConnections
 
 INSERT_LANES = 4  # foreground inserts running at once, at most (each lane a held connection)
-# Authentication, inserts and event log reads run on held connections (app/storage/held.py), from
-# a pool of their own: kept for good once opened, they would otherwise take, after a burst that
-# opened every lane, the connections requests wait for; and they never wait for those.
-HELD_CONNECTIONS = 1 + INSERT_LANES + log_reader.LANES
+# Authentication (and its listener for changed keys), inserts and event log reads run on held
+# connections (app/storage/held.py), from a pool of their own: kept for good once opened, they
+# would otherwise take, after a burst that opened every lane, the connections requests wait for;
+# and they never wait for those.
+HELD_CONNECTIONS = 2 + INSERT_LANES + log_reader.LANES
 
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,7 @@ class AppState(ProcessState):
         )
         self.auth_connection = HeldConnection(self.held_engine)
         self._authentications = Batched(self._accounts_for_hashes, "authenticate")
+        self.known_keys = KnownKeys(self._authentications)
         wait_ms = self.settings.placement_wait_ms
         self._enqueues = Batched(partial(enqueue_many, self.redis, placement_wait_ms=wait_ms), "enqueue")
         # Inserts that wait behind a slow one (a lock, a very large request) go beside it.
@@ -77,11 +80,13 @@ class AppState(ProcessState):
         super().start()
         # Every API process reaps lost generations: a model with no worker alive still ends them.
         self.side_tasks.start_every("reaper", self.settings.housekeeping_seconds, self.reap)
+        self.side_tasks.start("known-keys", partial(self.known_keys.listen, self.held_engine))
 
     async def authenticate(self, key_hash: str) -> accounts_db.Caller | None:
-        """The caller whose API key has this hash; None if none has. The requests arriving
+        """The caller whose API key has this hash; None if none has. Kept from a request to the
+        next while no key or account changes (app/service/known_keys.py); the requests arriving
         together are authenticated by one statement."""
-        return await self._authentications(key_hash)
+        return await self.known_keys.caller(key_hash)
 
     async def enqueue(self, job: GenerateJob) -> bool:
         """Hands a job to the workers; False if its queue had it already. The jobs handed over
