@@ -15,8 +15,7 @@ first output and its end do not wait: they go out at once (under load, within UR
 alone, since that is what a client waits on (its first token, its answer's end). Its opening
 events wait for its first output, a commit interval at most (`open`): committed alone, they
 would cost a commit of their own, and compete for the CPU with the runtime request that the
-first token waits on. Nothing is
-published before its commit (design invariant 2).
+first token waits on. Nothing is published before its commit (design invariant 2).
 
 A commit that Postgres refuses for its data, not for its connection, is not retried: the batch's
 responses commit one by one, and one whose own events are refused stops streaming and is ended

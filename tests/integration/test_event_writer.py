@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -118,6 +120,17 @@ def paced_writer(state: AppState, commit_interval: float) -> EventWriter:
     return EventWriter(state.engine, state.redis, channel, commit_interval=commit_interval)
 
 
+@asynccontextmanager
+async def running_writer(state: AppState, commit_interval: float) -> AsyncIterator[EventWriter]:
+    """A paced writer, started, and closed after (which flushes what waited)."""
+    writer = paced_writer(state, commit_interval)
+    writer.start()
+    try:
+        yield writer
+    finally:
+        await writer.close()
+
+
 async def test_a_due_commit_goes_with_the_next_events_to_arrive(state: AppState, account_id: str) -> None:
     """Not on a timer of its own at the commit interval: the events that arrive once it is due
     take the waiting ones along (a grace of half an interval later at the latest)."""
@@ -174,25 +187,19 @@ OPENING = [{"type": "response.created"}, {"type": "response.in_progress"}]
 
 async def test_opening_events_go_in_the_first_outputs_commit(state: AppState, account_id: str) -> None:
     [response_id] = await in_progress(state, account_id, 1)
-    writer = paced_writer(state, PACE_SECONDS)
-    writer.start()
-    try:
+    async with running_writer(state, PACE_SECONDS) as writer:
         writer.open(response_id, OPENING)
         await asyncio.sleep(0.3)
         assert await committed(state, response_id) == 0  # waiting for the first output
         writer.append(response_id, [delta("a")])
         await within(until_committed(state, response_id, 3), 10)
         assert writer.batches == 1  # one commit for the three
-    finally:
-        await writer.close()
 
 
 async def test_opening_events_go_alone_after_a_commit_interval_without_output(state: AppState, account_id: str) -> None:
     """A slow prefill, or an answer that starts with a tool call: its client still sees it start."""
     [response_id, ending] = await in_progress(state, account_id, 2)
-    writer = paced_writer(state, 0.5)
-    writer.start()
-    try:
+    async with running_writer(state, 0.5) as writer:
         writer.open(response_id, OPENING)
         writer.open(ending, OPENING)
         await asyncio.sleep(0.2)
@@ -201,32 +208,22 @@ async def test_opening_events_go_alone_after_a_commit_interval_without_output(st
         assert await within(writer.finish(ending, [{"type": "response.completed"}], outcome), 10)
         assert await committed(state, ending) == 3
         await within(until_committed(state, response_id, 2), 5)  # after the interval, with nothing else
-    finally:
-        await writer.close()
 
 
 async def test_without_a_commit_interval_opening_events_go_at_once(state: AppState, account_id: str) -> None:
     [response_id] = await in_progress(state, account_id, 1)
-    writer = paced_writer(state, 0.0)
-    writer.start()
-    try:
+    async with running_writer(state, 0.0) as writer:
         writer.open(response_id, OPENING)
         await within(until_committed(state, response_id, 2), 10)
-    finally:
-        await writer.close()
 
 
 async def test_a_due_commit_goes_a_grace_later_when_nothing_more_arrives(state: AppState, account_id: str) -> None:
     [response_id] = await in_progress(state, account_id, 1)
-    writer = paced_writer(state, 0.1)
-    writer.start()
-    try:
+    async with running_writer(state, 0.1) as writer:
         writer.append(response_id, [delta("a")])
         await within(until_committed(state, response_id, 1), 10)
         writer.append(response_id, [delta("b")])  # its answer's last delta, say, before a slow end
         await within(until_committed(state, response_id, 2), 10)
-    finally:
-        await writer.close()
 
 
 async def test_the_writer_commits_through_a_fresh_connection_after_postgres_dropped_its_own(
