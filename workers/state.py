@@ -101,7 +101,6 @@ class WorkerState(ProcessState):
             settings = self.settings
             self.page_fetcher = UrlFetcher.from_config(settings.web_fetch_allow, settings.web_search_timeout_seconds)
         self._claims = Batched(self._claim_many, "claims")
-        self._claiming: dict[str, asyncio.Future[responses_db.Claim | None]] = {}  # (claim_early)
         self._placements = Batched(self._hold_many, "placements")
         self.claim_connection = HeldConnection(self.held_engine)
         # A generation whose events can no longer be written (refused, or its response ended
@@ -111,26 +110,8 @@ class WorkerState(ProcessState):
 
     async def claim(self, response_id: str) -> responses_db.Claim | None:
         """This response, claimed for this worker, with its context; None if another worker has it
-        or it ended. The claims of the jobs starting together are made by one statement. A claim
-        begun early (`claim_early`) is that claim."""
-        early = self._claiming.pop(response_id, None)
-        return await (early if early is not None else self._claims(response_id))
-
-    def claim_early(self, response_id: str) -> asyncio.Future[responses_db.Claim | None]:
-        """Begins this response's claim before its job is taken (a job placed on this worker): its
-        job's `claim` then awaits it rather than claim again. A claim that finds nothing is
-        forgotten here once made (its job, if taken, asks again: a store=false response's is in
-        Redis)."""
-        early = asyncio.ensure_future(self._claims(response_id))
-        self._claiming[response_id] = early
-
-        def forget_if_nothing(done: asyncio.Future[responses_db.Claim | None]) -> None:
-            if done.cancelled() or done.exception() is not None or done.result() is None:
-                if self._claiming.get(response_id) is done:
-                    del self._claiming[response_id]
-
-        early.add_done_callback(forget_if_nothing)
-        return early
+        or it ended. The claims of the jobs starting together are made by one statement."""
+        return await self._claims(response_id)
 
     async def _claim_many(self, response_ids: list[str]) -> dict[str, responses_db.Claim]:
         async with self.claim_connection.use() as conn:  # one atomic claim, then the contexts

@@ -15,7 +15,7 @@ from app.settings import Settings
 from workers.health_port import WorkerHealth
 from workers.jobs.count_tokens import count_input_tokens
 from workers.jobs.embed import embed_texts
-from workers.jobs.generate import claim_placed, generate
+from workers.jobs.generate import generate
 from workers.jobs.ingest import ingest_file
 from workers.runtimes.hosting import hosted_queue, start_model_server
 from workers.state import WorkerState, new_worker_id
@@ -82,7 +82,6 @@ def build_worker(settings: Settings, hosted_model: str | None = None, **override
     worker.on_drain = partial(_drain, worker.ctx)
     if settings.placement_wait_ms:  # (its WorkerState has the same id)
         worker.placement_id = worker.ctx["worker_id"]
-        worker.begin_placed = claim_placed
     return worker
 
 

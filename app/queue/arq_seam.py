@@ -250,18 +250,6 @@ async def _finish_here() -> bool:
     return False
 
 
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()  # (its failure is its job's to tell)
-
-
-async def _quietly(begun: asyncio.Future[bytes | None]) -> bytes | None:
-    try:
-        return await begun
-    except Exception:
-        return None
-
-
 class QueueWorker(Worker):
     ELSEWHERE_SECONDS = 1.0
 
@@ -281,11 +269,6 @@ class QueueWorker(Worker):
         self.on_drain: Callable[[], Awaitable[bool]] = _finish_here
         # Where jobs placed on this worker are announced (app/queue/placement.py); None: nowhere.
         self.placement_id: str | None = None
-        # A job placed on this worker is this worker's until its placement wait ends: its work may
-        # begin as it is heard, beside its take (a generation's claim: workers/jobs/generate.py).
-        # `begin_placed(ctx, job id)` answers the job's data when the job is to run here even if
-        # the take finds it gone (Redis away: its response is this worker's already), else None.
-        self.begin_placed: Callable[[dict[str, Any], str], Awaitable[bytes | None]] | None = None
         startup = self.on_startup
 
         async def on_startup(ctx: dict[str, Any]) -> None:
@@ -369,10 +352,6 @@ class QueueWorker(Worker):
 
     async def _run_if_taken(self, job_id: str, heard_at: float, placed: bool) -> bool | None:
         """Takes the job and runs it (see `_run_taken`); None if it could not be taken."""
-        begun = None
-        if placed and self.begin_placed is not None:
-            begun = asyncio.ensure_future(self.begin_placed(self.ctx, job_id))
-            begun.add_done_callback(_retrieve)  # (a job taken does not wait for it here)
         try:
             taken = await self._take((job_id, placed))
         except REDIS_DOWN as error:
@@ -381,8 +360,6 @@ class QueueWorker(Worker):
         except Exception:
             log.warning("could not take job %s; it stays queued", job_id, exc_info=True)
             taken = None
-        if not taken and begun is not None and (data := await _quietly(begun)) is not None:
-            return await self._run_taken(job_id, data, 1, heard_at)  # begun: this worker's already
         if not taken:  # running elsewhere, finished, deferred, or Redis is away: the poll retries later
             now = time.monotonic()
             self._elsewhere = {j: t for j, t in self._elsewhere.items() if t > now}

@@ -22,7 +22,6 @@ from app.storage import responses as responses_db
 from app.storage.tables import responses
 from tests.conftest import Environment, FakeRuntime, within
 from tests.integration.conftest import OpenWorker, accept, run_job
-from workers.jobs.generate import claim_placed
 from workers.translation.translate import StreamTranslator
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(40)), "delay": 0.05})
@@ -53,24 +52,6 @@ async def test_same_job_delivered_twice_generates_once(
     assert [e["type"] for e in events].count("response.created") == 1
     assert sum(e["type"] in TERMINAL_EVENT_TYPES for e in events) == 1
     assert await status_of(state, response_id) == "completed"
-
-
-async def test_a_placed_job_claimed_as_it_is_heard_runs_once_on_that_claim(
-    state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime
-) -> None:
-    """A job placed on a worker has its response claimed beside its take (claim_placed): the
-    job then runs on that claim, a second worker's delivery finds the response taken, and a
-    claim that found nothing leaves nothing behind."""
-    response_id = await accept(state, account_id, input="once")
-    first, second = await open_worker(), await open_worker()
-    job = await claim_placed({"state": first}, response_id)
-    assert job is not None and json.loads(job)["a"] == [response_id]  # the job as it would be taken
-    assert await status_of(state, response_id) == "in_progress"
-    assert await claim_placed({"state": second}, response_id) is None
-    await asyncio.gather(run_job(first, response_id), run_job(second, response_id))
-    assert len(fake.requests()) == 1
-    assert await status_of(state, response_id) == "completed"
-    assert first._claiming == second._claiming == {}
 
 
 async def test_sequence_numbers_are_contiguous_and_identical_on_reread(

@@ -23,7 +23,7 @@ from app.protocol.response_object import ResponseRecord
 from app.queue import heartbeats, placement
 from app.queue.arq_seam import QueueWorker
 from app.queue.jobs import GenerateJob, enqueue_generate, enqueue_many, job_deserializer, job_serializer
-from app.queue.redis_keys import GENERATE_JOB, LOAD_PREFIX, placed_channel
+from app.queue.redis_keys import GENERATE_JOB, LOAD_PREFIX
 from app.queue.transient_runs import TransientJob
 from app.service.state import AppState
 from tests.conftest import Environment, eventually
@@ -520,28 +520,3 @@ async def test_a_placed_job_whose_worker_never_takes_it_is_due_for_every_worker_
     await eventually(lambda: anyone.runs == [job.response_id], timeout=3.0)
     await asyncio.sleep(0.2)
     assert anyone.runs == [job.response_id]
-
-
-async def test_a_placed_job_the_take_finds_gone_runs_only_if_its_begun_work_made_it_the_workers(
-    state: AppState, queue: str, start_worker: StartWorker
-) -> None:
-    """A placed job's work begins as it is heard (`begin_placed`, beside its take): a take that
-    fails then (Redis away; here, the job not in the queue) runs it all the same when that work
-    made it this worker's (a generation's claim), and never otherwise."""
-    recorder = Recorder()
-    worker = await start_worker(recorder, placement_id=f"placer-{secrets.token_hex(3)}", poll_delay=3600)
-    owned = f"resp_owned_{RUN}"
-    begun: list[str] = []
-
-    async def begin(ctx: dict[str, Any], job_id: str) -> bytes | None:
-        begun.append(job_id)
-        return GenerateJob(job_id, queue).serialized(timestamp_ms()) if job_id == owned else None
-
-    worker.begin_placed = begin
-    assert worker.placement_id is not None
-    channel = placed_channel(queue, worker.placement_id)
-    for job_id in (f"resp_not_owned_{RUN}", owned):  # (neither in the queue: each take finds nothing)
-        await state.redis.publish(channel, job_id)
-    await eventually(lambda: recorder.runs == [owned], timeout=2.0)
-    await asyncio.sleep(0.1)
-    assert recorder.runs == [owned] and sorted(begun) == sorted([f"resp_not_owned_{RUN}", owned])

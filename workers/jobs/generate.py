@@ -30,8 +30,7 @@ from app.protocol.response_object import ResponseRecord
 from app.protocol.shapes import Event, Item
 from app.protocol.vocabulary import OUTPUT_DELTAS
 from app.queue import mcp_credentials, rate_counters, transient_runs
-from app.queue.arq_seam import now_ms
-from app.queue.jobs import GenerateJob, enqueue_generate
+from app.queue.jobs import enqueue_generate
 from app.queue.redis_link import REDIS_LINK
 from app.queue.transient_runs import TransientJob
 from app.storage import events as events_db
@@ -81,19 +80,6 @@ async def generate(ctx: dict[str, Any], response_id: str, transient: dict[str, A
     finally:
         state.taken.discard(response_id)
         state.steered.discard(response_id)
-
-
-async def claim_placed(ctx: dict[str, Any], job_id: str) -> bytes | None:
-    """A job placed on this worker has its response claimed as it is heard, beside its take
-    (QueueWorker.begin_placed): the claim no longer waits for the take. The job's data when the
-    claim made the response this worker's: it runs here then, taken or not (the take failed
-    with Redis away: the job taken later elsewhere finds its response claimed, and does nothing)."""
-    state: WorkerState | None = ctx.get("state")
-    if state is None or ":" in job_id:  # (only a response's first job is placed; its id is the response's)
-        return None
-    if await state.claim_early(job_id) is None:  # claimed elsewhere, ended, or store=false (in Redis)
-        return None
-    return GenerateJob(job_id, state.queue_name).serialized(now_ms())
 
 
 async def _run_durable(state: WorkerState, response_id: str, times: StartTimes) -> None:

@@ -5,9 +5,7 @@ it ends, with its status and output tokens. The steps:
 - `queued`: from its job's enqueueing (on the enqueuer's clock) until this worker went for the job,
   on hearing of it, finding it in a poll, or as a slot freed;
 - `take`: the job taken from the queue;
-- `claim`: the response claimed in Postgres (or Redis, for store=false), its context read; for a
-  job placed on this worker, what is left of the claim once the job is taken (it began as the job
-  was heard, beside the take);
+- `claim`: the response claimed in Postgres (or Redis, for store=false), its context read;
 - `first_token`: from the claim to the runtime's first output token (the request, the prompt's
   prefill, the first chunk).
 
