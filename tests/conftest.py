@@ -139,6 +139,11 @@ WEBHOOK_SETTINGS = {
 # MCP servers in the tests listen on 127.0.0.1 (tests/mcp_server.py); other loopback addresses
 # stand for the private networks the egress guard refuses.
 MCP_SETTINGS = {"RESPONSES_MCP_ALLOW": "127.0.0.1/32"}
+# A pool keeps idle what it opened, up to its size (40 by default). The session's servers (the
+# e2e tier's processes, the api tier's in-process ones) live through every tier, and with the
+# default they held most of the machine's 100 Postgres connections while the integration tier
+# ran ("too many clients"). Each test process keeps at most 10 a pool; 10 more may open for a burst.
+POOL_SETTINGS = {"RESPONSES_DB_POOL_SIZE": "10"}
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,7 @@ class Environment:
             "RESPONSES_ENCRYPTION_KEYS": TEST_ENCRYPTION_KEY,
             **WEBHOOK_SETTINGS,
             **MCP_SETTINGS,
+            **POOL_SETTINGS,
             **extra,
         }
 
@@ -183,6 +189,7 @@ class Environment:
                 "RESPONSES_QUEUE": self.queue_name,
                 "RESPONSES_MODELS": self.models_path,
                 **WEBHOOK_SETTINGS,
+                **POOL_SETTINGS,
             }
         )
 

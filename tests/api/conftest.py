@@ -58,10 +58,6 @@ def serving_in_process(environment: Environment, **settings_changed: Any) -> Ite
             "queue_name": f"responses:api:{secrets.token_hex(4)}",
             "follow_idle_seconds": 1.0,
             "encryption_keys": TEST_ENCRYPTION_KEY,
-            # These servers live for the whole session, through the other tiers: a pool keeps
-            # idle what it opened, up to its size (40 by default), and two of them with their
-            # workers held half of Postgres's 100 connections.
-            "db_pool_size": 10,
             **settings_changed,
         }
     )
