@@ -22,7 +22,7 @@ from app.settings import Settings
 # event. Postgres plans such a prepared statement afresh at each run by default: the plan made for
 # any arrays looks dearer than one made for arrays of one, so it is never chosen. Planning costs
 # more than running them, and the plan for any arrays is the same index lookups. One response's
-# insert, claim and log read took 0.73 → 0.35 ms, 0.44 → 0.31 and 0.80 → 0.31 here
+# insert, claim and log read took 0.90 → 0.50 ms, 0.55 → 0.43 and 0.92 → 0.38 here
 # (`python bench/statement_plans.py`, docs/bench-results/statement-plans.json).
 GENERIC_PLANS = {"plan_cache_mode": "force_generic_plan"}
 
