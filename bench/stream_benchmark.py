@@ -153,12 +153,16 @@ async def stream_one(
 
 TTFT_STEPS = (
     "request_to_accepted",  # the API's parsing and validation (to the response's `created_at`)
-    "accepted_to_enqueued",  # its insert and the job's serialization (to the job's enqueue time)
+    # Its insert (unless it starts afresh: then stored beside its enqueue) and the job's serialization
+    # (to the job's enqueue time).
+    "accepted_to_enqueued",
     "enqueued_to_heard",  # the enqueue script, the wake-up message, the worker's listener
     "heard_to_taken",  # the take script
     "taken_to_claimed",  # the claim and the context's read
-    "claimed_to_runtime_token",  # the runtime request and its first output token
-    "runtime_token_to_client",  # the first output's commit, its publish, the API's SSE write
+    # The runtime request (after the claim, or beside it for a response that starts afresh) and its
+    # first output token.
+    "taken_to_runtime_token",
+    "both_to_client",  # from the later of the two: the first output's commit, its publish, the SSE write
 )
 
 
@@ -196,11 +200,15 @@ async def ttft_steps(
         if one.response_id not in accepted or line is None or "first_token_ms" not in line:
             continue
         moments = [one.asked_at, accepted[one.response_id], line["enqueued_at"]]
-        for name in ("queued_ms", "take_ms", "claim_ms", "first_token_ms"):
+        for name in ("queued_ms", "take_ms"):
             moments.append(moments[-1] + line[name] / 1000)
-        moments.append(one.first_at)
-        for step, (start, end) in zip(steps, pairwise(moments), strict=True):
-            step.append(end - start)
+        taken = moments[-1]
+        claimed = taken + line["claim_ms"] / 1000
+        runtime_token = taken + (line["ask_ms"] + line["first_token_ms"]) / 1000
+        durations = [end - start for start, end in pairwise(moments)]
+        durations += [claimed - taken, runtime_token - taken, one.first_at - max(claimed, runtime_token)]
+        for step, duration in zip(steps, durations, strict=True):
+            step.append(duration)
     return steps
 
 

@@ -8,6 +8,7 @@ import itertools
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -25,7 +26,7 @@ from app.queue import heartbeats, placement
 from app.queue.ingestion import enqueue_ingestions
 from app.queue.jobs import QueueRedis
 from app.queue.redis_keys import STEER_CHANNEL, STOP_CHANNEL, events_channel
-from app.queue.redis_link import REDIS_LINK
+from app.queue.redis_link import REDIS_LINK, Backoff
 from app.queue.redis_listener import listen_for_ever
 from app.settings import Settings
 from app.storage import responses as responses_db
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 # The connections of the claims and the event writer, held (app/storage/held.py): a pool of their
 # own, as an API process's (app/service/state.py).
 HELD_CONNECTIONS = 2
+# How long a job that came before its response's row waits for the row (`claim_when_stored`).
+STORED_WAIT_SECONDS = 10.0
 
 
 _WORKERS_IN_PROCESS = itertools.count(1)
@@ -112,6 +115,26 @@ class WorkerState(ProcessState):
         """This response, claimed for this worker, with its context; None if another worker has it
         or it ended. The claims of the jobs starting together are made by one statement."""
         return await self._claims(response_id)
+
+    async def claim_when_stored(self, response_id: str) -> responses_db.Claim | None:
+        """`claim` for a response whose job may come before its row (app/service/enqueueing.py:
+        one that starts afresh is stored beside its enqueue). Its row is looked for again while it
+        is not there, or there since the claim (its insert committed meanwhile); for
+        STORED_WAIT_SECONDS at most: its create failed, or its insert was slower than that (then,
+        queued and with no job, it is enqueued again by the reaper, app/housekeeping/reaper.py)."""
+        backoff = Backoff(first=0.001, most=0.1)
+        deadline = time.monotonic() + STORED_WAIT_SECONDS
+        while (claim := await self.claim(response_id)) is None:
+            async with self.engine.connect() as conn:
+                row = await responses_db.get_row(conn, response_id)
+            if row is not None and row.status != "queued":  # another's, or ended
+                return None
+            if row is None:
+                if time.monotonic() >= deadline:
+                    log.warning("response %s: not stored %.0f s after its job; left", response_id, STORED_WAIT_SECONDS)
+                    return None
+                await asyncio.sleep(backoff.next())
+        return claim
 
     async def _claim_many(self, response_ids: list[str]) -> dict[str, responses_db.Claim]:
         async with self.claim_connection.use() as conn:  # one atomic claim, then the contexts

@@ -134,6 +134,9 @@ class EventWriter:
         self._wake = asyncio.Event()
         # Responses whose pending events hold their first output or their end: they skip the pause.
         self._urgent: set[str] = set()
+        # Responses not yet claimed whose runtime was asked already: their events wait here for
+        # the claim (`open`), or go with it (`drop_held`).
+        self._held: dict[str, list[Event]] = {}
         # Responses whose opening events wait for their first output: when they go without it.
         self._opening_due: dict[str, asyncio.TimerHandle] = {}
         self._urgent_times: deque[float] = deque(maxlen=URGENT_BURST)  # of the last urgent commits
@@ -181,7 +184,18 @@ class EventWriter:
         """Numbers this response's events here, from 0, and never writes them to Postgres."""
         self._transient_next[response_id] = 0
 
+    def hold(self, response_id: str) -> None:
+        """Keeps this response's events uncommitted until it is opened (its claim made), or dropped."""
+        self._held[response_id] = []
+
+    def drop_held(self, response_id: str) -> None:
+        """Forgets the events held for this response (its claim failed: it is not this worker's)."""
+        self._held.pop(response_id, None)
+
     def append(self, response_id: str, events: list[Event]) -> None:
+        if (held := self._held.get(response_id)) is not None:
+            held.extend(events)
+            return
         if response_id in self._refused or not events:  # (nothing to commit is not a response ended elsewhere)
             return
         pending = self._pending.setdefault(response_id, _Pending()).events
@@ -196,15 +210,18 @@ class EventWriter:
             self._go.set()
 
     def open(self, response_id: str, events: list[Event]) -> None:
-        """A response's opening events (`created`, `in_progress`): they wait for its first output
-        and go in its commit (one commit, publish and SSE write where there were two), a commit
-        interval at most (a slow prefill, an answer that starts with no text)."""
+        """A response's opening events (`created`, `in_progress`), then those held for it: they
+        wait for its first output and go in its commit (one commit, publish and SSE write where
+        there were two), a commit interval at most (a slow prefill, an answer that starts with no
+        text)."""
+        held = self._held.pop(response_id, [])
         if self._commit_interval <= 0 or response_id in self._refused:
             self.append(response_id, events)
-            return
-        self._pending.setdefault(response_id, _Pending()).events.extend(events)
-        loop = asyncio.get_running_loop()
-        self._opening_due[response_id] = loop.call_later(self._commit_interval, self._opened, response_id)
+        else:
+            self._pending.setdefault(response_id, _Pending()).events.extend(events)
+            loop = asyncio.get_running_loop()
+            self._opening_due[response_id] = loop.call_later(self._commit_interval, self._opened, response_id)
+        self.append(response_id, held)
 
     def _opened(self, response_id: str) -> None:
         del self._opening_due[response_id]

@@ -75,7 +75,8 @@ TIME_TO_FIRST_TOKEN = Histogram(
 START_STEP = Histogram(
     "responses_start_step_seconds",
     "Each step of a generation's start, by model: queued (its job's enqueueing to a worker going for"
-    " it), take, claim, first_token (the claim to the runtime's first output token).",
+    " it), take, claim, ask (the take to the runtime request), first_token (the runtime request to its"
+    " first output token).",
     ["model", "step"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
     registry=REGISTRY,

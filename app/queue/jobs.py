@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, TypeAlias
 
 from arq.connections import ArqRedis
@@ -13,12 +13,12 @@ from arq.typing import WorkerCoroutine
 from arq.worker import func
 
 from app.process.metrics import PLACEMENTS
+from app.protocol.response_object import ResponseRecord
 from app.queue import arq_seam, transient_runs
 from app.queue.arq_seam import QueueWorker
 from app.queue.redis_keys import GENERATE_JOB, STEER_CHANNEL, STOP_CHANNEL
 from app.queue.redis_link import REDIS_DOWN, REDIS_LINK
 from app.queue.redis_servers import connection_pool
-from app.queue.transient_runs import TransientJob
 
 # The queue's Redis client (arq's pool): the queue, pub/sub and keys share it.
 QueueRedis: TypeAlias = ArqRedis
@@ -73,6 +73,23 @@ def job_deserializer(data: bytes) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class CarriedResponse:
+    """What a job carries of its response, so that its worker need not read Postgres to start it:
+    the response as created, and its input. A store=false response's (Postgres has no row of it),
+    and a stored one's that starts afresh (its runtime request goes out beside its claim)."""
+
+    record: ResponseRecord
+    input: list[dict[str, Any]]
+
+    def encoded(self) -> dict[str, Any]:
+        return {"record": asdict(self.record), "input": self.input}
+
+    @classmethod
+    def decoded(cls, payload: dict[str, Any]) -> CarriedResponse:
+        return cls(ResponseRecord(**payload["record"]), payload["input"])
+
+
+@dataclass(frozen=True, slots=True)
 class GenerateJob:
     """A `generate` job for one response on one queue; its job id is the response id, and for its
     n-th continuation (its worker stopped or died) `<response id>:<n>`: a new job, since the job
@@ -80,9 +97,12 @@ class GenerateJob:
 
     response_id: str
     queue_name: str
-    transient: str | None = None  # a store=false response's TransientJob, encoded: the job carries it
+    # The response it carries (`CarriedResponse.encoded`), if any: a store=false one's, or a stored one's that
+    # starts afresh. The job's arguments are (id), (id, store=false response), (id, None, stored response).
+    carried: dict[str, Any] | None = field(default=None, compare=False)
     continuation: int = 0
     continues: tuple[str, ...] = ()  # the contexts it continues, to be placed by (app/queue/placement.py)
+    stored: bool = True
 
     @property
     def job_id(self) -> str:
@@ -90,13 +110,16 @@ class GenerateJob:
 
     @classmethod
     def of(
-        cls, response_id: str, queue_name: str, transient: TransientJob | None = None, continues: tuple[str, ...] = ()
+        cls, response_id: str, queue_name: str, carried: CarriedResponse | None = None, continues: tuple[str, ...] = ()
     ) -> GenerateJob:
-        encoded = None if transient is None else json.dumps(transient.encoded())
-        return cls(response_id, queue_name, encoded, continues=continues)
+        if carried is None:
+            return cls(response_id, queue_name, continues=continues)
+        return cls(response_id, queue_name, carried.encoded(), continues=continues, stored=carried.record.durable)
 
     def serialized(self, now: int) -> bytes:
-        args = (self.response_id,) if self.transient is None else (self.response_id, json.loads(self.transient))
+        args: tuple[Any, ...] = (self.response_id,)
+        if self.carried is not None:
+            args = (self.response_id, None, self.carried) if self.stored else (self.response_id, self.carried)
         return arq_seam.serialized_job(GENERATE_JOB, args, now, job_serializer)
 
 

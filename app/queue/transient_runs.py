@@ -1,35 +1,17 @@
 """A store=false foreground response's run, held in Redis since Postgres has no row of it: the job
-carries its request (`TransientJob`), the worker that takes it sets its claim, and while it
+carries its request (app/queue/jobs.py `CarriedResponse`), the worker that takes it sets its claim, and while it
 generates it keeps an alive key that its follower reads. Each key expires on its own."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import asdict, dataclass
-from typing import Any
 
 from redis.asyncio import Redis
 
-from app.protocol.response_object import ResponseRecord
 from app.queue import arq_seam
 from app.queue.redis_keys import ALIVE_PREFIX, TRANSIENT_CLAIM_PREFIX
 
 PREEMPTED_SECONDS = 3600  # a stop that took the claim first holds it longer than the job may wait
-
-
-@dataclass(frozen=True, slots=True)
-class TransientJob:
-    """What a store=false response's job carries: the response as created, and its input."""
-
-    record: ResponseRecord
-    input: list[dict[str, Any]]
-
-    def encoded(self) -> dict[str, Any]:
-        return {"record": asdict(self.record), "input": self.input}
-
-    @classmethod
-    def decoded(cls, payload: dict[str, Any]) -> TransientJob:
-        return cls(ResponseRecord(**payload["record"]), payload["input"])
 
 
 async def claim(redis: Redis, response_id: str, worker_id: str, seconds: float) -> bool:

@@ -20,6 +20,7 @@ from app.events.follow import follow
 from app.process import request_log
 from app.process.metrics import CREATED
 from app.protocol.encoding import WireEvent
+from app.protocol.hosted_calls import runs_tools
 from app.protocol.response_object import ResponseRecord
 from app.protocol.search_results import events_shown
 from app.protocol.vocabulary import ACTIVE_STATUSES
@@ -28,6 +29,7 @@ from app.service.enqueueing import Accepted
 from app.service.idempotency import IdempotencyKey
 from app.service.state import AppState
 from app.service.stopping import stop
+from app.storage import responses as responses_db
 from app.storage.accounts import Caller, Limits
 
 log = logging.getLogger(__name__)
@@ -59,7 +61,14 @@ async def create(
     (Idempotency-Key), the same request sent again answers with the response the first created."""
     try:
         accepted = await accept(
-            state, caller.account_id, body, caller.limits, body_bytes, compaction=compaction, key=key
+            state,
+            caller.account_id,
+            body,
+            caller.limits,
+            body_bytes,
+            compaction=compaction,
+            key=key,
+            store_afresh_later=True,
         )
     except idempotency.Replay as replay:
         return await _replayed(state, caller.account_id, replay.resource_id)
@@ -70,7 +79,7 @@ async def create(
     try:
         if record.stream or not record.background:  # before enqueueing: a transient response's events exist only live
             subscription = await state.hub.subscribe(record.id, accepted.durable)
-        await enqueueing.enqueue(state, accepted)
+        await enqueueing.hand_over(state, accepted)
     except BaseException as failure:
         if subscription is not None:
             await subscription.close()
@@ -125,9 +134,12 @@ async def accept(
     *,
     compaction: bool = False,
     key: IdempotencyKey | None = None,
+    store_afresh_later: bool = False,
 ) -> Accepted:
     """validate → admit → build → store: the response in Postgres (unless transient), not yet
-    enqueued. An error after admission carries the rate-limit headers of the request it counted."""
+    enqueued. With `store_afresh_later`, a response that starts afresh is left `unstored`, for
+    `enqueueing.hand_over` to store beside its enqueue. An error after admission carries the
+    rate-limit headers of the request it counted."""
     create, model = await validating.validated(
         state, account_id, body, input_optional=compaction
     )  # a chain alone is compacted
@@ -140,9 +152,34 @@ async def accept(
     validating.log_hosted_tools(create)
     try:
         new = await storing.build(state, account_id, create, record)
+        if store_afresh_later and _starts_afresh(new, create.conversation_id, key, body_bytes):
+            return Accepted(record, new.input_items, list(new.opening), create.mcp_credentials, headers, unstored=new)
         await storing.store(state, new, create.conversation_id, key)
     except errors.APIError as error:
         error.add_headers(headers)
         raise
     request_log.phase("store")
     return Accepted(record, new.input_items, list(new.opening), create.mcp_credentials, headers)
+
+
+# The largest request whose response its job carries (app/service/enqueueing.py): Redis holds it
+# twice over a moment, and the worker's decoding of it is on the way to the first token.
+CARRIED_MOST_BYTES = 64 * 1024
+
+
+def _starts_afresh(
+    new: responses_db.NewResponse, conversation_id: str | None, key: IdempotencyKey | None, body_bytes: int
+) -> bool:
+    """Whether the response is stored beside its enqueue (app/service/enqueueing.py): stored,
+    continuing nothing (its context is its input), with no key or conversation to write with it,
+    and no tool the server runs (no call may be made for it before it is claimed)."""
+    record = new.record
+    return (
+        record.durable
+        and not runs_tools(record.settings)
+        and record.previous_response_id is None
+        and conversation_id is None
+        and key is None
+        and not record.settings.get("compaction")
+        and body_bytes <= CARRIED_MOST_BYTES
+    )

@@ -22,9 +22,15 @@ from app.process.metrics import REGISTRY
 from app.protocol.response_object import ResponseRecord
 from app.queue import heartbeats, placement
 from app.queue.arq_seam import QueueWorker
-from app.queue.jobs import GenerateJob, enqueue_generate, enqueue_many, job_deserializer, job_serializer
+from app.queue.jobs import (
+    CarriedResponse,
+    GenerateJob,
+    enqueue_generate,
+    enqueue_many,
+    job_deserializer,
+    job_serializer,
+)
 from app.queue.redis_keys import GENERATE_JOB, LOAD_PREFIX
-from app.queue.transient_runs import TransientJob
 from app.service.state import AppState
 from tests.conftest import Environment, eventually
 
@@ -325,7 +331,7 @@ async def test_jobs_enqueued_together_are_stored_as_arq_stores_them_and_started_
     other_queue = f"{queue}:other"
     jobs = [GenerateJob.of(f"resp_together_{RUN}_{n}", queue) for n in range(3)]
     record = ResponseRecord("x", "m", "queued", 0.0, None, None, {}, {}, store=False, background=False, stream=True)
-    transient = GenerateJob.of(f"resp_together_{RUN}_e", other_queue, TransientJob(record, []))
+    transient = GenerateJob.of(f"resp_together_{RUN}_e", other_queue, CarriedResponse(record, []))
     recorder.release.clear()  # (the jobs stay while the same response is enqueued again)
     added = await enqueue_many(state.redis, [*jobs, transient])
     assert added == dict.fromkeys([*jobs, transient], True)
@@ -338,10 +344,10 @@ async def test_jobs_enqueued_together_are_stored_as_arq_stores_them_and_started_
     name, args, kwargs, _, _ = deserialize_job_raw(stored, deserializer=job_deserializer)
     assert (name, list(args), kwargs) == (
         GENERATE_JOB,
-        [transient.response_id, TransientJob(record, []).encoded()],
+        [transient.response_id, CarriedResponse(record, []).encoded()],
         {},
     )
-    assert TransientJob.decoded(args[1]) == TransientJob(record, [])
+    assert CarriedResponse.decoded(args[1]) == CarriedResponse(record, [])
     assert await state.redis.zscore(other_queue, transient.response_id) is not None
 
     await eventually(lambda: sorted(recorder.runs) == sorted(job.response_id for job in jobs), timeout=2.0)

@@ -16,9 +16,10 @@ from workers.jobs.start_times import StartTimes
 def test_a_queued_job_tells_every_step_from_its_enqueueing(caplog: pytest.LogCaptureFixture) -> None:
     enqueued = time.time() - 1.0
     times = StartTimes.of_job({"enqueue_time_ms": int(enqueued * 1000), "heard_at": enqueued + 0.002})
-    times.taken, times.claimed, times.first_token = enqueued + 0.003, enqueued + 0.0105, enqueued + 0.2
+    times.taken, times.claimed = enqueued + 0.003, enqueued + 0.0105
+    times.asked, times.first_token = enqueued + 0.011, enqueued + 0.2
     assert times.steps_ms() == pytest.approx(
-        {"queued": 2.0, "take": 1.0, "claim": 7.5, "first_token": 189.5},
+        {"queued": 2.0, "take": 1.0, "claim": 7.5, "ask": 8.0, "first_token": 189.0},
         abs=1.1,  # (enqueue time: whole ms)
     )
     with caplog.at_level(logging.INFO, logger="responses_server.generation"):
@@ -28,6 +29,15 @@ def test_a_queued_job_tells_every_step_from_its_enqueueing(caplog: pytest.LogCap
     assert fields["status"] == "incomplete" and fields["output_tokens"] == 7
     assert fields["duration_ms"] >= 989  # from the claim, a second ago, to now
     assert record.getMessage().startswith("response resp_1 incomplete (m): 7 output tokens; queued ")
+
+
+def test_a_response_asked_beside_its_claim_tells_both_from_its_take() -> None:
+    """A stored response that starts afresh: its runtime request goes out before its claim returns."""
+    times = StartTimes.of_job({"enqueue_time_ms": 1000, "heard_at": 1.5, "taken_at": 1.75})
+    times.asked, times.first_token, times.claimed = 1.76, 1.9, 2.0
+    assert times.steps_ms() == pytest.approx(
+        {"queued": 500.0, "take": 250.0, "claim": 250.0, "ask": 10.0, "first_token": 140.0}
+    )
 
 
 def test_a_job_run_outside_the_queue_worker_or_ended_before_its_first_token_tells_only_what_happened(
@@ -61,7 +71,9 @@ def test_each_step_is_counted_in_the_metrics_when_it_ends() -> None:
     now = time.time()
     times = StartTimes.of_job({"enqueue_time_ms": int(now * 1000) - 5, "heard_at": now, "taken_at": now})
     times.claimed_now("m-steps")
-    assert [count(step) for step in ("queued", "take", "claim", "first_token")] == [1, 1, 1, 0]
+    assert [count(step) for step in ("queued", "take", "claim", "ask", "first_token")] == [1, 1, 1, 0, 0]
+    times.asked_now("m-steps")
+    assert [count(step) for step in ("ask", "first_token")] == [1, 0]
     times.first_token_now("m-steps")
     assert count("first_token") == 1
     StartTimes.of_job({}).claimed_now("m-steps")  # (no queue times: only what is known is counted)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -30,9 +30,8 @@ from app.protocol.response_object import ResponseRecord
 from app.protocol.shapes import Event, Item
 from app.protocol.vocabulary import OUTPUT_DELTAS
 from app.queue import mcp_credentials, rate_counters, transient_runs
-from app.queue.jobs import enqueue_generate
+from app.queue.jobs import CarriedResponse, enqueue_generate
 from app.queue.redis_link import REDIS_LINK
-from app.queue.transient_runs import TransientJob
 from app.storage import events as events_db
 from app.storage import items as items_db
 from app.storage import responses as responses_db
@@ -64,7 +63,11 @@ class Generation:
     rounds_usage: dict[str, Any] | None = None  # a continued tool loop's: its finished rounds' usage
 
 
-async def generate(ctx: dict[str, Any], response_id: str, transient: dict[str, Any] | None = None) -> None:
+async def generate(
+    ctx: dict[str, Any], response_id: str, transient: dict[str, Any] | None = None, fresh: dict[str, Any] | None = None
+) -> None:
+    """`transient`: a store=false response, carried by its job; `fresh`: a stored one that starts
+    afresh, carried by its job too (app/queue/jobs.py `CarriedResponse`)."""
     state: WorkerState = ctx["state"]
     # A response may have two jobs (its first and a continuation's): in one worker, one runs it.
     if response_id in state.taken:
@@ -73,10 +76,12 @@ async def generate(ctx: dict[str, Any], response_id: str, transient: dict[str, A
     state.taken.add(response_id)
     times = StartTimes.of_job(ctx)
     try:
-        if transient is None:
+        if fresh is not None:
+            await _run_afresh(state, response_id, CarriedResponse.decoded(fresh), times)
+        elif transient is None:
             await _run_durable(state, response_id, times)
         else:
-            await _run_transient(state, response_id, TransientJob.decoded(transient), times)
+            await _run_transient(state, response_id, CarriedResponse.decoded(transient), times)
     finally:
         state.taken.discard(response_id)
         state.steered.discard(response_id)
@@ -89,7 +94,11 @@ async def _run_durable(state: WorkerState, response_id: str, times: StartTimes) 
     if claim is None:
         log.info("response %s: already claimed or ended; nothing to do", response_id)
         return
-    record = claim.record
+    await _run_claimed(state, claim, times)
+
+
+async def _run_claimed(state: WorkerState, claim: responses_db.Claim, times: StartTimes) -> None:
+    record, response_id = claim.record, claim.record.id
     output, log_end, rounds_usage = None, -1, None
     if claim.continuations:  # nobody writes its log while it has no worker: this is all of it
         async with state.engine.begin() as conn:
@@ -104,7 +113,21 @@ async def _run_durable(state: WorkerState, response_id: str, times: StartTimes) 
     )
 
 
-async def _run_transient(state: WorkerState, response_id: str, job: TransientJob, times: StartTimes) -> None:
+async def _run_afresh(state: WorkerState, response_id: str, carried: CarriedResponse, times: StartTimes) -> None:
+    """Runs a stored response that starts afresh from what its job carries: its runtime request goes
+    out at once, while it is claimed (its row may still be being written: `claim_when_stored`),
+    and its events are held until the claim is made; if it is not, they are dropped and the
+    request cancelled. Its context is its input, so nothing needs reading first."""
+    claiming = asyncio.ensure_future(state.claim_when_stored(response_id))
+    record = carried.record.evolve(status="in_progress")
+    state.writer.hold(response_id)
+    try:
+        await _run(state, Generation(record, state.catalog.by_name.get(record.model), carried.input, times), claiming)
+    finally:
+        state.writer.drop_held(response_id)  # (nothing is held once it was claimed)
+
+
+async def _run_transient(state: WorkerState, response_id: str, job: CarriedResponse, times: StartTimes) -> None:
     """Claims a store=false response in Redis (its job carries the record) and runs its generation,
     its events numbered by the writer and only published."""
     if not await transient_runs.claim(state.redis, response_id, state.worker_id, state.settings.job_timeout_seconds):
@@ -121,7 +144,10 @@ async def _run_transient(state: WorkerState, response_id: str, job: TransientJob
     await _run(state, Generation(record, state.catalog.by_name.get(record.model), context + job.input, times))
 
 
-async def _run(state: WorkerState, generation: Generation) -> None:
+async def _run(
+    state: WorkerState, generation: Generation, claiming: asyncio.Future[responses_db.Claim | None] | None = None
+) -> None:
+    """`claiming`: the claim of a response started before it was made (`_run_afresh`)."""
     record = generation.record
     if record.settings.get("compaction"):
         await _run_compaction(state, generation)
@@ -141,6 +167,17 @@ async def _run(state: WorkerState, generation: Generation) -> None:
         translator.tools = RuntimeTools.for_settings(record.settings, context=[*generation.context, *translator.before])
     # The runtime request goes out first: it, not these events' commit, is what the first token waits on.
     task = asyncio.create_task(_stream(state, generation, translator, prefix))
+    generation.times.asked_now(record.model)
+    if claiming is not None:
+        claim = await _claimed_beside(record.id, task, claiming)
+        if claim is None or claim.continuations:
+            state.writer.drop_held(record.id)
+            if claim is not None:  # a first job delivered again, its response released to be continued
+                await _run_claimed(state, claim, generation.times)
+            return
+        generation = replace(generation, record=claim.record)
+        record = claim.record
+        generation.times.claimed_now(record.model)
     if prefix is None:  # (a continuation's log has them already)
         opening = [] if record.background else [lifecycle_event("response.created", record)]
         # (a background response's create stored `created` and `queued`; a foreground one's, nothing)
@@ -167,6 +204,27 @@ async def _run(state: WorkerState, generation: Generation) -> None:
         log.exception("response %s: its outcome could not be made", record.id)
         closing, outcome = [], _failed(INTERNAL_ERROR)
     await _finish(state, generation, closing, outcome)
+
+
+async def _claimed_beside(
+    response_id: str, task: asyncio.Task[None], claiming: asyncio.Future[responses_db.Claim | None]
+) -> responses_db.Claim | None:
+    """The claim made while `task` streams; the task is cancelled unless the claim is a fresh
+    one's (neither None, nor a continuation's). A job cancelled meanwhile (its worker shutting
+    down) cancels both: a claim made all the same leaves the response to the reaper, as a worker
+    that died just after its claim would."""
+    try:
+        claim = await claiming
+    except BaseException:
+        claiming.cancel()
+        task.cancel()
+        await asyncio.wait({task})
+        raise
+    if claim is None or claim.continuations:
+        log.info("response %s: already claimed or ended; its runtime request is cancelled", response_id)
+        task.cancel()
+        await asyncio.wait({task})
+    return claim
 
 
 async def _run_compaction(state: WorkerState, generation: Generation) -> None:

@@ -6,8 +6,10 @@ it ends, with its status and output tokens. The steps:
   on hearing of it, finding it in a poll, or as a slot freed;
 - `take`: the job taken from the queue;
 - `claim`: the response claimed in Postgres (or Redis, for store=false), its context read;
-- `first_token`: from the claim to the runtime's first output token (the request, the prompt's
-  prefill, the first chunk).
+- `ask`: from the take to the runtime request's start: after the claim, or, for a stored response
+  that starts afresh (its job carries it), beside it;
+- `first_token`: from the runtime request's start to its first output token (the request, the
+  prompt's prefill, the first chunk).
 
 With `RESPONSES_LOG_FORMAT=json` the log line's steps are fields (`queued_ms`…), with the job's
 `enqueued_at` (Unix seconds), so a response's start can be laid beside its create's request line
@@ -34,6 +36,7 @@ class StartTimes:
     heard: float | None
     taken: float | None
     claimed: float | None = None
+    asked: float | None = None
     first_token: float | None = None
 
     @classmethod
@@ -47,10 +50,15 @@ class StartTimes:
             if (seconds := self._steps().get(step)) is not None:
                 START_STEP.labels(model, step).observe(seconds)
 
+    def asked_now(self, model: str) -> None:
+        self.asked = time.time()
+        if (seconds := self._steps().get("ask")) is not None:
+            START_STEP.labels(model, "ask").observe(seconds)
+
     def first_token_now(self, model: str) -> float:
         self.first_token = time.time()
-        if self.claimed is not None:
-            START_STEP.labels(model, "first_token").observe(self.first_token - self.claimed)
+        if self.asked is not None:
+            START_STEP.labels(model, "first_token").observe(self.first_token - self.asked)
         return self.first_token
 
     def steps_ms(self) -> dict[str, float]:
@@ -61,7 +69,8 @@ class StartTimes:
             "queued": (self.enqueued, self.heard),
             "take": (self.heard, self.taken),
             "claim": (self.taken, self.claimed),
-            "first_token": (self.claimed, self.first_token),
+            "ask": (self.taken, self.asked),
+            "first_token": (self.asked, self.first_token),
         }
         return {name: end - start for name, (start, end) in steps.items() if start is not None and end is not None}
 
