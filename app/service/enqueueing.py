@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app import errors
+from app.process import request_log
 from app.protocol.encoding import WireEvent
 from app.protocol.mcp_tools import Credentials, seal_credentials
 from app.protocol.response_object import ResponseRecord
@@ -60,6 +61,7 @@ async def hand_over(state: AppState, accepted: Accepted) -> None:
             enqueued.exception()  # (the store's error is the one the client gets)
         raise
     accepted.unstored = None
+    request_log.phase("store")
     await enqueued
 
 

@@ -43,10 +43,10 @@ async def unstored(state: AppState, account_id: str, **body: Any) -> Accepted:
     return accepted
 
 
-async def run_fresh(worker: WorkerState, accepted: Accepted) -> None:
+async def run_fresh(worker: WorkerState, accepted: Accepted, job_try: int = 1) -> None:
     """The worker's job as a fresh response's job calls it: carrying the response."""
     carried = CarriedResponse(accepted.record, accepted.input_items).encoded()
-    await generate({"state": worker}, accepted.record.id, None, carried)
+    await generate({"state": worker, "job_try": job_try}, accepted.record.id, None, carried)
 
 
 async def test_a_job_that_comes_before_its_row_asks_the_runtime_and_commits_once_claimed(
@@ -112,24 +112,49 @@ async def test_a_fresh_job_delivered_twice_generates_once(
     await eventually(lambda: fake.stats()["streams_aborted"] == len(fake.requests()) - 1)
 
 
-async def test_a_first_job_delivered_again_after_its_worker_died_continues_the_response(
-    state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime
-) -> None:
+async def released_to_continue(state: AppState, account_id: str) -> Accepted:
+    """A fresh response whose worker died mid-answer, released by the reaper to be continued: as
+    its first job, which carries it, would find it were that job delivered again."""
     response_id = await orphaned(state, account_id, model="continuing-model")
     channel = events_channel(state.settings.queue_name)
     await reaper.reap_expired_leases(state.engine, state.redis, channel, state.continuations)
     async with state.engine.connect() as conn:
         record = await responses_db.get_record(conn, response_id)
-    assert record is not None
-    # Its first job, carrying it as created, comes again (arq's retry of a job whose worker died).
-    carried = Accepted(record.evolve(status="queued"), [{"type": "message", "role": "user", "content": "orphan"}])
-    await within(run_fresh(await open_worker(), carried), 10)
+    assert record is not None and record.status == "in_progress"
+    queue = state.catalog.queue_for("continuing-model", state.settings.queue_name)
+    await state.redis.zrem(queue, f"{response_id}:1")  # (its continuation's job: not run here)
+    return Accepted(record.evolve(status="queued"), [{"type": "message", "role": "user", "content": "orphan"}])
+
+
+async def assert_continued_once(state: AppState, response_id: str) -> None:
     events = await events_of(state, response_id)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert [e["type"] for e in events].count("response.created") == 1
     assert events[-1]["type"] == "response.completed"
-    queue = state.catalog.queue_for("continuing-model", state.settings.queue_name)
-    await state.redis.zrem(queue, f"{response_id}:1")
+
+
+async def test_a_fresh_job_taken_again_claims_before_it_asks_the_runtime(
+    state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime
+) -> None:
+    """Its first worker stopped (the job is released) or died (arq takes it again): its response
+    may be continued, and is not asked for from scratch."""
+    carried = await released_to_continue(state, account_id)
+    await within(run_fresh(await open_worker(), carried, job_try=2), 10)
+    await assert_continued_once(state, carried.record.id)
+    [continuation] = fake.requests()
+    assert continuation["messages"][-1]["role"] == "user"  # (no output yet: continued from its start)
+    assert fake.stats()["streams_aborted"] == 0
+
+
+async def test_a_first_try_that_finds_its_response_released_continues_it(
+    state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime
+) -> None:
+    """(Were its try count lost with Redis.) The request asked beside the claim is cancelled."""
+    carried = await released_to_continue(state, account_id)
+    await within(run_fresh(await open_worker(), carried), 10)
+    await assert_continued_once(state, carried.record.id)
+    # (The first request, if it reached the runtime before the claim came back, was cancelled.)
+    await eventually(lambda: len(fake.requests()) - fake.stats()["streams_aborted"] == 1)
 
 
 async def _job_args(state: AppState, response_id: str) -> tuple[Any, ...]:

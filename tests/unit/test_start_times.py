@@ -27,7 +27,7 @@ def test_a_queued_job_tells_every_step_from_its_enqueueing(caplog: pytest.LogCap
     [record] = caplog.records
     fields = record.fields  # type: ignore[attr-defined]
     assert fields["status"] == "incomplete" and fields["output_tokens"] == 7
-    assert fields["duration_ms"] >= 989  # from the claim, a second ago, to now
+    assert fields["duration_ms"] >= 989  # from the claim (before the runtime request), a second ago, to now
     assert record.getMessage().startswith("response resp_1 incomplete (m): 7 output tokens; queued ")
 
 
@@ -52,7 +52,7 @@ def test_a_job_run_outside_the_queue_worker_or_ended_before_its_first_token_tell
     assert not any(name.endswith("_ms") and name != "duration_ms" for name in fields)
     assert fields["enqueued_at"] is None and fields["output_tokens"] is None
     assert record.getMessage().startswith("response resp_2 failed (m): not queued; ")
-    assert record.getMessage().endswith(" ms since its claim")
+    assert record.getMessage().endswith(" ms since its start")
 
     caplog.clear()
     times = StartTimes.of_job({"enqueue_time_ms": 1000, "heard_at": 1.5, "taken_at": 1.75})

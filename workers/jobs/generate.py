@@ -67,7 +67,9 @@ async def generate(
     ctx: dict[str, Any], response_id: str, transient: dict[str, Any] | None = None, fresh: dict[str, Any] | None = None
 ) -> None:
     """`transient`: a store=false response, carried by its job; `fresh`: a stored one that starts
-    afresh, carried by its job too (app/queue/jobs.py `CarriedResponse`)."""
+    afresh, carried by its job too (app/queue/jobs.py `CarriedResponse`). A job taken again (the
+    worker that took it stopped or died) claims first even so: its response may have been
+    released to be continued, and would be asked for from scratch in vain."""
     state: WorkerState = ctx["state"]
     # A response may have two jobs (its first and a continuation's): in one worker, one runs it.
     if response_id in state.taken:
@@ -76,7 +78,7 @@ async def generate(
     state.taken.add(response_id)
     times = StartTimes.of_job(ctx)
     try:
-        if fresh is not None:
+        if fresh is not None and ctx.get("job_try", 1) == 1:
             await _run_afresh(state, response_id, CarriedResponse.decoded(fresh), times)
         elif transient is None:
             await _run_durable(state, response_id, times)

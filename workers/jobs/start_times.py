@@ -77,7 +77,9 @@ class StartTimes:
 
 def ended(response_id: str, model: str, status: str, output_tokens: int | None, times: StartTimes) -> None:
     steps = times.steps_ms()
-    duration_ms = round((time.time() - times.claimed) * 1000, 1) if times.claimed is not None else None
+    # From its start: the claim, or the runtime request where that went first.
+    started = min((t for t in (times.claimed, times.asked) if t is not None), default=None)
+    duration_ms = round((time.time() - started) * 1000, 1) if started is not None else None
     fields: dict[str, Any] = {
         "response_id": response_id,
         "model": model,
@@ -90,5 +92,5 @@ def ended(response_id: str, model: str, status: str, output_tokens: int | None, 
     told = [] if output_tokens is None else [f"{output_tokens} output tokens"]
     told.append(", ".join(f"{name.replace('_', ' ')} {ms:.1f} ms" for name, ms in steps.items()) or "not queued")
     if duration_ms is not None:
-        told.append(f"{duration_ms:.1f} ms since its claim")
+        told.append(f"{duration_ms:.1f} ms since its start")
     log.info("response %s %s (%s): %s", response_id, status, model, "; ".join(told), extra={"fields": fields})
