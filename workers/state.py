@@ -127,13 +127,14 @@ class WorkerState(ProcessState):
         while (claim := await self.claim(response_id)) is None:
             async with self.engine.connect() as conn:
                 row = await responses_db.get_row(conn, response_id)
-            if row is not None and row.status != "queued":  # another's, or ended
+            if row is not None:
+                if row.status == "queued" or (row.status == "in_progress" and row.worker_id is None):
+                    continue  # stored since the claim missed it: claimed now
+                return None  # another worker's, or ended
+            if time.monotonic() >= deadline:
+                log.warning("response %s: not stored %.0f s after its job; left", response_id, STORED_WAIT_SECONDS)
                 return None
-            if row is None:
-                if time.monotonic() >= deadline:
-                    log.warning("response %s: not stored %.0f s after its job; left", response_id, STORED_WAIT_SECONDS)
-                    return None
-                await asyncio.sleep(backoff.next())
+            await asyncio.sleep(backoff.next())
         return claim
 
     async def _claim_many(self, response_ids: list[str]) -> dict[str, responses_db.Claim]:

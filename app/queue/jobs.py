@@ -97,8 +97,9 @@ class GenerateJob:
 
     response_id: str
     queue_name: str
-    # The response it carries (`CarriedResponse.encoded`), if any: a store=false one's, or a stored one's that
-    # starts afresh. The job's arguments are (id), (id, store=false response), (id, None, stored response).
+    # The response it carries (`CarriedResponse.encoded`), if any: a store=false one's, or a stored
+    # one's that starts afresh. The job's arguments: (id), (id, store=false response), or
+    # (id, None, stored response).
     carried: dict[str, Any] | None = field(default=None, compare=False)
     continuation: int = 0
     continues: tuple[str, ...] = ()  # the contexts it continues, to be placed by (app/queue/placement.py)

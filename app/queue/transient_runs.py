@@ -1,6 +1,7 @@
 """A store=false foreground response's run, held in Redis since Postgres has no row of it: the job
-carries its request (app/queue/jobs.py `CarriedResponse`), the worker that takes it sets its claim, and while it
-generates it keeps an alive key that its follower reads. Each key expires on its own."""
+carries its request (app/queue/jobs.py `CarriedResponse`), the worker that takes it sets its
+claim, and while it generates it keeps an alive key that its follower reads. Each key expires on
+its own."""
 
 from __future__ import annotations
 

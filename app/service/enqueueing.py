@@ -1,9 +1,9 @@
 """An accepted response handed to the workers (`hand_over`), or withdrawn when that fails, so that
 the client's error leaves nothing behind that could still run later (`withdraw`).
 
-A stored response that starts afresh (no previous response, no conversation, no Idempotency-Key)
-is stored while its job is enqueued, not before: its job carries it (`CarriedResponse`), and its
-worker asks the runtime while the row is written, claiming it once it is there
+A stored response that starts afresh (app/service/creation.py `_starts_afresh`: its context is its
+input) is stored while its job is enqueued, not before: its job carries it (`CarriedResponse`),
+and its worker asks the runtime while the row is written, claiming it once it is there
 (workers/jobs/generate.py). Its insert and its claim leave the way to its first token."""
 
 from __future__ import annotations
