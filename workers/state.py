@@ -125,10 +125,10 @@ class WorkerState(ProcessState):
         backoff = Backoff(first=0.001, most=0.1)
         deadline = time.monotonic() + STORED_WAIT_SECONDS
         while (claim := await self.claim(response_id)) is None:
-            async with self.engine.connect() as conn:
-                row = await responses_db.get_row(conn, response_id)
-            if row is not None:
-                if row.status == "queued" or (row.status == "in_progress" and row.worker_id is None):
+            async with self.claim_connection.use() as conn:
+                found = await responses_db.claimable(conn, response_id)
+            if found is not None:
+                if found:
                     continue  # stored since the claim missed it: claimed now
                 return None  # another worker's, or ended
             if time.monotonic() >= deadline:

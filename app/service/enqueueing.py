@@ -52,9 +52,12 @@ async def hand_over(state: AppState, accepted: Accepted) -> None:
     if accepted.unstored is None:
         await _enqueue(state, accepted, carried=not accepted.durable)
         return
+    # The insert goes out first (tasks start in order): its worker's claim, a few round trips
+    # later, then rarely finds it still uncommitted.
+    stored = asyncio.ensure_future(state.store(accepted.unstored))
     enqueued = asyncio.ensure_future(_enqueue(state, accepted, carried=True))
     try:
-        await state.store(accepted.unstored)
+        await stored
     except BaseException:
         await asyncio.wait({enqueued})
         if not enqueued.cancelled():

@@ -182,6 +182,9 @@ _INSERT_WITH_INPUT = DriverStatement(
 # response that continues nothing (one branch, its own, at depth 0) reads no chain: its context is
 # its own input, which the claim brings back with it, so its start costs no second round trip.
 # Its commit does not wait for the WAL's flush (UNFLUSHED_COMMITS).
+# What a claim takes: a queued response, or a running one left to be continued.
+_CLAIMABLE = "(status = 'queued' OR (status = 'in_progress' AND worker_id IS NULL))"
+
 _CLAIM = DriverStatement(
     text(
         """
@@ -189,8 +192,9 @@ _CLAIM = DriverStatement(
         UPDATE responses SET status = 'in_progress', started_at = coalesce(started_at, now()),
                              worker_id = :worker_id, lease_expires_at = now() + make_interval(secs => :lease_seconds),
                              continued_at = CASE WHEN status = 'in_progress' THEN now() ELSE continued_at END
-        WHERE id = ANY(CAST(:response_ids AS text[]))
-          AND (status = 'queued' OR (status = 'in_progress' AND worker_id IS NULL))
+        WHERE id = ANY(CAST(:response_ids AS text[])) AND """
+        + _CLAIMABLE
+        + """
         RETURNING *
     )
     SELECT set_config('synchronous_commit', 'off', true) AS unflushed, continuations, context_branches, context_depths,
@@ -378,6 +382,15 @@ async def claim_many(
     if paths:
         contexts |= await read_contexts(conn, paths)
     return {r.id: Claim(r, contexts[r.id], continuations[r.id]) for r in records}
+
+
+_IS_CLAIMABLE = DriverStatement(text(f"SELECT {_CLAIMABLE} FROM responses WHERE id = :response_id"))
+
+
+async def claimable(conn: AsyncConnection, response_id: str) -> bool | None:
+    """Whether a claim would take the response now; None if there is no such response."""
+    rows = await _IS_CLAIMABLE.rows(conn, {"response_id": response_id})
+    return bool(rows[0][0]) if rows else None
 
 
 async def release_for_continuation(
