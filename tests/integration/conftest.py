@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 import pytest
 from arq.connections import ArqRedis, RedisSettings, create_pool
@@ -20,6 +21,8 @@ from app.queue.jobs import job_deserializer, job_serializer
 from app.service import creation
 from app.service.state import AppState
 from app.storage import accounts as accounts_db
+from app.storage import events as events_db
+from app.storage import responses as responses_db
 from app.storage.tables import responses
 from tests.conftest import Environment, new_environment
 from workers.jobs.generate import generate
@@ -110,3 +113,27 @@ async def in_progress(state: AppState, account_id: str, count: int, **columns: o
     async with state.engine.begin() as conn:
         await conn.execute(update(responses).where(responses.c.id.in_(ids)).values(status="in_progress", **columns))
     return ids
+
+
+async def events_of(state: AppState, response_id: str) -> list[dict[str, object]]:
+    async with state.engine.connect() as conn:
+        return [e.data() for e in await events_db.events_after(conn, response_id, -1, None)]
+
+
+async def status_of(state: AppState, response_id: str) -> str:
+    async with state.engine.connect() as conn:
+        row = await responses_db.get_row(conn, response_id)
+    assert row is not None
+    return str(row.status)
+
+
+async def orphaned(state: AppState, account_id: str, **body: Any) -> str:
+    """A response whose worker claimed it, began its log, and died: its lease has lapsed."""
+    response_id = await accept(state, account_id, input="orphan", **body)
+    async with state.engine.begin() as conn:
+        assert await responses_db.claim(conn, response_id, "dead-worker", 30) is not None
+        await events_db.append(conn, response_id, [{"type": "response.created"}, {"type": "response.in_progress"}])
+        await conn.execute(
+            update(responses).where(responses.c.id == response_id).values(lease_expires_at=responses_db.db_now(-1))
+        )
+    return response_id

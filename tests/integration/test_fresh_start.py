@@ -27,8 +27,7 @@ from app.service.state import AppState
 from app.storage import accounts as accounts_db
 from app.storage import responses as responses_db
 from tests.conftest import FakeRuntime, eventually, within
-from tests.integration.conftest import OpenWorker
-from tests.integration.test_invariants import events_of, orphaned, status_of
+from tests.integration.conftest import OpenWorker, events_of, orphaned, status_of
 from workers import state as worker_state
 from workers.jobs.generate import generate
 from workers.state import WorkerState

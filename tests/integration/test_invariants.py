@@ -21,22 +21,10 @@ from app.storage import items as items_db
 from app.storage import responses as responses_db
 from app.storage.tables import responses
 from tests.conftest import Environment, FakeRuntime, within
-from tests.integration.conftest import OpenWorker, accept, run_job
+from tests.integration.conftest import OpenWorker, accept, events_of, orphaned, run_job, status_of
 from workers.translation.translate import StreamTranslator
 
 SLOW = "#fake " + json.dumps({"text": " ".join(f"w{i}" for i in range(40)), "delay": 0.05})
-
-
-async def events_of(state: AppState, response_id: str) -> list[dict[str, object]]:
-    async with state.engine.connect() as conn:
-        return [e.data() for e in await events_db.events_after(conn, response_id, -1, None)]
-
-
-async def status_of(state: AppState, response_id: str) -> str:
-    async with state.engine.connect() as conn:
-        row = await responses_db.get_row(conn, response_id)
-    assert row is not None
-    return str(row.status)
 
 
 async def test_same_job_delivered_twice_generates_once(
@@ -193,18 +181,6 @@ async def test_a_queued_response_stopped_before_it_runs_never_runs(
     events = await events_of(state, response_id)
     assert [e["type"] for e in events] == ["response.cancelled"]
     assert await status_of(state, response_id) == "cancelled"
-
-
-async def orphaned(state: AppState, account_id: str, **body: Any) -> str:
-    """A response whose worker claimed it, began its log, and died: its lease has lapsed."""
-    response_id = await accept(state, account_id, input="orphan", **body)
-    async with state.engine.begin() as conn:
-        assert await responses_db.claim(conn, response_id, "dead-worker", 30) is not None
-        await events_db.append(conn, response_id, [{"type": "response.created"}, {"type": "response.in_progress"}])
-        await conn.execute(
-            update(responses).where(responses.c.id == response_id).values(lease_expires_at=responses_db.db_now(-1))
-        )
-    return response_id
 
 
 async def test_a_dead_workers_response_is_failed_by_the_reaper_where_its_model_cannot_continue_it(
