@@ -97,13 +97,11 @@ class GenerateJob:
 
     response_id: str
     queue_name: str
-    # The response it carries (`CarriedResponse.encoded`), if any: a store=false one's, or a stored
-    # one's that starts afresh. The job's arguments: (id), (id, store=false response), or
-    # (id, None, stored response).
-    carried: dict[str, Any] | None = field(default=None, compare=False)
+    # The response it carries, if any: a store=false one's, or a stored one's that starts afresh.
+    # The job's arguments: (id), (id, store=false response), or (id, None, stored response).
+    carried: CarriedResponse | None = field(default=None, compare=False)
     continuation: int = 0
     continues: tuple[str, ...] = ()  # the contexts it continues, to be placed by (app/queue/placement.py)
-    stored: bool = True
 
     @property
     def job_id(self) -> str:
@@ -113,14 +111,13 @@ class GenerateJob:
     def of(
         cls, response_id: str, queue_name: str, carried: CarriedResponse | None = None, continues: tuple[str, ...] = ()
     ) -> GenerateJob:
-        if carried is None:
-            return cls(response_id, queue_name, continues=continues)
-        return cls(response_id, queue_name, carried.encoded(), continues=continues, stored=carried.record.durable)
+        return cls(response_id, queue_name, carried, continues=continues)
 
     def serialized(self, now: int) -> bytes:
         args: tuple[Any, ...] = (self.response_id,)
         if self.carried is not None:
-            args = (self.response_id, None, self.carried) if self.stored else (self.response_id, self.carried)
+            encoded = self.carried.encoded()
+            args = (self.response_id, None, encoded) if self.carried.record.durable else (self.response_id, encoded)
         return arq_seam.serialized_job(GENERATE_JOB, args, now, job_serializer)
 
 

@@ -171,8 +171,11 @@ async def _run(
     task = asyncio.create_task(_stream(state, generation, translator, prefix))
     generation.times.asked_now(record.model)
     if claiming is not None:
-        claim = await _claimed_beside(record.id, task, claiming)
-        if claim is None or claim.continuations:
+        claim = await _claimed_beside(task, claiming)
+        if claim is None or claim.continuations:  # not this worker's, or to be continued: not from scratch
+            log.info("response %s: already claimed, ended or released; its runtime request is cancelled", record.id)
+            task.cancel()
+            await asyncio.wait({task})
             state.writer.drop_held(record.id)
             if claim is not None:  # a first job delivered again, its response released to be continued
                 await _run_claimed(state, claim, generation.times)
@@ -209,24 +212,18 @@ async def _run(
 
 
 async def _claimed_beside(
-    response_id: str, task: asyncio.Task[None], claiming: asyncio.Future[responses_db.Claim | None]
+    task: asyncio.Task[None], claiming: asyncio.Future[responses_db.Claim | None]
 ) -> responses_db.Claim | None:
-    """The claim made while `task` streams; the task is cancelled unless the claim is a fresh
-    one's (neither None, nor a continuation's). A job cancelled meanwhile (its worker shutting
-    down) cancels both: a claim made all the same leaves the response to the reaper, as a worker
-    that died just after its claim would."""
+    """The claim made while `task` streams. A job cancelled meanwhile (its worker shutting down)
+    cancels both: a claim made all the same leaves the response to the reaper, as a worker that
+    died just after its claim would."""
     try:
-        claim = await claiming
+        return await claiming
     except BaseException:
         claiming.cancel()
         task.cancel()
         await asyncio.wait({task})
         raise
-    if claim is None or claim.continuations:
-        log.info("response %s: already claimed or ended; its runtime request is cancelled", response_id)
-        task.cancel()
-        await asyncio.wait({task})
-    return claim
 
 
 async def _run_compaction(state: WorkerState, generation: Generation) -> None:
