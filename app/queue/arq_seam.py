@@ -92,12 +92,15 @@ def serialized_job(function: str, args: tuple[Any, ...], now_ms: int, serializer
 # holder's load (jobs taken, not ended) is within PLACEMENT_SLACK of the least loaded's, else the
 # least loaded (ties: the holder, then the set's order); each job placed here counts at once. A
 # placed job is stored as due when the wait ends (arq's deferred job), and its worker alone is
-# told, on its own channel (redis_keys.placed_channel). Workers whose heartbeat is gone leave the
-# queue's set. KEYS[1]: the queue, KEYS[2]: its wake-up channel, KEYS[3]: its set of workers;
-# ARGV: expiry (ms), now (ms), the placement wait (ms; 0: none), arq's job and result key
-# prefixes, our placement, heartbeat and load key prefixes, the queue's placed channels' prefix
-# (a worker's channel is it and the worker's id), then for each job its id, its
-# serialized job, the number of contexts it continues and those contexts. Returns per job:
+# told, on its own channel (redis_keys.placed_channel): by one message naming the jobs, or, for a
+# job to be heard with its data, by a message of its own, its id and its serialized job (the
+# worker may start it while it takes it: `QueueWorker._run_while_taken`). Workers whose heartbeat
+# is gone leave the queue's set. KEYS[1]: the queue, KEYS[2]: its wake-up channel, KEYS[3]: its
+# set of workers; ARGV: expiry (ms), now (ms), the placement wait (ms; 0: none), arq's job and
+# result key prefixes, our placement, heartbeat and load key prefixes, the queue's placed
+# channels' prefix (a worker's channel is it and the worker's id), then for each job its id, its
+# serialized job, whether its worker is to hear it with its data (1/0), the number of contexts it
+# continues and those contexts. Returns per job:
 # 0 not added (it exists), 1 added for any worker, 2 placed on its context's holder, 3 placed on
 # the least loaded worker.
 _ENQUEUE = """
@@ -117,12 +120,12 @@ if wait > 0 then
 end
 local i = 10
 while i <= #ARGV do
-    local id, contexts = ARGV[i], tonumber(ARGV[i + 2])
+    local id, contexts = ARGV[i], tonumber(ARGV[i + 3])
     if redis.call('EXISTS', ARGV[4] .. id, ARGV[5] .. id) > 0 then
         table.insert(added, 0)
     else
         local holder, least = nil, nil
-        for c = i + 3, i + 2 + contexts do
+        for c = i + 4, i + 3 + contexts do
             local found = #workers > 0 and redis.call('GET', ARGV[6] .. ARGV[c])
             if found and loads[found] then holder = found break end
         end
@@ -136,7 +139,11 @@ while i <= #ARGV do
             worker, flag = least, 3
         end
         redis.call('PSETEX', ARGV[4] .. id, ARGV[1], ARGV[i + 1])
-        if worker then
+        if worker and ARGV[i + 2] == '1' then
+            loads[worker] = loads[worker] + 1
+            redis.call('ZADD', KEYS[1], now + wait, id)
+            redis.call('PUBLISH', ARGV[9] .. worker, id .. '\\n' .. ARGV[i + 1])
+        elseif worker then
             loads[worker] = loads[worker] + 1
             redis.call('ZADD', KEYS[1], now + wait, id)
             placed[worker] = placed[worker] or {}
@@ -147,7 +154,7 @@ while i <= #ARGV do
         end
         table.insert(added, flag)
     end
-    i = i + 3 + contexts
+    i = i + 4 + contexts
 end
 if #ids > 0 then redis.call('PUBLISH', KEYS[2], table.concat(ids, ' ')) end
 for worker, jobs in pairs(placed) do redis.call('PUBLISH', ARGV[9] .. worker, table.concat(jobs, ' ')) end
@@ -168,6 +175,8 @@ class SerializedJob:
     job_id: str
     data: bytes
     continues: tuple[str, ...] = ()  # the contexts it continues, to be placed by (app/queue/placement.py)
+    # Whether its worker, if it is placed, hears it with its data (`QueueWorker._run_while_taken`).
+    heard_with_data: bool = False
 
 
 async def enqueue_serialized(
@@ -180,7 +189,7 @@ async def enqueue_serialized(
     args: list[Any] = [_JOB_EXPIRY_MS, enqueued_ms, placement_wait_ms, job_key_prefix, result_key_prefix]
     args += [PLACEMENT_PREFIX, WORKER_PREFIX, LOAD_PREFIX, placed_channel(queue_name, "")]
     for job in jobs:
-        args += [job.job_id, job.data, len(job.continues), *job.continues]
+        args += [job.job_id, job.data, int(job.heard_with_data), len(job.continues), *job.continues]
     keys = [queue_name, wake_channel(queue_name), QUEUE_WORKERS_PREFIX + queue_name]
     return [int(flag) for flag in await script(keys=keys, args=args)]
 
@@ -292,8 +301,9 @@ class QueueWorker(Worker):
         finally:
             await listener.close()
 
-    async def start_jobs(self, job_ids: list[bytes], placed: bool = False) -> None:
-        """`placed`: the jobs were placed on this worker, and are taken before they are due."""
+    async def start_jobs(self, job_ids: list[bytes], placed: bool = False, data: bytes | None = None) -> None:
+        """`placed`: the jobs were placed on this worker, and are taken before they are due.
+        `data`: the one job's serialized job, heard with it (see `_run_while_taken`)."""
         now, heard_at = time.monotonic(), time.time()
         for job_id_b in job_ids:
             job_id = job_id_b.decode()
@@ -305,7 +315,7 @@ class QueueWorker(Worker):
             await self.sem.acquire()  # never waits below max_jobs; kept for arq's own accounting
             self.job_counter += 1
             self._in_slots.add(job_id)
-            task = asyncio.create_task(self._take_and_run(job_id_b, heard_at, placed))
+            task = asyncio.create_task(self._take_and_run(job_id_b, heard_at, placed, data))
             task.add_done_callback(partial(self._job_done, job_id))
             self.tasks[job_id] = task
 
@@ -330,11 +340,14 @@ class QueueWorker(Worker):
         except REDIS_DOWN as error:  # the next poll does it
             REDIS_LINK.failed("looking for waiting jobs", error)
 
-    async def _take_and_run(self, job_id_b: bytes, heard_at: float, placed: bool) -> None:
+    async def _take_and_run(self, job_id_b: bytes, heard_at: float, placed: bool, data: bytes | None) -> None:
         """Never raises: arq's poll loop collects finished tasks' results."""
         job_id = job_id_b.decode()
         try:
-            ended = await self._run_if_taken(job_id, heard_at, placed)
+            if data is None:
+                ended = await self._run_if_taken(job_id, heard_at, placed)
+            else:
+                ended = await self._run_while_taken(job_id, data, heard_at)
         finally:
             # Its function is done: the slot goes to the next job while Redis is tidied. (At as
             # many streams as slots, a new response otherwise waits for an old one's tidying.)
@@ -352,6 +365,37 @@ class QueueWorker(Worker):
 
     async def _run_if_taken(self, job_id: str, heard_at: float, placed: bool) -> bool | None:
         """Takes the job and runs it (see `_run_taken`); None if it could not be taken."""
+        taken = await self._taken(job_id, placed)
+        if taken is None:
+            return None
+        data, tries = taken
+        return await self._run_taken(job_id, data, tries, heard_at)
+
+    async def _run_while_taken(self, job_id: str, data: bytes, heard_at: float) -> bool | None:
+        """Runs a job heard with its data (a placed one's: its worker alone may take it until its
+        placement wait ends) while it is taken: the take's round trip is not on the way to what
+        the job does first. The function learns from `ctx["taken"]`, a future, whether this
+        worker took the job as its first try, and must do nothing that needs the take before it
+        is True (generate: its claim); if it is False, the function gives up, and a job taken on
+        a later try runs again as any taken job does. None if it could not be taken."""
+        taking = asyncio.ensure_future(self._taken(job_id, placed=True))
+        first_try: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        taking.add_done_callback(
+            lambda done: first_try.set_result(
+                not done.cancelled() and done.exception() is None and (done.result() or (None, 0))[1] == 1
+            )
+        )
+        try:
+            ended = await self._run_taken(job_id, data, 1, heard_at, first_try)
+        finally:
+            taken = await taking  # (never raises: see `_taken`)
+        if taken is None:
+            return None
+        data_taken, tries = taken
+        return ended if tries == 1 else await self._run_taken(job_id, data_taken, tries, heard_at)
+
+    async def _taken(self, job_id: str, placed: bool) -> tuple[bytes | None, int] | None:
+        """The job taken (its data and try number); None if it could not be taken."""
         try:
             taken = await self._take((job_id, placed))
         except REDIS_DOWN as error:
@@ -365,13 +409,14 @@ class QueueWorker(Worker):
             self._elsewhere = {j: t for j, t in self._elsewhere.items() if t > now}
             self._elsewhere[job_id.encode()] = now + self.ELSEWHERE_SECONDS
             return None
-        data, tries = taken
-        return await self._run_taken(job_id, data, tries, heard_at)
+        return taken
 
-    async def _run_taken(self, job_id: str, data: bytes | None, tries: int, heard_at: float) -> bool:
+    async def _run_taken(
+        self, job_id: str, data: bytes | None, tries: int, heard_at: float, taken: asyncio.Future[bool] | None = None
+    ) -> bool:
         """Runs a taken job's function; False when it was cancelled and must run again. Its
         context has arq's keys, and when the worker went for the job and took it (Unix times:
-        `heard_at`, `taken_at`)."""
+        `heard_at`, `taken_at`); `taken`: see `_run_while_taken`."""
         taken_at = time.time()
         try:
             if data is None:
@@ -383,6 +428,8 @@ class QueueWorker(Worker):
                 raise LookupError(f"{tries - 1} tries exhausted")
             ctx = {**self.ctx, "job_id": job_id, "job_try": tries, "enqueue_time_ms": enqueued_ms}
             ctx |= {"heard_at": heard_at, "taken_at": taken_at}
+            if taken is not None:
+                ctx["taken"] = taken
             async with asyncio.timeout(self.job_timeout_s if function.timeout_s is None else function.timeout_s):
                 await function.coroutine(ctx, *args, **kwargs)
         except asyncio.CancelledError:
@@ -503,11 +550,13 @@ class QueueWorker(Worker):
         await self._started.wait()
         assert self.placement_id is not None
 
-        async def placed(job_ids: bytes) -> None:
-            ids = job_ids.split()
+        async def placed(message: bytes) -> None:
+            # The jobs' ids, or one job's id and its data (see _ENQUEUE).
+            job_id, _, data = message.partition(b"\n")
+            ids = message.split() if not data else [job_id]
             free = max(0, self.max_jobs - self.job_counter) if self.allow_pick_jobs else 0
             if free:
-                await self.start_jobs(ids[:free], placed=True)
+                await self.start_jobs(ids[:free], placed=True, data=data or None)
             if ids[free:]:
                 PLACEMENTS.labels("handed_on").inc(len(ids[free:]))
                 with REDIS_LINK.tolerated("handing placed jobs on"):  # (else they are due when the wait ends)

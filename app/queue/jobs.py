@@ -107,6 +107,12 @@ class GenerateJob:
     def job_id(self) -> str:
         return self.response_id if not self.continuation else f"{self.response_id}:{self.continuation}"
 
+    @property
+    def starts_afresh(self) -> bool:
+        """Whether it carries a stored response: its worker asks the runtime before the claim, and,
+        hearing the job with its data, before the take too (workers/jobs/generate.py)."""
+        return self.carried is not None and self.carried.record.durable
+
     @classmethod
     def of(
         cls, response_id: str, queue_name: str, carried: CarriedResponse | None = None, continues: tuple[str, ...] = ()
@@ -151,7 +157,10 @@ async def enqueue_many(
         by_queue.setdefault(job.queue_name, []).append(job)
     try:
         for queue_name, queued in by_queue.items():
-            serialized = [arq_seam.SerializedJob(job.job_id, job.serialized(now), job.continues) for job in queued]
+            serialized = [
+                arq_seam.SerializedJob(job.job_id, job.serialized(now), job.continues, job.starts_afresh)
+                for job in queued
+            ]
             flags = await arq_seam.enqueue_serialized(queue, queue_name, serialized, now, placement_wait_ms)
             for job, flag in zip(queued, flags, strict=True):
                 added[job] = flag != arq_seam.NOT_ADDED

@@ -526,3 +526,104 @@ async def test_a_placed_job_whose_worker_never_takes_it_is_due_for_every_worker_
     await eventually(lambda: anyone.runs == [job.response_id], timeout=3.0)
     await asyncio.sleep(0.2)
     assert anyone.runs == [job.response_id]
+
+
+class TakeRecorder(Recorder):
+    """Records each run as it starts (`entered`: whether its job was still being taken, a future in
+    `ctx["taken"]` not yet done), then what that future said, or the try it ran as when it came
+    through an ordinary take (`told`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered: list[tuple[str, bool]] = []
+        self.told: list[tuple[str, bool | int]] = []
+
+    async def run(self, ctx: dict[str, Any], response_id: str, *carried: object) -> None:
+        taken: asyncio.Future[bool] | None = ctx.get("taken")
+        self.entered.append((response_id, taken is not None and not taken.done()))
+        self.told.append((response_id, ctx["job_try"] if taken is None else await taken))
+        if taken is None or taken.result():
+            await super().run(ctx, response_id)
+
+
+class HeldTake(QueueWorker):
+    """Its takes wait until `let_take` is set."""
+
+    let_take = asyncio.Event()
+
+    async def _take_many(self, jobs: list[tuple[str, bool]]) -> dict[tuple[str, bool], tuple[bytes | None, int]]:
+        await self.let_take.wait()
+        return await super()._take_many(jobs)
+
+
+async def holding_worker(state: AppState, queue: str, start_worker: StartWorker) -> tuple[TakeRecorder, QueueWorker]:
+    """A placing worker whose takes are held (HeldTake), holding the context `response:<prev>`."""
+    holder, holder_id = TakeRecorder(), f"holder-{secrets.token_hex(3)}"
+    HeldTake.let_take = asyncio.Event()
+    worker = await start_worker(holder, worker_class=HeldTake, placement_id=holder_id)
+    await beat(state, holder_id, queue)
+    await placement.remember(state.redis, holder_id, [f"response:resp_prev_{RUN}"])
+    return holder, worker
+
+
+def afresh(job_id: str, queue: str) -> GenerateJob:
+    """A job carrying a stored response that starts afresh, continuing the holder's context."""
+    record = ResponseRecord(job_id, "m", "queued", 0.0, None, None, {}, {}, store=True, background=False, stream=True)
+    return GenerateJob(job_id, queue, CarriedResponse(record, []), continues=(f"response:resp_prev_{RUN}",))
+
+
+async def test_a_placed_job_carrying_its_response_starts_while_it_is_taken_and_runs_once(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    holder, worker = await holding_worker(state, queue, start_worker)
+    job = afresh(f"resp_afresh_{RUN}", queue)
+    await enqueue_many(state.redis, [job], placement_wait_ms=5000)
+    await eventually(lambda: holder.entered == [(job.job_id, True)], timeout=2.0)  # heard with its data
+    assert not (await job_keys(state.redis, queue, job.job_id))["in_progress"]  # its take is held
+    assert holder.told == []  # (nothing that needs the take is done before it)
+    HeldTake.let_take.set()
+    await eventually(lambda: holder.told == [(job.job_id, True)], timeout=2.0)
+    await job_ended(worker, job.job_id)
+    assert await job_keys(state.redis, queue, job.job_id) == NOTHING_LEFT
+    assert holder.runs == [job.job_id]
+
+
+async def test_a_job_heard_with_its_data_but_taken_elsewhere_is_left_to_its_taker(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    """Another worker runs it (its placement wait ended before this worker took it): this one's
+    function is told so, and the job's keys stay as its taker holds them."""
+    holder, worker = await holding_worker(state, queue, start_worker)
+    job = afresh(f"resp_elsewhere_{RUN}", queue)
+    await state.redis.psetex(in_progress_key_prefix + job.job_id, 60_000, b"1")  # taken by another worker
+    await enqueue_many(state.redis, [job], placement_wait_ms=5000)
+    await eventually(lambda: holder.entered == [(job.job_id, True)], timeout=2.0)
+    HeldTake.let_take.set()
+    await eventually(lambda: holder.told == [(job.job_id, False)], timeout=2.0)
+    await job_ended(worker, job.job_id)
+    assert await job_keys(state.redis, queue, job.job_id) == {
+        **NOTHING_LEFT,
+        "queued": True,
+        "job": True,
+        "in_progress": True,
+    }
+    assert holder.runs == []
+    await state.redis.zrem(queue, job.job_id)
+    await state.redis.delete(job_key_prefix + job.job_id, in_progress_key_prefix + job.job_id)
+
+
+async def test_a_job_heard_with_its_data_and_taken_on_a_later_try_runs_as_that_try(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    """Its first try was made before (its worker died): the function started as a first try is told
+    it is not one, and the job runs again, as the try it is (generate then claims first)."""
+    holder, worker = await holding_worker(state, queue, start_worker)
+    job = afresh(f"resp_retried_{RUN}", queue)
+    await state.redis.set(retry_key_prefix + job.job_id, 1)  # one try made already
+    await enqueue_many(state.redis, [job], placement_wait_ms=5000)
+    await eventually(lambda: holder.entered == [(job.job_id, True)], timeout=2.0)
+    HeldTake.let_take.set()
+    await eventually(lambda: holder.told == [(job.job_id, False), (job.job_id, 2)], timeout=2.0)
+    await job_ended(worker, job.job_id)
+    assert await job_keys(state.redis, queue, job.job_id) == NOTHING_LEFT
+    assert holder.runs == [job.job_id]
