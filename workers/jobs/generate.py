@@ -208,14 +208,16 @@ async def _run(
         state.writer.open(record.id, [*opening, lifecycle_event("response.in_progress", record)])
     state.running[record.id] = task
     state.translators[record.id] = translator
+    holding = asyncio.ensure_future(_hold_contexts_once_answering(state, generation, task))
     try:
-        await state.hold_contexts(record)  # (while the runtime is asked)
         await asyncio.wait({task})
+        await holding
     except asyncio.CancelledError:
         # The job itself was cancelled: the worker is shutting down (at once, another worker
         # being alive, or past its grace period), or arq timed the job out. Hand the generation
         # over to be continued, or end it cleanly now rather than leave it to the reaper.
         task.cancel()
+        holding.cancel()
         await asyncio.shield(_hand_over(state, generation, task, translator))
         raise
     finally:
@@ -227,6 +229,24 @@ async def _run(
         log.exception("response %s: its outcome could not be made", record.id)
         closing, outcome = [], _failed(INTERNAL_ERROR)
     await _finish(state, generation, closing, outcome)
+
+
+async def _hold_contexts_once_answering(state: WorkerState, generation: Generation, task: asyncio.Task[None]) -> None:
+    """Tells placement that this worker's engine holds the response's contexts once its first output
+    is committed (or its answer ended without one): the round trip then does not share the CPU
+    with the runtime request and the commit that the first token waits on, and is made before the
+    response ends, which the next turn of its chain waits for."""
+    answering = asyncio.ensure_future(generation.times.answering.wait())
+    try:
+        await asyncio.wait({task, answering}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        answering.cancel()
+    if not task.done():
+        try:
+            await state.writer.committed(generation.record.id)
+        except Exception:  # (the commit gave up: the generation meets that itself, and ends)
+            return
+    await state.hold_contexts(generation.record)
 
 
 async def _claimed_beside(

@@ -18,9 +18,10 @@ With `RESPONSES_LOG_FORMAT=json` the log line's steps are fields (`queued_ms`…
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.process.metrics import START_STEP
@@ -38,6 +39,7 @@ class StartTimes:
     claimed: float | None = None
     asked: float | None = None
     first_token: float | None = None
+    answering: asyncio.Event = field(default_factory=asyncio.Event)  # set at the first output token
 
     @classmethod
     def of_job(cls, ctx: dict[str, Any]) -> StartTimes:
@@ -57,6 +59,7 @@ class StartTimes:
 
     def first_token_now(self, model: str) -> float:
         self.first_token = time.time()
+        self.answering.set()
         if self.asked is not None:
             START_STEP.labels(model, "first_token").observe(self.first_token - self.asked)
         return self.first_token
