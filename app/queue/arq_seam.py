@@ -33,6 +33,8 @@ The worker, adapted to hundreds of long jobs and to token latency:
   token. Here a job is taken and read by one script, with arq's keys and semantics (the
   in-progress key, the try counter, the job removed from the queue when it ends), and its
   function runs inside the task that took it. Jobs start side by side, never one after another.
+  A job placed on this worker that carries its response is heard with its data, and its
+  function starts while the take is in flight (`_run_while_taken`).
 - Jobs that start or end while a take or a removal is in flight are taken or removed together,
   by one script call (app/process/batching.py).
 - A job holds one of the worker's `max_jobs` slots while it is taken and run, not while its keys
@@ -373,26 +375,16 @@ class QueueWorker(Worker):
 
     async def _run_while_taken(self, job_id: str, data: bytes, heard_at: float) -> bool | None:
         """Runs a job heard with its data (a placed one's: its worker alone may take it until its
-        placement wait ends) while it is taken: the take's round trip is not on the way to what
-        the job does first. The function learns from `ctx["taken"]`, a future, whether this
-        worker took the job as its first try, and must do nothing that needs the take before it
-        is True (generate: its claim); if it is False, the function gives up, and a job taken on
-        a later try runs again as any taken job does. None if it could not be taken."""
+        placement wait ends) while the take script runs: the take's round trip is not on the way
+        to what the job does. Only a job whose function makes sure it runs once by itself is sent
+        so (generate: its claim in Postgres). A take that fails (the wait ended, and another
+        worker took the job) leaves the job's keys to its taker. None if it could not be taken."""
         taking = asyncio.ensure_future(self._taken(job_id, placed=True))
-        first_try: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        taking.add_done_callback(
-            lambda done: first_try.set_result(
-                not done.cancelled() and done.exception() is None and (done.result() or (None, 0))[1] == 1
-            )
-        )
         try:
-            ended = await self._run_taken(job_id, data, 1, heard_at, first_try)
+            ended = await self._run_taken(job_id, data, 1, heard_at)
         finally:
             taken = await taking  # (never raises: see `_taken`)
-        if taken is None:
-            return None
-        data_taken, tries = taken
-        return ended if tries == 1 else await self._run_taken(job_id, data_taken, tries, heard_at)
+        return None if taken is None else ended
 
     async def _taken(self, job_id: str, placed: bool) -> tuple[bytes | None, int] | None:
         """The job taken (its data and try number); None if it could not be taken."""
@@ -411,12 +403,10 @@ class QueueWorker(Worker):
             return None
         return taken
 
-    async def _run_taken(
-        self, job_id: str, data: bytes | None, tries: int, heard_at: float, taken: asyncio.Future[bool] | None = None
-    ) -> bool:
+    async def _run_taken(self, job_id: str, data: bytes | None, tries: int, heard_at: float) -> bool:
         """Runs a taken job's function; False when it was cancelled and must run again. Its
         context has arq's keys, and when the worker went for the job and took it (Unix times:
-        `heard_at`, `taken_at`); `taken`: see `_run_while_taken`."""
+        `heard_at`, `taken_at`)."""
         taken_at = time.time()
         try:
             if data is None:
@@ -428,8 +418,6 @@ class QueueWorker(Worker):
                 raise LookupError(f"{tries - 1} tries exhausted")
             ctx = {**self.ctx, "job_id": job_id, "job_try": tries, "enqueue_time_ms": enqueued_ms}
             ctx |= {"heard_at": heard_at, "taken_at": taken_at}
-            if taken is not None:
-                ctx["taken"] = taken
             async with asyncio.timeout(self.job_timeout_s if function.timeout_s is None else function.timeout_s):
                 await function.coroutine(ctx, *args, **kwargs)
         except asyncio.CancelledError:

@@ -42,14 +42,10 @@ async def unstored(state: AppState, account_id: str, **body: Any) -> Accepted:
     return accepted
 
 
-async def run_fresh(
-    worker: WorkerState, accepted: Accepted, job_try: int = 1, taken: asyncio.Future[bool] | None = None
-) -> None:
-    """The worker's job as a fresh response's job calls it: carrying the response (and, heard with
-    its data, still being taken: `taken`, app/queue/arq_seam.py `_run_while_taken`)."""
+async def run_fresh(worker: WorkerState, accepted: Accepted, job_try: int = 1) -> None:
+    """The worker's job as a fresh response's job calls it: carrying the response."""
     carried = CarriedResponse(accepted.record, accepted.input_items).encoded()
-    ctx: dict[str, Any] = {"state": worker, "job_try": job_try} | ({"taken": taken} if taken else {})
-    await generate(ctx, accepted.record.id, None, carried)
+    await generate({"state": worker, "job_try": job_try}, accepted.record.id, None, carried)
 
 
 async def test_a_job_that_comes_before_its_row_asks_the_runtime_and_commits_once_claimed(
@@ -84,44 +80,6 @@ async def test_a_job_whose_response_is_never_stored_cancels_its_request_and_leav
     await eventually(lambda: fake.stats()["streams_aborted"] == 1)  # its request was cancelled
     async with state.engine.connect() as conn:
         assert await responses_db.get_row(conn, accepted.record.id) is None
-    assert await events_of(state, accepted.record.id) == []
-
-
-async def test_a_job_still_being_taken_asks_the_runtime_and_claims_once_it_is_taken(
-    state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime
-) -> None:
-    accepted = await unstored(state, account_id, input=SLOW, stream=True)
-    await state.store(accepted.unstored)  # type: ignore[arg-type]
-    taken: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-    job = asyncio.ensure_future(run_fresh(await open_worker(), accepted, taken=taken))
-    await eventually(lambda: len(fake.requests()) == 1)  # asked before the take returned
-    await asyncio.sleep(0.2)
-    assert await status_of(state, accepted.record.id) == "queued"  # no claim before it
-    assert await events_of(state, accepted.record.id) == []
-
-    taken.set_result(True)
-    await within(job, 10)
-    events = await events_of(state, accepted.record.id)
-    assert [e["sequence_number"] for e in events] == list(range(len(events)))
-    assert events[-1]["type"] == "response.completed"
-    assert await status_of(state, accepted.record.id) == "completed"
-    assert len(fake.requests()) == 1
-
-
-async def test_a_job_another_worker_took_never_claims_and_cancels_its_request(
-    state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime
-) -> None:
-    """Its take failed (the job runs elsewhere, or was taken again on a later try, which then
-    runs as any taken job): the response stays as it was, for the job's taker."""
-    accepted = await unstored(state, account_id, input=SLOW, stream=True)
-    await state.store(accepted.unstored)  # type: ignore[arg-type]
-    taken: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-    job = asyncio.ensure_future(run_fresh(await open_worker(), accepted, taken=taken))
-    await eventually(lambda: len(fake.requests()) == 1)
-    taken.set_result(False)
-    await within(job, 10)
-    await eventually(lambda: fake.stats()["streams_aborted"] == 1)  # its request was cancelled
-    assert await status_of(state, accepted.record.id) == "queued"
     assert await events_of(state, accepted.record.id) == []
 
 

@@ -528,38 +528,28 @@ async def test_a_placed_job_whose_worker_never_takes_it_is_due_for_every_worker_
     assert anyone.runs == [job.response_id]
 
 
-class TakeRecorder(Recorder):
-    """Records each run as it starts (`entered`: whether its job was still being taken, a future in
-    `ctx["taken"]` not yet done), then what that future said, or the try it ran as when it came
-    through an ordinary take (`told`)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.entered: list[tuple[str, bool]] = []
-        self.told: list[tuple[str, bool | int]] = []
-
-    async def run(self, ctx: dict[str, Any], response_id: str, *carried: object) -> None:
-        taken: asyncio.Future[bool] | None = ctx.get("taken")
-        self.entered.append((response_id, taken is not None and not taken.done()))
-        self.told.append((response_id, ctx["job_try"] if taken is None else await taken))
-        if taken is None or taken.result():
-            await super().run(ctx, response_id)
-
-
 class HeldTake(QueueWorker):
-    """Its takes wait until `let_take` is set."""
+    """Its takes wait until `let_take` is set; `entered`: each job whose function started, and
+    whether its take was still held then."""
 
     let_take = asyncio.Event()
+    entered: list[tuple[str, bool]] = []
 
     async def _take_many(self, jobs: list[tuple[str, bool]]) -> dict[tuple[str, bool], tuple[bytes | None, int]]:
         await self.let_take.wait()
         return await super()._take_many(jobs)
 
 
-async def holding_worker(state: AppState, queue: str, start_worker: StartWorker) -> tuple[TakeRecorder, QueueWorker]:
+class EnteredRecorder(Recorder):
+    async def run(self, ctx: dict[str, Any], response_id: str, *carried: object) -> None:
+        HeldTake.entered.append((response_id, not HeldTake.let_take.is_set()))
+        await super().run(ctx, response_id)
+
+
+async def holding_worker(state: AppState, queue: str, start_worker: StartWorker) -> tuple[Recorder, QueueWorker]:
     """A placing worker whose takes are held (HeldTake), holding the context `response:<prev>`."""
-    holder, holder_id = TakeRecorder(), f"holder-{secrets.token_hex(3)}"
-    HeldTake.let_take = asyncio.Event()
+    holder, holder_id = EnteredRecorder(), f"holder-{secrets.token_hex(3)}"
+    HeldTake.let_take, HeldTake.entered = asyncio.Event(), []
     worker = await start_worker(holder, worker_class=HeldTake, placement_id=holder_id)
     await beat(state, holder_id, queue)
     await placement.remember(state.redis, holder_id, [f"response:resp_prev_{RUN}"])
@@ -575,55 +565,37 @@ def afresh(job_id: str, queue: str) -> GenerateJob:
 async def test_a_placed_job_carrying_its_response_starts_while_it_is_taken_and_runs_once(
     state: AppState, queue: str, start_worker: StartWorker
 ) -> None:
+    """Heard with its data, it starts at once (its function's claim in Postgres decides whether it
+    runs); a job that does not carry its response starts once taken."""
     holder, worker = await holding_worker(state, queue, start_worker)
-    job = afresh(f"resp_afresh_{RUN}", queue)
-    await enqueue_many(state.redis, [job], placement_wait_ms=5000)
-    await eventually(lambda: holder.entered == [(job.job_id, True)], timeout=2.0)  # heard with its data
+    job, plain = afresh(f"resp_afresh_{RUN}", queue), continuing(f"resp_plain_{RUN}", queue)
+    await enqueue_many(state.redis, [job, plain], placement_wait_ms=5000)
+    await eventually(lambda: HeldTake.entered == [(job.job_id, True)], timeout=2.0)
     assert not (await job_keys(state.redis, queue, job.job_id))["in_progress"]  # its take is held
-    assert holder.told == []  # (nothing that needs the take is done before it)
+    await asyncio.sleep(0.1)
+    assert HeldTake.entered == [(job.job_id, True)]  # the other waits for its take
     HeldTake.let_take.set()
-    await eventually(lambda: holder.told == [(job.job_id, True)], timeout=2.0)
-    await job_ended(worker, job.job_id)
-    assert await job_keys(state.redis, queue, job.job_id) == NOTHING_LEFT
-    assert holder.runs == [job.job_id]
+    await eventually(lambda: HeldTake.entered == [(job.job_id, True), (plain.job_id, False)], timeout=2.0)
+    for one in (job, plain):
+        await job_ended(worker, one.job_id)
+        assert await job_keys(state.redis, queue, one.job_id) == NOTHING_LEFT
+    assert sorted(holder.runs) == sorted([job.job_id, plain.job_id])
 
 
 async def test_a_job_heard_with_its_data_but_taken_elsewhere_is_left_to_its_taker(
     state: AppState, queue: str, start_worker: StartWorker
 ) -> None:
-    """Another worker runs it (its placement wait ended before this worker took it): this one's
-    function is told so, and the job's keys stay as its taker holds them."""
-    holder, worker = await holding_worker(state, queue, start_worker)
+    """Another worker took it (its placement wait ended before this worker's take): this worker's
+    run of it is one of two deliveries, which the response's claim tells apart, and the job's
+    keys stay as its taker holds them."""
+    _, worker = await holding_worker(state, queue, start_worker)
     job = afresh(f"resp_elsewhere_{RUN}", queue)
     await state.redis.psetex(in_progress_key_prefix + job.job_id, 60_000, b"1")  # taken by another worker
     await enqueue_many(state.redis, [job], placement_wait_ms=5000)
-    await eventually(lambda: holder.entered == [(job.job_id, True)], timeout=2.0)
+    await eventually(lambda: HeldTake.entered == [(job.job_id, True)], timeout=2.0)
     HeldTake.let_take.set()
-    await eventually(lambda: holder.told == [(job.job_id, False)], timeout=2.0)
     await job_ended(worker, job.job_id)
-    assert await job_keys(state.redis, queue, job.job_id) == {
-        **NOTHING_LEFT,
-        "queued": True,
-        "job": True,
-        "in_progress": True,
-    }
-    assert holder.runs == []
+    taker_holds = {**NOTHING_LEFT, "queued": True, "job": True, "in_progress": True}
+    assert await job_keys(state.redis, queue, job.job_id) == taker_holds
     await state.redis.zrem(queue, job.job_id)
     await state.redis.delete(job_key_prefix + job.job_id, in_progress_key_prefix + job.job_id)
-
-
-async def test_a_job_heard_with_its_data_and_taken_on_a_later_try_runs_as_that_try(
-    state: AppState, queue: str, start_worker: StartWorker
-) -> None:
-    """Its first try was made before (its worker died): the function started as a first try is told
-    it is not one, and the job runs again, as the try it is (generate then claims first)."""
-    holder, worker = await holding_worker(state, queue, start_worker)
-    job = afresh(f"resp_retried_{RUN}", queue)
-    await state.redis.set(retry_key_prefix + job.job_id, 1)  # one try made already
-    await enqueue_many(state.redis, [job], placement_wait_ms=5000)
-    await eventually(lambda: holder.entered == [(job.job_id, True)], timeout=2.0)
-    HeldTake.let_take.set()
-    await eventually(lambda: holder.told == [(job.job_id, False), (job.job_id, 2)], timeout=2.0)
-    await job_ended(worker, job.job_id)
-    assert await job_keys(state.redis, queue, job.job_id) == NOTHING_LEFT
-    assert holder.runs == [job.job_id]

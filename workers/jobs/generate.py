@@ -77,12 +77,9 @@ async def generate(
         return
     state.taken.add(response_id)
     times = StartTimes.of_job(ctx)
-    taken: asyncio.Future[bool] | None = ctx.get("taken")
     try:
         if fresh is not None and ctx.get("job_try", 1) == 1:
-            await _run_afresh(state, response_id, CarriedResponse.decoded(fresh), times, taken)
-        elif taken is not None and not await taken:
-            return
+            await _run_afresh(state, response_id, CarriedResponse.decoded(fresh), times)
         elif transient is None:
             await _run_durable(state, response_id, times)
         else:
@@ -118,33 +115,20 @@ async def _run_claimed(state: WorkerState, claim: responses_db.Claim, times: Sta
     )
 
 
-async def _run_afresh(
-    state: WorkerState,
-    response_id: str,
-    carried: CarriedResponse,
-    times: StartTimes,
-    taken: asyncio.Future[bool] | None,
-) -> None:
+async def _run_afresh(state: WorkerState, response_id: str, carried: CarriedResponse, times: StartTimes) -> None:
     """Runs a stored response that starts afresh from what its job carries: its runtime request goes
     out at once, while it is claimed (its row may still be being written: `claim_when_stored`),
     and its events are held until the claim is made; if it is not, they are dropped and the
-    request cancelled. Its context is its input, so nothing needs reading first. `taken`: the
-    job is still being taken (app/queue/arq_seam.py `_run_while_taken`); the claim waits for it."""
-    claiming = asyncio.ensure_future(_claim_once_taken(state, response_id, taken))
+    request cancelled. Its context is its input, so nothing needs reading first. (Its job may
+    still be being taken: app/queue/arq_seam.py `_run_while_taken`; the claim alone decides
+    whether it runs here.)"""
+    claiming = asyncio.ensure_future(state.claim_when_stored(response_id))
     record = carried.record.evolve(status="in_progress")
     state.writer.hold(response_id)
     try:
         await _run(state, Generation(record, state.catalog.by_name.get(record.model), carried.input, times), claiming)
     finally:
         state.writer.drop_held(response_id)  # (nothing is held once it was claimed)
-
-
-async def _claim_once_taken(
-    state: WorkerState, response_id: str, taken: asyncio.Future[bool] | None
-) -> responses_db.Claim | None:
-    if taken is not None and not await taken:  # another worker's job, or one taken again
-        return None
-    return await state.claim_when_stored(response_id)
 
 
 async def _run_transient(state: WorkerState, response_id: str, job: CarriedResponse, times: StartTimes) -> None:
