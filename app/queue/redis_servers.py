@@ -10,11 +10,45 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from redis._parsers.hiredis import _AsyncHiredisParser
 from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
 SENTINEL_SCHEME = "redis+sentinel"
 SENTINEL_TIMEOUT_SECONDS = 0.5  # a Sentinel that does not answer is passed over for the next
+
+
+class _LendsUnpolled:
+    """redis-py's pool polls a connection's socket before lending it for a command
+    (`ensure_connection`: `can_read_destructive`, a read with a timeout of 0), which costs every
+    command two turns of the event loop: on a busy worker, a first token's publish waited behind
+    the other responses' work for them. Here the pool looks without waiting: at what the stream and
+    the parser already hold, and whether the server closed the connection (its end, which the loop
+    reads as it comes). redis-py closes a connection on any error or cancellation mid-command, so
+    a lent one holding a reply is not expected; one found so, or closed, is opened anew, as
+    redis-py does. The parts of redis-py this reads: tests/integration/test_redis_pool.py."""
+
+    async def ensure_connection(self, connection: AbstractConnection) -> None:
+        await connection.connect()  # type: ignore[no-untyped-call]
+        if await _holds_anything(connection):
+            await connection.disconnect()
+            await connection.connect()  # type: ignore[no-untyped-call]
+
+
+async def _holds_anything(connection: AbstractConnection) -> bool:
+    parser, stream = connection._parser, connection._reader
+    if not isinstance(parser, _AsyncHiredisParser) or stream is None or parser._reader is None:
+        return bool(await connection.can_read_destructive())  # type: ignore[no-untyped-call]  # (redis-py's own poll)
+    return stream.at_eof() or bool(stream._buffer) or bool(parser._reader.has_data())
+
+
+class _Pool(_LendsUnpolled, ConnectionPool):
+    pass
+
+
+class _SentinelPool(_LendsUnpolled, SentinelConnectionPool):
+    pass
 
 
 def connection_pool(url: str, **connection: Any) -> ConnectionPool:
@@ -22,7 +56,7 @@ def connection_pool(url: str, **connection: Any) -> ConnectionPool:
     opened when first used."""
     parts = urlsplit(url)
     if parts.scheme != SENTINEL_SCHEME:
-        return ConnectionPool.from_url(url, **connection)
+        return _Pool.from_url(url, **connection)
     hosts = parts.netloc.rpartition("@")[2]
     path = [part for part in parts.path.split("/") if part]
     if not hosts or not 1 <= len(path) <= 2 or (len(path) == 2 and not path[1].isdigit()):
@@ -37,7 +71,7 @@ def connection_pool(url: str, **connection: Any) -> ConnectionPool:
     manager = Sentinel(sentinels, sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
     password = unquote(parts.password) if parts.password else None
     db = int(path[1]) if len(path) == 2 else 0
-    return SentinelConnectionPool(path[0], manager, db=db, password=password, **connection)  # type: ignore[no-untyped-call]
+    return _SentinelPool(path[0], manager, db=db, password=password, **connection)  # type: ignore[no-untyped-call]
 
 
 def client(url: str) -> Redis:

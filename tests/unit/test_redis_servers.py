@@ -11,7 +11,7 @@ from app.queue.redis_servers import connection_pool
 
 def test_a_redis_url_is_one_server() -> None:
     pool = connection_pool("redis://:secret@10.0.0.5:6380/2")
-    assert type(pool) is ConnectionPool
+    assert isinstance(pool, ConnectionPool) and not isinstance(pool, SentinelConnectionPool)
     assert (pool.connection_kwargs["host"], pool.connection_kwargs["port"]) == ("10.0.0.5", 6380)
     assert (pool.connection_kwargs["db"], pool.connection_kwargs["password"]) == (2, "secret")
 
