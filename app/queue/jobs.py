@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeAlias
 
+import orjson
 from arq.connections import ArqRedis
 from arq.typing import WorkerCoroutine
 from arq.worker import func
@@ -63,8 +64,13 @@ REDIS_CONNECT_TIMEOUT_SECONDS = 1  # as arq's own pools: an unreachable host fai
 
 
 def job_serializer(job: dict[str, Any]) -> bytes:
-    # JSON, not arq's default pickle: a job in Redis must never be able to run code.
-    return json.dumps(job).encode()
+    # JSON, not arq's default pickle: a job in Redis must never be able to run code. orjson: a job
+    # that carries its response is encoded on the way to its first token (a tenth of the stdlib's
+    # time); the stdlib's for what orjson refuses (an integer past 64 bits in a tool's schema).
+    try:
+        return orjson.dumps(job)
+    except orjson.JSONEncodeError:
+        return json.dumps(job).encode()
 
 
 def job_deserializer(data: bytes) -> dict[str, Any]:
@@ -82,7 +88,10 @@ class CarriedResponse:
     input: list[dict[str, Any]]
 
     def encoded(self) -> dict[str, Any]:
-        return {"record": asdict(self.record), "input": self.input}
+        # Its fields as they are (they are encoded at once): `asdict` copied every nested value,
+        # most of a job's encoding time.
+        record = {f.name: getattr(self.record, f.name) for f in fields(self.record)}
+        return {"record": record, "input": self.input}
 
     @classmethod
     def decoded(cls, payload: dict[str, Any]) -> CarriedResponse:
