@@ -141,15 +141,15 @@ while i <= #ARGV do
             worker, flag = least, 3
         end
         redis.call('PSETEX', ARGV[4] .. id, ARGV[1], ARGV[i + 1])
-        if worker and ARGV[i + 2] == '1' then
+        if worker then
             loads[worker] = loads[worker] + 1
             redis.call('ZADD', KEYS[1], now + wait, id)
-            redis.call('PUBLISH', ARGV[9] .. worker, id .. '\\n' .. ARGV[i + 1])
-        elseif worker then
-            loads[worker] = loads[worker] + 1
-            redis.call('ZADD', KEYS[1], now + wait, id)
-            placed[worker] = placed[worker] or {}
-            table.insert(placed[worker], id)
+            if ARGV[i + 2] == '1' then
+                redis.call('PUBLISH', ARGV[9] .. worker, id .. '\\n' .. ARGV[i + 1])
+            else
+                placed[worker] = placed[worker] or {}
+                table.insert(placed[worker], id)
+            end
         else
             redis.call('ZADD', KEYS[1], now, id)
             table.insert(ids, id)
