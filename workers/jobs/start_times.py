@@ -4,7 +4,8 @@ it ends, with its status and output tokens. The steps:
 
 - `queued`: from its job's enqueueing (on the enqueuer's clock) until this worker went for the job,
   on hearing of it, finding it in a poll, or as a slot freed;
-- `take`: the job taken from the queue;
+- `take`: the job taken from the queue (for a job heard with its data, only its start: the take
+  runs beside it, app/queue/arq_seam.py `_run_while_taken`);
 - `claim`: the response claimed in Postgres (or Redis, for store=false), its context read;
 - `ask`: from the take to the runtime request's start: after the claim, or, for a stored response
   that starts afresh (its job carries it), beside it;
