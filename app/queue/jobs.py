@@ -118,8 +118,8 @@ class GenerateJob:
 
     @property
     def starts_afresh(self) -> bool:
-        """Whether it carries a stored response: its worker asks the runtime before the claim, and,
-        hearing the job with its data, before the take too (workers/jobs/generate.py)."""
+        """Whether it carries a stored response: its worker asks the runtime beside the claim, and,
+        hearing the job with its data, beside the take too (workers/jobs/generate.py)."""
         return self.carried is not None and self.carried.record.durable
 
     @classmethod
