@@ -214,20 +214,22 @@ async def remove_jobs(queue: ArqRedis, queue_name: str, job_ids: list[str]) -> N
 # The jobs taken count in the worker's load (its key, if it keeps one). KEYS[1]: the queue; ARGV:
 # now (ms), the in-progress timeout (ms), arq's key prefixes for in-progress, job and retry keys,
 # the load key ('' for none) and its lifetime (s), then each job's id and whether it was placed
-# here (1/0).
+# here (1/0; 2: placed here and heard with its data, which is then not sent back: false).
 _TAKE = """
 local taken = {}
 for i = 8, #ARGV, 2 do
     local id = ARGV[i]
     local in_progress, retry = ARGV[3] .. id, ARGV[5] .. id
     local score = redis.call('ZSCORE', KEYS[1], id)
-    local due = ARGV[i + 1] == '1' or (score and tonumber(score) <= tonumber(ARGV[1]))
+    local due = ARGV[i + 1] ~= '0' or (score and tonumber(score) <= tonumber(ARGV[1]))
     if redis.call('EXISTS', in_progress) == 0 and score and due then
         redis.call('PSETEX', in_progress, ARGV[2], '1')
         redis.call('ZADD', KEYS[1], 'XX', tonumber(ARGV[1]) + tonumber(ARGV[2]), id)
         local tries = redis.call('INCR', retry)
         redis.call('EXPIRE', retry, 88400)
-        table.insert(taken, {id, redis.call('GET', ARGV[4] .. id), tries})
+        local data = false
+        if ARGV[i + 1] ~= '2' then data = redis.call('GET', ARGV[4] .. id) end
+        table.insert(taken, {id, data, tries})
     end
 end
 if ARGV[6] ~= '' and #taken > 0 then
@@ -257,6 +259,16 @@ if ARGV[4] ~= '' and removed > 0 and redis.call('DECRBY', ARGV[4], removed) < 0 
 """
 
 
+@dataclass(frozen=True, slots=True)
+class TakeOf:
+    """A job to take: `placed` on this worker (taken before it is due), `heard_with_data` (its
+    data is not read back)."""
+
+    job_id: str
+    placed: bool
+    heard_with_data: bool = False
+
+
 async def _finish_here() -> bool:
     return False
 
@@ -273,7 +285,7 @@ class QueueWorker(Worker):
         self._woken_when_full = False
         self._refill: asyncio.Task[None] | None = None
         self._started = asyncio.Event()
-        self._take = Batched[tuple[str, bool], tuple[bytes | None, int]](self._take_many, "take-jobs")
+        self._take = Batched[TakeOf, tuple[bytes | None, int]](self._take_many, "take-jobs")
         self._remove = Batched[str, None](self._remove_many, "remove-jobs")
         self._poll_backoff = Backoff()
         # On SIGTERM, whether the running jobs are to be cancelled at once (see _drain).
@@ -379,17 +391,18 @@ class QueueWorker(Worker):
         to what the job does. Only a job whose function makes sure it runs once by itself is sent
         so (generate: its claim in Postgres). A take that fails (the wait ended, and another
         worker took the job) leaves the job's keys to its taker. None if it could not be taken."""
-        taking = asyncio.ensure_future(self._taken(job_id, placed=True))
+        taking = asyncio.ensure_future(self._taken(job_id, placed=True, heard_with_data=True))
         try:
             ended = await self._run_taken(job_id, data, 1, heard_at)
         finally:
             taken = await taking  # (never raises: see `_taken`)
         return None if taken is None else ended
 
-    async def _taken(self, job_id: str, placed: bool) -> tuple[bytes | None, int] | None:
-        """The job taken (its data and try number); None if it could not be taken."""
+    async def _taken(self, job_id: str, placed: bool, heard_with_data: bool = False) -> tuple[bytes | None, int] | None:
+        """The job taken (its data, None if expired or `heard_with_data`, and its try number); None
+        if it could not be taken."""
         try:
-            taken = await self._take((job_id, placed))
+            taken = await self._take(TakeOf(job_id, placed, heard_with_data))
         except REDIS_DOWN as error:
             REDIS_LINK.failed("taking a job", error)
             taken = None
@@ -444,18 +457,17 @@ class QueueWorker(Worker):
     def _load_key(self) -> str:
         return "" if self.placement_id is None else LOAD_PREFIX + self.placement_id
 
-    async def _take_many(self, jobs: list[tuple[str, bool]]) -> dict[tuple[str, bool], tuple[bytes | None, int]]:
+    async def _take_many(self, jobs: list[TakeOf]) -> dict[TakeOf, tuple[bytes | None, int]]:
         prefixes = [in_progress_key_prefix, job_key_prefix, retry_key_prefix]
         now, timeout = timestamp_ms(), int(self.in_progress_timeout_s * 1000)
         args: list[str | int] = [now, timeout, *prefixes, self._load_key, LOAD_TTL_SECONDS]
-        for job_id, placed_here in jobs:
-            args += [job_id, int(placed_here)]
-        placed = dict(jobs)
-        found = {}
-        for job_id_b, data, tries in await self._take_script(keys=[self.queue_name], args=args):
-            job_id = job_id_b.decode()
-            found[job_id, placed[job_id]] = (data, tries)
-        return found
+        for job in jobs:
+            args += [job.job_id, 2 if job.heard_with_data else int(job.placed)]
+        asked = {job.job_id: job for job in jobs}
+        return {
+            asked[job_id_b.decode()]: (data, tries)
+            for job_id_b, data, tries in await self._take_script(keys=[self.queue_name], args=args)
+        }
 
     async def _remove_many(self, job_ids: list[str]) -> dict[str, None]:
         prefixes = [in_progress_key_prefix, retry_key_prefix, job_key_prefix]

@@ -21,7 +21,7 @@ from arq.worker import func
 from app.process.metrics import REGISTRY
 from app.protocol.response_object import ResponseRecord
 from app.queue import heartbeats, placement
-from app.queue.arq_seam import QueueWorker
+from app.queue.arq_seam import QueueWorker, TakeOf
 from app.queue.jobs import (
     CarriedResponse,
     GenerateJob,
@@ -535,7 +535,7 @@ class HeldTake(QueueWorker):
     let_take = asyncio.Event()
     entered: list[tuple[str, bool]] = []
 
-    async def _take_many(self, jobs: list[tuple[str, bool]]) -> dict[tuple[str, bool], tuple[bytes | None, int]]:
+    async def _take_many(self, jobs: list[TakeOf]) -> dict[TakeOf, tuple[bytes | None, int]]:
         await self.let_take.wait()
         return await super()._take_many(jobs)
 
