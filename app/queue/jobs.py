@@ -122,12 +122,6 @@ class GenerateJob:
         hearing the job with its data, beside the take too (workers/jobs/generate.py)."""
         return self.carried is not None and self.carried.record.durable
 
-    @classmethod
-    def of(
-        cls, response_id: str, queue_name: str, carried: CarriedResponse | None = None, continues: tuple[str, ...] = ()
-    ) -> GenerateJob:
-        return cls(response_id, queue_name, carried, continues=continues)
-
     def serialized(self, now: int) -> bytes:
         args: tuple[Any, ...] = (self.response_id,)
         if self.carried is not None:

@@ -78,7 +78,7 @@ async def _enqueue(state: AppState, accepted: Accepted, carried: bool) -> None:
             sealed = seal_credentials(state.seal, accepted.mcp_credentials)
             await mcp_credentials.keep(state.redis, accepted.record.id, sealed, ttl)
         continues = placement.contexts_continued(accepted.record)
-        await state.enqueue(GenerateJob.of(accepted.record.id, queue_name, carries, continues))
+        await state.enqueue(GenerateJob(accepted.record.id, queue_name, carries, continues=continues))
     except REDIS_DOWN as error:
         raise errors.ServiceUnavailable("The job queue (Redis) is unavailable; please retry.") from error
 

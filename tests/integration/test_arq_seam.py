@@ -105,7 +105,7 @@ def test_the_worker_internals_the_seam_extends_are_there() -> None:
 
 async def test_our_enqueue_stores_what_arqs_enqueue_job_stores(redis: ArqRedis, queue: str) -> None:
     ours, theirs = new_id(), new_id()
-    [added] = (await enqueue_many(redis, [GenerateJob.of(ours, queue)])).values()
+    [added] = (await enqueue_many(redis, [GenerateJob(ours, queue)])).values()
     assert added
     assert await redis.enqueue_job(GENERATE_JOB, theirs, _job_id=theirs, _queue_name=queue) is not None
     decoded: dict[str, list[Any]] = {}
@@ -121,7 +121,7 @@ async def test_our_enqueue_stores_what_arqs_enqueue_job_stores(redis: ArqRedis, 
     assert decoded[ours] == [GENERATE_JOB, [ours], {}, None]
     assert decoded[theirs] == [GENERATE_JOB, [theirs], {}, None]
     # Like enqueue_job, it refuses an id already queued.
-    assert list((await enqueue_many(redis, [GenerateJob.of(ours, queue)])).values()) == [False]
+    assert list((await enqueue_many(redis, [GenerateJob(ours, queue)])).values()) == [False]
     assert await redis.enqueue_job(GENERATE_JOB, ours, _job_id=ours, _queue_name=queue) is None
 
 
@@ -152,7 +152,7 @@ async def test_arqs_own_worker_runs_a_job_our_enqueue_stored(
     redis: ArqRedis, queue: str, environment: Environment
 ) -> None:
     job_id = new_id()
-    await enqueue_many(redis, [GenerateJob.of(job_id, queue)])
+    await enqueue_many(redis, [GenerateJob(job_id, queue)])
     runs: list[Any] = []
     await run_burst(Worker(**worker_options(environment, queue, runs)))
     assert runs == [(job_id, 1)]
@@ -178,7 +178,7 @@ async def test_a_job_delivered_more_often_than_its_max_tries_is_not_run(
 ) -> None:
     """arq counts deliveries in its retry key (a worker that died mid-job leaves it counted)."""
     job_id = new_id()
-    await enqueue_many(redis, [GenerateJob.of(job_id, queue)])
+    await enqueue_many(redis, [GenerateJob(job_id, queue)])
     await redis.set(retry_key_prefix + job_id, 2)  # two deliveries whose workers vanished
     runs: list[Any] = []
     worker = arq_seam.QueueWorker(**worker_options(environment, queue, runs, max_tries=3))
@@ -186,7 +186,7 @@ async def test_a_job_delivered_more_often_than_its_max_tries_is_not_run(
     assert runs == [(job_id, 3)]  # the third and last try runs
 
     exhausted = new_id()
-    await enqueue_many(redis, [GenerateJob.of(exhausted, queue)])
+    await enqueue_many(redis, [GenerateJob(exhausted, queue)])
     await redis.set(retry_key_prefix + exhausted, 3)
     runs.clear()
     worker = arq_seam.QueueWorker(**worker_options(environment, queue, runs, max_tries=3))

@@ -329,13 +329,13 @@ async def test_jobs_enqueued_together_are_stored_as_arq_stores_them_and_started_
     recorder = Recorder()
     worker = await start_listening_only(start_worker, recorder)
     other_queue = f"{queue}:other"
-    jobs = [GenerateJob.of(f"resp_together_{RUN}_{n}", queue) for n in range(3)]
+    jobs = [GenerateJob(f"resp_together_{RUN}_{n}", queue) for n in range(3)]
     record = ResponseRecord("x", "m", "queued", 0.0, None, None, {}, {}, store=False, background=False, stream=True)
-    transient = GenerateJob.of(f"resp_together_{RUN}_e", other_queue, CarriedResponse(record, []))
+    transient = GenerateJob(f"resp_together_{RUN}_e", other_queue, CarriedResponse(record, []))
     recorder.release.clear()  # (the jobs stay while the same response is enqueued again)
     added = await enqueue_many(state.redis, [*jobs, transient])
     assert added == dict.fromkeys([*jobs, transient], True)
-    again = await enqueue_many(state.redis, [jobs[0], GenerateJob.of(f"resp_together_{RUN}_new", other_queue)])
+    again = await enqueue_many(state.redis, [jobs[0], GenerateJob(f"resp_together_{RUN}_new", other_queue)])
     assert list(again.values()) == [False, True]  # the same response twice is one job
     recorder.release.set()
 
