@@ -389,12 +389,22 @@ class QueueWorker(Worker):
         """Runs a job heard with its data (a placed one's: its worker alone may take it until its
         placement wait ends) while the take script runs: the take's round trip is not on the way
         to what the job does. Only a job whose function makes sure it runs once by itself is sent
-        so (generate: its claim in Postgres). A take that fails (the wait ended, and another
-        worker took the job) leaves the job's keys to its taker. None if it could not be taken."""
-        taking = asyncio.ensure_future(self._taken(job_id, placed=True, heard_with_data=True))
+        so (generate: its claim in Postgres). The take goes out once the function has sent what
+        it waits on first (it sets `ctx["under_way"]`; generate: its runtime request), or once it
+        ended: on two cores, a round trip sent before that request delays it. A take that fails
+        (the wait ended, and another worker took the job) leaves the job's keys to its taker.
+        None if it could not be taken."""
+        under_way = asyncio.Event()
+
+        async def take_once_under_way() -> tuple[bytes | None, int] | None:
+            await under_way.wait()
+            return await self._taken(job_id, placed=True, heard_with_data=True)
+
+        taking = asyncio.ensure_future(take_once_under_way())
         try:
-            ended = await self._run_taken(job_id, data, 1, heard_at)
+            ended = await self._run_taken(job_id, data, 1, heard_at, under_way)
         finally:
+            under_way.set()
             taken = await taking  # (never raises: see `_taken`)
         return None if taken is None else ended
 
@@ -416,10 +426,13 @@ class QueueWorker(Worker):
             return None
         return taken
 
-    async def _run_taken(self, job_id: str, data: bytes | None, tries: int, heard_at: float) -> bool:
+    async def _run_taken(
+        self, job_id: str, data: bytes | None, tries: int, heard_at: float, under_way: asyncio.Event | None = None
+    ) -> bool:
         """Runs a taken job's function; False when it was cancelled and must run again. Its
-        context has arq's keys, and when the worker went for the job and took it (Unix times:
-        `heard_at`, `taken_at`)."""
+        context has arq's keys, when the worker went for the job and took it (Unix times:
+        `heard_at`, `taken_at`), and for a job heard with its data, `under_way` (see
+        `_run_while_taken`)."""
         taken_at = time.time()
         try:
             if data is None:
@@ -431,6 +444,8 @@ class QueueWorker(Worker):
                 raise LookupError(f"{tries - 1} tries exhausted")
             ctx = {**self.ctx, "job_id": job_id, "job_try": tries, "enqueue_time_ms": enqueued_ms}
             ctx |= {"heard_at": heard_at, "taken_at": taken_at}
+            if under_way is not None:
+                ctx["under_way"] = under_way
             async with asyncio.timeout(self.job_timeout_s if function.timeout_s is None else function.timeout_s):
                 await function.coroutine(ctx, *args, **kwargs)
         except asyncio.CancelledError:

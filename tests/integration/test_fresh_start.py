@@ -70,6 +70,34 @@ async def test_a_job_that_comes_before_its_row_asks_the_runtime_and_commits_once
     assert len(fake.requests()) == 1
 
 
+async def test_its_claim_and_its_take_go_once_its_runtime_request_is_under_way(
+    state: AppState, account_id: str, open_worker: OpenWorker
+) -> None:
+    """On two cores a round trip sent before the runtime request delays it: the claim starts after
+    the generation's first step (which sends the request on a kept connection), and the job's take
+    is let go then too (`under_way`, app/queue/arq_seam.py `_run_while_taken`)."""
+    accepted = await unstored(state, account_id, input="hello")
+    await state.store(accepted.unstored)  # type: ignore[arg-type]
+    worker, under_way, order = await open_worker(), asyncio.Event(), []
+    stream, claim = worker.runtime.stream, worker.claim_when_stored
+
+    async def streaming(*args: Any, **kwargs: Any) -> None:
+        order.append("runtime request")
+        await stream(*args, **kwargs)
+
+    async def claiming(response_id: str) -> responses_db.Claim | None:
+        order.append(f"claim, under way: {under_way.is_set()}")
+        return await claim(response_id)
+
+    worker.runtime.stream = streaming  # type: ignore[method-assign]
+    worker.claim_when_stored = claiming  # type: ignore[method-assign]
+    carried = CarriedResponse(accepted.record, accepted.input_items).encoded()
+    ctx = {"state": worker, "job_try": 1, "under_way": under_way}
+    await within(generate(ctx, accepted.record.id, None, carried), 10)
+    assert order == ["runtime request", "claim, under way: True"]
+    assert await status_of(state, accepted.record.id) == "completed"
+
+
 async def test_a_job_whose_response_is_never_stored_cancels_its_request_and_leaves_nothing(
     state: AppState, account_id: str, open_worker: OpenWorker, fake: FakeRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:

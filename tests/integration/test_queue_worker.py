@@ -599,3 +599,52 @@ async def test_a_job_heard_with_its_data_but_taken_elsewhere_is_left_to_its_take
     assert await job_keys(state.redis, queue, job.job_id) == taker_holds
     await state.redis.zrem(queue, job.job_id)
     await state.redis.delete(job_key_prefix + job.job_id, in_progress_key_prefix + job.job_id)
+
+
+class WatchedTake(QueueWorker):
+    """Records each job whose take went out."""
+
+    taken: list[str] = []
+
+    async def _take_many(self, jobs: list[TakeOf]) -> dict[TakeOf, tuple[bytes | None, int]]:
+        WatchedTake.taken += [job.job_id for job in jobs]
+        return await super()._take_many(jobs)
+
+
+class UnderWayRecorder(Recorder):
+    """Records whether its job's take had gone out at its start and a moment later; then, for a
+    job id with `under_way` in it, says that it is under way and waits for its take."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[str, list[bool]] = {}
+
+    async def run(self, ctx: dict[str, Any], response_id: str, *carried: object) -> None:
+        seen = self.seen.setdefault(response_id, [response_id in WatchedTake.taken])
+        await asyncio.sleep(0.1)
+        seen.append(response_id in WatchedTake.taken)
+        if "under_way" in response_id:
+            ctx["under_way"].set()
+            await eventually(lambda: response_id in WatchedTake.taken, timeout=2.0)
+        await super().run(ctx, response_id)
+
+
+async def test_a_job_heard_with_its_data_is_taken_once_its_function_is_under_way_or_has_ended(
+    state: AppState, queue: str, start_worker: StartWorker
+) -> None:
+    """The function's first request goes out before the take's round trip (generate: its runtime
+    request, app/queue/arq_seam.py `_run_while_taken`); one that never says so is taken once it
+    ended. Either way its keys are gone after it."""
+    recorder, worker_id = UnderWayRecorder(), f"watched-{secrets.token_hex(3)}"
+    WatchedTake.taken = []
+    worker = await start_worker(recorder, worker_class=WatchedTake, placement_id=worker_id)
+    await beat(state, worker_id, queue)
+    await placement.remember(state.redis, worker_id, [f"response:resp_prev_{RUN}"])
+    under_way, never = afresh(f"resp_under_way_{RUN}", queue), afresh(f"resp_never_{RUN}", queue)
+    await enqueue_many(state.redis, [under_way, never], placement_wait_ms=5000)
+    await eventually(lambda: sorted(recorder.runs) == sorted([under_way.job_id, never.job_id]), timeout=2.0)
+    for job in (under_way, never):
+        await job_ended(worker, job.job_id)
+        assert await job_keys(state.redis, queue, job.job_id) == NOTHING_LEFT
+    assert recorder.seen == {under_way.job_id: [False, False], never.job_id: [False, False]}
+    assert sorted(WatchedTake.taken) == sorted([under_way.job_id, never.job_id])

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -47,6 +48,10 @@ from workers.translation.tools import RuntimeTools
 from workers.translation.translate import STEERED, AnswerSteered, StreamTranslator
 
 log = logging.getLogger(__name__)
+
+
+# Claims a response whose generation started before it was claimed (`_run_afresh`).
+Claiming = Callable[[], Awaitable[responses_db.Claim | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,11 +127,11 @@ async def _run_afresh(state: WorkerState, response_id: str, carried: CarriedResp
     request cancelled. Its context is its input, so nothing needs reading first. (Its job may
     still be being taken: app/queue/arq_seam.py `_run_while_taken`; the claim alone decides
     whether it runs here.)"""
-    claiming = asyncio.ensure_future(state.claim_when_stored(response_id))
     record = carried.record.evolve(status="in_progress")
     state.writer.hold(response_id)
+    claim = partial(state.claim_when_stored, response_id)
     try:
-        await _run(state, Generation(record, state.catalog.by_name.get(record.model), carried.input, times), claiming)
+        await _run(state, Generation(record, state.catalog.by_name.get(record.model), carried.input, times), claim)
     finally:
         state.writer.drop_held(response_id)  # (nothing is held once it was claimed)
 
@@ -148,10 +153,8 @@ async def _run_transient(state: WorkerState, response_id: str, job: CarriedRespo
     await _run(state, Generation(record, state.catalog.by_name.get(record.model), context + job.input, times))
 
 
-async def _run(
-    state: WorkerState, generation: Generation, claiming: asyncio.Future[responses_db.Claim | None] | None = None
-) -> None:
-    """`claiming`: the claim of a response started before it was made (`_run_afresh`)."""
+async def _run(state: WorkerState, generation: Generation, claim: Claiming | None = None) -> None:
+    """`claim`: makes the claim of a response started before it was made (`_run_afresh`)."""
     record = generation.record
     if record.settings.get("compaction"):
         await _run_compaction(state, generation)
@@ -172,18 +175,18 @@ async def _run(
     # The runtime request goes out first: it, not these events' commit, is what the first token waits on.
     task = asyncio.create_task(_stream(state, generation, translator, prefix))
     generation.times.asked_now(record.model)
-    if claiming is not None:
-        claim = await _claimed_beside(task, claiming)
-        if claim is None or claim.continuations:  # not this worker's, or to be continued: not from scratch
+    if claim is not None:
+        claimed = await _claimed_beside(task, claim, generation.times)
+        if claimed is None or claimed.continuations:  # not this worker's, or to be continued: not from scratch
             log.info("response %s: already claimed, ended or released; its runtime request is cancelled", record.id)
             task.cancel()
             await asyncio.wait({task})
             state.writer.drop_held(record.id)
-            if claim is not None:  # a first job delivered again, its response released to be continued
-                await _run_claimed(state, claim, generation.times)
+            if claimed is not None:  # a first job delivered again, its response released to be continued
+                await _run_claimed(state, claimed, generation.times)
             return
-        generation = replace(generation, record=claim.record)
-        record = claim.record
+        generation = replace(generation, record=claimed.record)
+        record = claimed.record
         generation.times.claimed_now(record.model)
     if prefix is None:  # (a continuation's log has them already)
         opening = [] if record.background else [lifecycle_event("response.created", record)]
@@ -233,16 +236,21 @@ async def _hold_contexts_once_answering(state: WorkerState, generation: Generati
     await state.hold_contexts(generation.record)
 
 
-async def _claimed_beside(
-    task: asyncio.Task[None], claiming: asyncio.Future[responses_db.Claim | None]
-) -> responses_db.Claim | None:
-    """The claim made while `task` streams. A job cancelled meanwhile (its worker shutting down)
-    cancels both: a claim made all the same leaves the response to the reaper, as a worker that
-    died just after its claim would."""
+async def _claimed_beside(task: asyncio.Task[None], claim: Claiming, times: StartTimes) -> responses_db.Claim | None:
+    """The claim made while `task` streams, once its first step has sent the runtime request: on
+    two cores, a round trip sent before that request delays it. The job's take goes then too
+    (`times.under_way`). A job cancelled meanwhile (its worker shutting down) cancels both: a
+    claim made all the same leaves the response to the reaper, as a worker that died just after
+    its claim would."""
+    claiming = None
     try:
+        await asyncio.sleep(0)  # (the task's first step runs now)
+        times.under_way.set()
+        claiming = asyncio.ensure_future(claim())
         return await claiming
     except BaseException:
-        claiming.cancel()
+        if claiming is not None:
+            claiming.cancel()
         task.cancel()
         await asyncio.wait({task})
         raise

@@ -41,11 +41,17 @@ class StartTimes:
     asked: float | None = None
     first_token: float | None = None
     answering: asyncio.Event = field(default_factory=asyncio.Event)  # set at the first output token
+    # A job heard with its data: set once the runtime request is out, which lets its take go
+    # (app/queue/arq_seam.py `_run_while_taken`).
+    under_way: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
     def of_job(cls, ctx: dict[str, Any]) -> StartTimes:
         enqueued_ms = ctx.get("enqueue_time_ms")
-        return cls(enqueued_ms / 1000 if enqueued_ms else None, ctx.get("heard_at"), ctx.get("taken_at"))
+        times = cls(enqueued_ms / 1000 if enqueued_ms else None, ctx.get("heard_at"), ctx.get("taken_at"))
+        if (under_way := ctx.get("under_way")) is not None:
+            times.under_way = under_way
+        return times
 
     def claimed_now(self, model: str) -> None:
         self.claimed = time.time()
