@@ -66,9 +66,10 @@ _APPEND = DriverStatement(
         SELECT r.id, r.log_key, r.account_id, r.background, r.chain_depth,
                r.context_branches[cardinality(r.context_branches)] AS branch_id,
                coalesce((SELECT max(l.sequence_number) FROM event_log l WHERE l.log_key = r.log_key), -1) + 1 AS first
-        FROM responses r
-        WHERE r.id IN (SELECT DISTINCT response_id FROM batch) AND r.status IN ('queued', 'in_progress')
-          AND (CAST(:worker_id AS text) IS NULL OR r.worker_id = :worker_id)
+        -- Each by its key (OFFSET 0 keeps the status test out of the lookup): the partial index of
+        -- active responses, which the planner prefers, would be read whole for every commit.
+        FROM (SELECT * FROM responses WHERE id = ANY(CAST(:response_ids AS text[])) OFFSET 0) r
+        WHERE r.status IN ('queued', 'in_progress') AND (CAST(:worker_id AS text) IS NULL OR r.worker_id = :worker_id)
     ), endings AS (
         SELECT * FROM unnest(CAST(:end_ids AS text[]), CAST(:end_statuses AS text[]), CAST(:end_usages AS jsonb[]),
                              CAST(:end_errors AS jsonb[]), CAST(:end_incomplete AS jsonb[]),
@@ -225,9 +226,10 @@ _APPEND_STREAMING = DriverStatement(
         SELECT r.id, r.log_key, r.account_id, r.background, r.chain_depth,
                r.context_branches[cardinality(r.context_branches)] AS branch_id,
                coalesce((SELECT max(l.sequence_number) FROM event_log l WHERE l.log_key = r.log_key), -1) + 1 AS first
-        FROM responses r
-        WHERE r.id IN (SELECT DISTINCT response_id FROM batch) AND r.status IN ('queued', 'in_progress')
-          AND (CAST(:worker_id AS text) IS NULL OR r.worker_id = :worker_id)
+        -- Each by its key (OFFSET 0 keeps the status test out of the lookup): the partial index of
+        -- active responses, which the planner prefers, would be read whole for every commit.
+        FROM (SELECT * FROM responses WHERE id = ANY(CAST(:response_ids AS text[])) OFFSET 0) r
+        WHERE r.status IN ('queued', 'in_progress') AND (CAST(:worker_id AS text) IS NULL OR r.worker_id = :worker_id)
     ), numbered AS (
         SELECT l.log_key, l.first + b.position AS sequence_number, b.*
         FROM batch b JOIN live l ON l.id = b.response_id
@@ -299,6 +301,7 @@ async def append_many(
         return {}
     batch = {
         "worker_id": worker_id,
+        "response_ids": [response_id for response_id, events in events_by_response.items() if events],
         "ids": ids,
         "positions": positions,
         "types": types,
