@@ -108,14 +108,17 @@ async def publish(
     if not committed:
         return True
     message, left_out = encode_message(committed, spill)
+    overflowing = [response_id for response_id in left_out if response_id in transient]
     try:
-        async with redis.pipeline(transaction=False) as pipe:
-            for response_id, body in left_out.items():
-                if response_id in transient:
+        if not overflowing:  # (most commits: a pipeline's machinery costs more than the command)
+            await redis.publish(channel, message)
+        else:
+            async with redis.pipeline(transaction=False) as pipe:
+                for response_id in overflowing:
                     first = committed[response_id][0].sequence_number
-                    pipe.set(overflow_key(response_id, first), body, ex=OVERFLOW_TTL_SECONDS)
-            pipe.publish(channel, message)
-            await pipe.execute()
+                    pipe.set(overflow_key(response_id, first), left_out[response_id], ex=OVERFLOW_TTL_SECONDS)
+                pipe.publish(channel, message)
+                await pipe.execute()
     except REDIS_DOWN as error:
         REDIS_LINK.failed("publishing events", error)
         return False
