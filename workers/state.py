@@ -24,7 +24,7 @@ from app.process.url_fetch import UrlFetcher
 from app.protocol.response_object import ResponseRecord
 from app.queue import heartbeats, placement
 from app.queue.ingestion import enqueue_ingestions
-from app.queue.jobs import QueueRedis
+from app.queue.jobs import CarriedResponse, QueueRedis
 from app.queue.redis_keys import STEER_CHANNEL, STOP_CHANNEL, events_channel
 from app.queue.redis_link import REDIS_LINK, Backoff
 from app.queue.redis_listener import listen_for_ever
@@ -82,6 +82,7 @@ class WorkerState(ProcessState):
     # The translators of the generations running, which a steer reaches in the middle of an answer.
     translators: dict[str, StreamTranslator] = field(default_factory=dict)
     _claims: Batched[str, responses_db.Claim] = field(init=False)
+    _carried_claims: Batched[str, int] = field(init=False)  # (their continuations)
     _placements: Batched[str, None] = field(init=False)
     # The embedding models this worker embeds files' chunks with, made when first used.
     embedders: Embedders = field(default_factory=Embedders)
@@ -104,6 +105,7 @@ class WorkerState(ProcessState):
             settings = self.settings
             self.page_fetcher = UrlFetcher.from_config(settings.web_fetch_allow, settings.web_search_timeout_seconds)
         self._claims = Batched(self._claim_many, "claims")
+        self._carried_claims = Batched(self._claim_carried_many, "carried-claims")
         self._placements = Batched(self._hold_many, "placements")
         self.claim_connection = HeldConnection(self.held_engine)
         # A generation whose events can no longer be written (refused, or its response ended
@@ -116,15 +118,18 @@ class WorkerState(ProcessState):
         or it ended. The claims of the jobs starting together are made by one statement."""
         return await self._claims(response_id)
 
-    async def claim_when_stored(self, response_id: str) -> responses_db.Claim | None:
-        """`claim` for a response whose job may come before its row (app/service/enqueueing.py:
-        one that starts afresh is stored beside its enqueue). Its row is looked for again while it
-        is not there, or there since the claim (its insert committed meanwhile); for
-        STORED_WAIT_SECONDS at most: its create failed, or its insert was slower than that (then,
-        queued and with no job, it is enqueued again by the reaper, app/housekeeping/reaper.py)."""
+    async def claim_when_stored(self, carried: CarriedResponse) -> responses_db.Claim | None:
+        """`claim` for a response whose job carries it and may come before its row
+        (app/service/enqueueing.py: one that starts afresh is stored beside its enqueue). Nothing
+        is read back: its job carries its record, and its context is its input. Its row is looked
+        for again while it is not there, or there since the claim (its insert committed
+        meanwhile); for STORED_WAIT_SECONDS at most: its create failed, or its insert was slower
+        than that (then, queued and with no job, it is enqueued again by the reaper,
+        app/housekeeping/reaper.py)."""
+        response_id = carried.record.id
         backoff = Backoff(first=0.001, most=0.1)
         deadline = time.monotonic() + STORED_WAIT_SECONDS
-        while (claim := await self.claim(response_id)) is None:
+        while (continuations := await self._carried_claims(response_id)) is None:
             async with self.claim_connection.use() as conn:
                 found = await responses_db.claimable(conn, response_id)
             if found is not None:
@@ -135,7 +140,11 @@ class WorkerState(ProcessState):
                 log.warning("response %s: not stored %.0f s after its job; left", response_id, STORED_WAIT_SECONDS)
                 return None
             await asyncio.sleep(backoff.next())
-        return claim
+        return responses_db.Claim(carried.record.evolve(status="in_progress"), carried.input, continuations)
+
+    async def _claim_carried_many(self, response_ids: list[str]) -> dict[str, int]:
+        async with self.claim_connection.use() as conn:
+            return await responses_db.claim_carried(conn, response_ids, self.worker_id, self.settings.lease_seconds)
 
     async def _claim_many(self, response_ids: list[str]) -> dict[str, responses_db.Claim]:
         async with self.claim_connection.use() as conn:  # one atomic claim, then the contexts

@@ -185,19 +185,26 @@ _INSERT_WITH_INPUT = DriverStatement(
 # What a claim takes: a queued response, or a running one left to be continued.
 _CLAIMABLE = "(status = 'queued' OR (status = 'in_progress' AND worker_id IS NULL))"
 
-_CLAIM = DriverStatement(
-    text(
-        """
+# queued → in_progress (or a released one taken up again) for one worker: the compare-and-set of
+# invariant 4. Committed without waiting for the WAL's flush, which its first event's commit does.
+_CLAIMED = (
+    """
     WITH claimed AS (
         UPDATE responses SET status = 'in_progress', started_at = coalesce(started_at, now()),
                              worker_id = :worker_id, lease_expires_at = now() + make_interval(secs => :lease_seconds),
                              continued_at = CASE WHEN status = 'in_progress' THEN now() ELSE continued_at END
         WHERE id = ANY(CAST(:response_ids AS text[])) AND """
-        + _CLAIMABLE
-        + """
+    + _CLAIMABLE
+    + """
         RETURNING *
     )
-    SELECT set_config('synchronous_commit', 'off', true) AS unflushed, continuations, context_branches, context_depths,
+    SELECT set_config('synchronous_commit', 'off', true) AS unflushed,"""
+)
+
+_CLAIM = DriverStatement(
+    text(
+        _CLAIMED
+        + """ continuations, context_branches, context_depths,
            CASE WHEN cardinality(context_depths) = 1 AND context_depths[1] = 0 THEN
                (SELECT coalesce(json_agg(json_build_array(i.id, i.payload) ORDER BY i.position), '[]')::text
                 FROM items i WHERE i.response_id = c.id AND i.side = 'input')
@@ -206,6 +213,10 @@ _CLAIM = DriverStatement(
         + " FROM claimed c"
     )
 )
+
+# The claim of responses whose jobs carry their record and their context (their input: they
+# continue nothing, app/queue/jobs.py `CarriedResponse`): nothing else is read back.
+_CLAIM_CARRIED = DriverStatement(text(_CLAIMED + " id, continuations FROM claimed"))
 
 # Reads the contexts of responses from the spans of their paths (items_db.read_contexts, or a
 # worker's copies of the chains it serves).
@@ -382,6 +393,14 @@ async def claim_many(
     if paths:
         contexts |= await read_contexts(conn, paths)
     return {r.id: Claim(r, contexts[r.id], continuations[r.id]) for r in records}
+
+
+async def claim_carried(
+    conn: AsyncConnection, response_ids: Sequence[str], worker_id: str, lease_seconds: float
+) -> dict[str, int]:
+    """`claim_many` for responses whose jobs carry them: the continuations of each one claimed."""
+    parameters = {"response_ids": list(response_ids), "worker_id": worker_id, "lease_seconds": lease_seconds}
+    return {response_id: continuations for _, response_id, continuations in await _CLAIM_CARRIED.rows(conn, parameters)}
 
 
 _IS_CLAIMABLE = DriverStatement(text(f"SELECT {_CLAIMABLE} FROM responses WHERE id = :response_id"))

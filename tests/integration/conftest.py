@@ -127,9 +127,9 @@ async def status_of(state: AppState, response_id: str) -> str:
     return str(row.status)
 
 
-async def orphaned(state: AppState, account_id: str, **body: Any) -> str:
+async def orphaned(state: AppState, account_id: str, input: str = "orphan", **body: Any) -> str:
     """A response whose worker claimed it, began its log, and died: its lease has lapsed."""
-    response_id = await accept(state, account_id, input="orphan", **body)
+    response_id = await accept(state, account_id, input=input, **body)
     async with state.engine.begin() as conn:
         assert await responses_db.claim(conn, response_id, "dead-worker", 30) is not None
         await events_db.append(conn, response_id, [{"type": "response.created"}, {"type": "response.in_progress"}])

@@ -25,6 +25,7 @@ from app.service import creation, stopping
 from app.service.enqueueing import Accepted
 from app.service.state import AppState
 from app.storage import accounts as accounts_db
+from app.storage import items as items_db
 from app.storage import responses as responses_db
 from tests.conftest import FakeRuntime, eventually, within
 from tests.integration.conftest import OpenWorker, events_of, orphaned, status_of
@@ -85,9 +86,9 @@ async def test_its_claim_and_its_take_go_once_its_runtime_request_is_under_way(
         order.append("runtime request")
         await stream(*args, **kwargs)
 
-    async def claiming(response_id: str) -> responses_db.Claim | None:
+    async def claiming(carried: CarriedResponse) -> responses_db.Claim | None:
         order.append(f"claim, under way: {under_way.is_set()}")
-        return await claim(response_id)
+        return await claim(carried)
 
     worker.runtime.stream = streaming  # type: ignore[method-assign]
     worker.claim_when_stored = claiming  # type: ignore[method-assign]
@@ -141,16 +142,18 @@ async def test_a_fresh_job_delivered_twice_generates_once(
 
 async def released_to_continue(state: AppState, account_id: str) -> Accepted:
     """A fresh response whose worker died mid-answer, released by the reaper to be continued: as
-    its first job, which carries it, would find it were that job delivered again."""
-    response_id = await orphaned(state, account_id, model="continuing-model")
+    its first job, which carries it, would find it were that job delivered again. Its answer is
+    slow: a request asked beside the claim is still streaming when the claim comes back."""
+    response_id = await orphaned(state, account_id, input=SLOW, model="continuing-model")
     channel = events_channel(state.settings.queue_name)
     await reaper.reap_expired_leases(state.engine, state.redis, channel, state.continuations)
     async with state.engine.connect() as conn:
         record = await responses_db.get_record(conn, response_id)
+        carried_input = await items_db.context_items(conn, response_id)  # (its own input: it continues nothing)
     assert record is not None and record.status == "in_progress"
     queue = state.catalog.queue_for("continuing-model", state.settings.queue_name)
     await state.redis.zrem(queue, f"{response_id}:1")  # (its continuation's job: not run here)
-    return Accepted(record.evolve(status="queued"), [{"type": "message", "role": "user", "content": "orphan"}])
+    return Accepted(record.evolve(status="queued"), carried_input)
 
 
 async def assert_continued_once(state: AppState, response_id: str) -> None:

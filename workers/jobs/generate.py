@@ -129,7 +129,7 @@ async def _run_afresh(state: WorkerState, response_id: str, carried: CarriedResp
     whether it runs here.)"""
     record = carried.record.evolve(status="in_progress")
     state.writer.hold(response_id)
-    claim = partial(state.claim_when_stored, response_id)
+    claim = partial(state.claim_when_stored, carried)
     try:
         await _run(state, Generation(record, state.catalog.by_name.get(record.model), carried.input, times), claim)
     finally:
