@@ -24,7 +24,7 @@ from app.process.url_fetch import UrlFetcher
 from app.protocol.response_object import ResponseRecord
 from app.queue import heartbeats, placement
 from app.queue.ingestion import enqueue_ingestions
-from app.queue.jobs import CarriedResponse, QueueRedis
+from app.queue.jobs import QueueRedis
 from app.queue.redis_keys import STEER_CHANNEL, STOP_CHANNEL, events_channel
 from app.queue.redis_link import REDIS_LINK, Backoff
 from app.queue.redis_listener import listen_for_ever
@@ -118,15 +118,14 @@ class WorkerState(ProcessState):
         or it ended. The claims of the jobs starting together are made by one statement."""
         return await self._claims(response_id)
 
-    async def claim_when_stored(self, carried: CarriedResponse) -> responses_db.Claim | None:
+    async def claim_when_stored(self, response_id: str) -> int | None:
         """`claim` for a response whose job carries it and may come before its row
-        (app/service/enqueueing.py: one that starts afresh is stored beside its enqueue). Nothing
-        is read back: its job carries its record, and its context is its input. Its row is looked
-        for again while it is not there, or there since the claim (its insert committed
-        meanwhile); for STORED_WAIT_SECONDS at most: its create failed, or its insert was slower
-        than that (then, queued and with no job, it is enqueued again by the reaper,
-        app/housekeeping/reaper.py)."""
-        response_id = carried.record.id
+        (app/service/enqueueing.py: one that starts afresh is stored beside its enqueue): the times
+        it was continued before, or None. Nothing else is read back: its job carries its record,
+        and its context is its input. Its row is looked for again while it is not there, or there
+        since the claim (its insert committed meanwhile); for STORED_WAIT_SECONDS at most: its
+        create failed, or its insert was slower than that (then, queued and with no job, it is
+        enqueued again by the reaper, app/housekeeping/reaper.py)."""
         backoff = Backoff(first=0.001, most=0.1)
         deadline = time.monotonic() + STORED_WAIT_SECONDS
         while (continuations := await self._carried_claims(response_id)) is None:
@@ -140,7 +139,7 @@ class WorkerState(ProcessState):
                 log.warning("response %s: not stored %.0f s after its job; left", response_id, STORED_WAIT_SECONDS)
                 return None
             await asyncio.sleep(backoff.next())
-        return responses_db.Claim(carried.record.evolve(status="in_progress"), carried.input, continuations)
+        return continuations
 
     async def _claim_carried_many(self, response_ids: list[str]) -> dict[str, int]:
         async with self.claim_connection.use() as conn:

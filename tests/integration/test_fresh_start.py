@@ -86,9 +86,9 @@ async def test_its_claim_and_its_take_go_once_its_runtime_request_is_under_way(
         order.append("runtime request")
         await stream(*args, **kwargs)
 
-    async def claiming(carried: CarriedResponse) -> responses_db.Claim | None:
+    async def claiming(response_id: str) -> int | None:
         order.append(f"claim, under way: {under_way.is_set()}")
-        return await claim(carried)
+        return await claim(response_id)
 
     worker.runtime.stream = streaming  # type: ignore[method-assign]
     worker.claim_when_stored = claiming  # type: ignore[method-assign]

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -50,8 +50,9 @@ from workers.translation.translate import STEERED, AnswerSteered, StreamTranslat
 log = logging.getLogger(__name__)
 
 
-# Claims a response whose generation started before it was claimed (`_run_afresh`).
-Claiming = Callable[[], Awaitable[responses_db.Claim | None]]
+# Claims a response whose generation started before it was claimed (`_run_afresh`): the times it
+# was continued before, or None if it was not claimed.
+Claiming = Callable[[], Awaitable[int | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +130,7 @@ async def _run_afresh(state: WorkerState, response_id: str, carried: CarriedResp
     whether it runs here.)"""
     record = carried.record.evolve(status="in_progress")
     state.writer.hold(response_id)
-    claim = partial(state.claim_when_stored, carried)
+    claim = partial(state.claim_when_stored, response_id)
     try:
         await _run(state, Generation(record, state.catalog.by_name.get(record.model), carried.input, times), claim)
     finally:
@@ -176,17 +177,16 @@ async def _run(state: WorkerState, generation: Generation, claim: Claiming | Non
     task = asyncio.create_task(_stream(state, generation, translator, prefix))
     generation.times.asked_now(record.model)
     if claim is not None:
-        claimed = await _claimed_beside(task, claim, generation.times)
-        if claimed is None or claimed.continuations:  # not this worker's, or to be continued: not from scratch
+        continuations = await _claimed_beside(task, claim, generation.times)
+        if continuations is None or continuations:  # not this worker's, or to be continued: not from scratch
             log.info("response %s: already claimed, ended or released; its runtime request is cancelled", record.id)
             task.cancel()
             await asyncio.wait({task})
             state.writer.drop_held(record.id)
-            if claimed is not None:  # a first job delivered again, its response released to be continued
+            if continuations is not None:  # a first job delivered again, its response released to be continued
+                claimed = responses_db.Claim(record, generation.context, continuations)
                 await _run_claimed(state, claimed, generation.times)
             return
-        generation = replace(generation, record=claimed.record)
-        record = claimed.record
         generation.times.claimed_now(record.model)
     if prefix is None:  # (a continuation's log has them already)
         opening = [] if record.background else [lifecycle_event("response.created", record)]
@@ -236,7 +236,7 @@ async def _hold_contexts_once_answering(state: WorkerState, generation: Generati
     await state.hold_contexts(generation.record)
 
 
-async def _claimed_beside(task: asyncio.Task[None], claim: Claiming, times: StartTimes) -> responses_db.Claim | None:
+async def _claimed_beside(task: asyncio.Task[None], claim: Claiming, times: StartTimes) -> int | None:
     """The claim made while `task` streams, once its first step has sent the runtime request: on
     two cores, a round trip sent before that request delays it. The job's take goes then too
     (`times.under_way`). A job cancelled meanwhile (its worker shutting down) cancels both: a
