@@ -212,6 +212,15 @@ async def ttft_steps(
     return steps
 
 
+def worker_asked_ttfts(streamed: list[Streamed], worker_logs: tuple[Path, ...]) -> list[float]:
+    """Each response's first output token from its worker's runtime request (the request's
+    building included, as a client's TTFT includes its own), in seconds: the runtime as the worker
+    meets it, to set beside the direct path's TTFT."""
+    lines = generation_lines(worker_logs)
+    found = (lines.get(one.response_id or "") for one in streamed)
+    return [line["first_token_ms"] / 1000 for line in found if line is not None and "first_token_ms" in line]
+
+
 async def load(
     url: str,
     body: dict[str, object],
@@ -373,6 +382,8 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None, relay
             "queue_to_claim_ms": {"p50": percentile(claims, 0.5), "p90": percentile(claims, 0.9)},
             # Where the time to first token went, the median of each step (each its own median).
             "ttft_steps_p50_ms": {name: percentile(step, 0.5) for name, step in zip(TTFT_STEPS, steps, strict=True)},
+            # The runtime's first token from the worker's request, against `direct`'s ttft_p50_ms.
+            "worker_request_ttft_p50_ms": percentile(worker_asked_ttfts(ours.streamed, stack.worker_logs), 0.5),
             "cpu_seconds": {"responses_server": cpu_ours, "direct": cpu_direct},
             # Each process's wake-ups (voluntary context switches) a response, through our path.
             "wakeups_per_response": {name: round(count / total, 1) for name, count in woken.items()},
