@@ -179,10 +179,12 @@ def generation_lines(worker_logs: tuple[Path, ...]) -> dict[str, dict[str, Any]]
 
 async def ttft_steps(
     pg: asyncpg.Connection, streamed: list[Streamed], worker_logs: tuple[Path, ...]
-) -> list[list[float]]:
+) -> tuple[list[list[float]], list[float]]:
     """Each step of each response's time to first token, in seconds (TTFT_STEPS): from its request
     to the API's accepting it (its `created_at`), then its generation's start as its worker logged
-    it, then to the client's first token."""
+    it, then to the client's first token. And each one's first output token from its worker's
+    runtime request (the request's building included, as a client's TTFT includes its own): the
+    runtime as the worker meets it, to set beside the direct path's TTFT."""
     rows = await pg.fetch(
         "SELECT id, extract(epoch FROM created_at) AS accepted FROM responses WHERE id = ANY($1::text[])",
         [one.response_id for one in streamed if one.response_id],
@@ -195,6 +197,7 @@ async def ttft_steps(
         await asyncio.sleep(0.1)
         lines = generation_lines(worker_logs)
     steps: list[list[float]] = [[] for _ in TTFT_STEPS]
+    worker_requests: list[float] = []
     for one in streamed:
         line = lines.get(one.response_id or "")
         if one.response_id not in accepted or line is None or "first_token_ms" not in line:
@@ -209,16 +212,8 @@ async def ttft_steps(
         durations += [claimed - taken, runtime_token - taken, one.first_at - max(claimed, runtime_token)]
         for step, duration in zip(steps, durations, strict=True):
             step.append(duration)
-    return steps
-
-
-def worker_asked_ttfts(streamed: list[Streamed], worker_logs: tuple[Path, ...]) -> list[float]:
-    """Each response's first output token from its worker's runtime request (the request's
-    building included, as a client's TTFT includes its own), in seconds: the runtime as the worker
-    meets it, to set beside the direct path's TTFT."""
-    lines = generation_lines(worker_logs)
-    found = (lines.get(one.response_id or "") for one in streamed)
-    return [line["first_token_ms"] / 1000 for line in found if line is not None and "first_token_ms" in line]
+        worker_requests.append(line["first_token_ms"] / 1000)
+    return steps, worker_requests
 
 
 async def load(
@@ -366,7 +361,7 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None, relay
             " JOIN responses r ON r.log_key = e.log_key WHERE r.created_at >= $1",
             phase_start,
         )
-        steps = await ttft_steps(pg, ours.streamed, stack.worker_logs)
+        steps, worker_requests = await ttft_steps(pg, ours.streamed, stack.worker_logs)
         claims = [sum(each) for each in zip(*steps[1:5], strict=True)]
         await pg.close()
         cpu_before = meter.snapshot()
@@ -383,7 +378,7 @@ async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None, relay
             # Where the time to first token went, the median of each step (each its own median).
             "ttft_steps_p50_ms": {name: percentile(step, 0.5) for name, step in zip(TTFT_STEPS, steps, strict=True)},
             # The runtime's first token from the worker's request, against `direct`'s ttft_p50_ms.
-            "worker_request_ttft_p50_ms": percentile(worker_asked_ttfts(ours.streamed, stack.worker_logs), 0.5),
+            "worker_request_ttft_p50_ms": percentile(worker_requests, 0.5),
             "cpu_seconds": {"responses_server": cpu_ours, "direct": cpu_direct},
             # Each process's wake-ups (voluntary context switches) a response, through our path.
             "wakeups_per_response": {name: round(count / total, 1) for name, count in woken.items()},
