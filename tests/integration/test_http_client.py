@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import os
 import ssl
 import tempfile
@@ -22,19 +23,30 @@ import uvloop
 from app.catalog import OpenAIModel, VllmModel
 from tests.conftest import eventually, within
 from workers.runtime_failure import RuntimeFailure
-from workers.runtimes import prompt_length
+from workers.runtimes import http_answer, prompt_length
 from workers.runtimes.client import ChatRuntimeClient
 from workers.runtimes.http_client import HttpClient, HttpError, RequestTimeouts, proxy_for
 
 TIMEOUTS = RequestTimeouts(connect=2.0, read=2.0)
 
 
-def on_both_loops(scenario: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[str], None]:
-    """Runs the scenario on asyncio's loop and on uvloop, which the worker runs on (its
-    transports differ from asyncio's)."""
+# The lane a scenario's clients take: our plain connections, or aiohttp, which the worker takes only
+# for TLS and proxies; both keep the contract these scenarios check.
+_lane = contextvars.ContextVar("lane", default="plain")
 
+
+def client() -> HttpClient:
+    return HttpClient(plain_connections=_lane.get() == "plain")
+
+
+def on_both_loops(scenario: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[str, str], None]:
+    """Runs the scenario on asyncio's loop and on uvloop, which the worker runs on (its
+    transports differ from asyncio's), through each lane of the client."""
+
+    @pytest.mark.parametrize("lane", ["plain", "aiohttp"])
     @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-    def test(loop: str) -> None:
+    def test(loop: str, lane: str) -> None:
+        _lane.set(lane)
         if loop == "uvloop":
             uvloop.run(scenario())
         else:
@@ -150,7 +162,7 @@ async def test_bodies_with_a_length_or_until_close_are_read_whole() -> None:
         await writer.drain()
         writer.write(b"it")
 
-    http = HttpClient()
+    http = client()
     async with serving(keep_answering(b'{"count": 7}')) as (_, url):
         async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
             assert await reply.read() == b'{"count": 7}'
@@ -167,7 +179,7 @@ async def test_an_error_answer_has_its_status_and_body() -> None:
         body = b'{"error": "too long"}'
         writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
 
-    http = HttpClient()
+    http = client()
     async with serving(answer) as (_, url):
         async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
             assert (reply.status, await reply.read()) == (400, b'{"error": "too long"}')
@@ -176,7 +188,7 @@ async def test_an_error_answer_has_its_status_and_body() -> None:
 
 @on_both_loops
 async def test_connections_are_kept_and_reused() -> None:
-    http = HttpClient()
+    http = client()
     async with serving(keep_answering(b"ok")) as (server, url):
         for _ in range(3):
             async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
@@ -208,7 +220,7 @@ async def answer_once_then_drop(server: Server, reader: asyncio.StreamReader, wr
 @on_both_loops
 async def test_a_post_the_server_dropped_unanswered_is_not_resent_by_the_client() -> None:
     """Re-sending a POST is the caller's decision (RFC 9112, 9.3.1): the client reports it."""
-    http = HttpClient()
+    http = client()
     async with serving(answer_once_then_drop) as (server, url):
         async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
             await reply.read()
@@ -240,7 +252,7 @@ async def test_connection_close_is_honoured() -> None:
         await writer.drain()
         await asyncio.sleep(1)  # the client must not wait for this close, nor reuse the connection
 
-    http = HttpClient()
+    http = client()
     async with serving(answer) as (server, url):
         for _ in range(2):
             async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
@@ -251,7 +263,7 @@ async def test_connection_close_is_honoured() -> None:
 
 @on_both_loops
 async def test_leaving_a_stream_early_closes_its_connection() -> None:
-    http = HttpClient()
+    http = client()
     async with serving(endless) as (server, url):
         async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
             assert reply.status == 200  # and leave, the stream still going
@@ -275,7 +287,7 @@ async def test_a_silent_server_times_out() -> None:
         await server.read_request(reader)
         await asyncio.sleep(5)
 
-    http = HttpClient()
+    http = client()
     quick = RequestTimeouts(connect=2.0, read=0.3)
     async with serving(silent_after_one) as (_, url):
         received = Collect()
@@ -299,7 +311,7 @@ async def test_invalid_http_fails() -> None:
         await writer.drain()
         await asyncio.sleep(1)
 
-    http = HttpClient()
+    http = client()
     async with serving(not_http) as (_, url):
         with pytest.raises(HttpError, match="invalid HTTP"):
             async with http.post_json(url, {}, {}, TIMEOUTS):
@@ -313,7 +325,7 @@ async def test_an_unreachable_server_or_a_bad_url_fails_at_once() -> None:
     port = listening.sockets[0].getsockname()[1]
     listening.close()
     await listening.wait_closed()
-    http = HttpClient()
+    http = client()
     with pytest.raises(HttpError, match=r"cannot connect to 127\.0\.0\.1"):
         async with http.post_json(f"http://127.0.0.1:{port}/v1", {}, {}, TIMEOUTS):
             pass
@@ -324,7 +336,7 @@ async def test_an_unreachable_server_or_a_bad_url_fails_at_once() -> None:
 
 @on_both_loops
 async def test_a_server_that_answers_the_count_without_one_fails_retryably() -> None:
-    http = HttpClient()
+    http = client()
     async with serving(keep_answering(b"<html>not found</html>")) as (_, url):
         # As a worker that started the vLLM server sets its address.
         model = VllmModel(id="m", runtime="vllm", model="m").model_copy(
@@ -349,7 +361,7 @@ async def test_a_consumer_gets_the_stream_as_it_comes_and_the_connection_is_kept
             writer.write(b"0\r\n\r\n")
             await writer.drain()
 
-    http = HttpClient()
+    http = client()
     async with serving(answer) as (server, url):
         for _ in range(2):
             received = Collect()
@@ -377,7 +389,7 @@ async def test_a_consumer_with_all_it_needs_stops_the_delivery() -> None:
         await writer.drain()
         await asyncio.sleep(5)  # and the body never ends
 
-    http = HttpClient()
+    http = client()
     received = Collect(until=b"[DONE]")
     async with serving(answer) as (server, url):
         started = asyncio.get_running_loop().time()
@@ -397,7 +409,7 @@ async def test_a_failing_consumer_or_a_broken_stream_fails_the_delivery() -> Non
     def refuse(piece: bytes) -> bool:
         raise ValueError("not what I expected")
 
-    http = HttpClient()
+    http = client()
     async with serving(endless) as (server, url):
         with pytest.raises(ValueError, match="not what I expected"):
             async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
@@ -432,7 +444,7 @@ async def test_a_consumer_failing_on_a_piece_that_came_with_the_end_fails_the_de
             raise ValueError("not what I expected")
         return False
 
-    http = HttpClient()
+    http = client()
     async with serving(all_at_once) as (_, url):
         async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
             delivery = asyncio.create_task(reply.deliver(refuse_bad))
@@ -451,7 +463,7 @@ async def test_a_request_cancelled_before_its_answer_on_a_kept_connection_closes
         await reader.read()  # until the client closes it
         server.disconnected.set()
 
-    http = HttpClient()
+    http = client()
     patient = RequestTimeouts(connect=2.0, read=30.0)  # only the cancel can close it in time
     async with serving(slow_second) as (server, url):
         async with http.post_json(url, {}, {}, patient) as reply:
@@ -489,14 +501,14 @@ async def test_an_https_model_server_is_reached_and_its_certificate_checked() ->
     with tempfile.TemporaryDirectory() as directory:
         trusted = Path(directory) / "ca.pem"
         authority.cert_pem.write_to_path(str(trusted))
-        untrusting = HttpClient()
+        untrusting = client()
         with pytest.raises(HttpError, match="certificate verify failed"):
             async with untrusting.request("GET", url, TIMEOUTS):
                 pass
         previous = os.environ.get("SSL_CERT_FILE")
         os.environ["SSL_CERT_FILE"] = str(trusted)
         try:
-            trusting = HttpClient()
+            trusting = client()
             async with trusting.request("GET", url, TIMEOUTS) as reply:
                 assert (reply.status, await reply.read()) == (200, b"secret")
         finally:
@@ -535,7 +547,7 @@ async def proxy_answering(server: Server, reader: asyncio.StreamReader, writer: 
 
 @on_both_loops
 async def test_a_model_server_is_reached_through_the_proxy_the_environment_names() -> None:
-    http = HttpClient()
+    http = client()
     async with serving(proxy_answering) as (proxy, proxy_url):
         proxy_base = proxy_url.removesuffix("/v1/chat/completions")
         with environment(HTTP_PROXY=proxy_base, HTTPS_PROXY=proxy_base, NO_PROXY=""):
@@ -566,3 +578,52 @@ def test_no_proxy_and_loopback_addresses_go_directly() -> None:
             assert proxy_for(urlsplit(f"http://{loopback}:8000/v1")) is None
     with environment(HTTP_PROXY="", HTTPS_PROXY="", NO_PROXY=""):
         assert proxy_for(urlsplit("http://vllm.internal:8000/v1")) is None
+
+
+@on_both_loops
+async def test_a_header_field_with_a_line_break_is_refused_before_anything_is_sent() -> None:
+    """A field is ended by the client alone: a line break in a configured key would start a
+    header (or a request) of the value's choosing."""
+    http = client()
+    async with serving(keep_answering(b"ok")) as (server, url):
+        with pytest.raises(ValueError):
+            async with http.post_json(url, {}, {"Authorization": "Bearer k\r\nX-Injected: 1"}, TIMEOUTS):
+                pass
+        async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+            assert await reply.read() == b"ok"
+        assert len(server.requests) == 1 and b"X-Injected" not in server.requests[0]
+    await http.aclose()
+
+
+@on_both_loops
+async def test_a_body_read_late_is_read_whole() -> None:
+    """What arrives before its reader is held (up to a bound, then the server is read no further)
+    and handed over once it reads."""
+    body = bytes(range(256)) * (3 * 4096)  # 3 MiB
+
+    http = client()
+    async with serving(keep_answering(body)) as (server, url):
+        for _ in range(2):
+            async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+                await asyncio.sleep(0.2)  # the server has sent what the socket takes meanwhile
+                assert await reply.read() == body
+        assert server.connections == 1
+    await http.aclose()
+
+
+@on_both_loops
+async def test_an_idle_connection_is_retired() -> None:
+    http = client()
+    idle, http_answer.IDLE_SECONDS = http_answer.IDLE_SECONDS, 0.2
+    try:
+        async with serving(keep_answering(b"ok")) as (server, url):
+            for pause in (0.05, 0.5):  # the first reuses its connection, the second finds it retired
+                async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+                    assert await reply.read() == b"ok"
+                await asyncio.sleep(pause)
+            async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+                assert await reply.read() == b"ok"
+            assert server.connections == 2
+    finally:
+        http_answer.IDLE_SECONDS = idle
+        await http.aclose()

@@ -1,6 +1,8 @@
-"""The worker's HTTP client for model servers, on aiohttp.
+"""The worker's HTTP client for model servers: plain connections of our own to a server reached
+directly over http (workers/runtimes/plain_http.py: the worker's own vLLM or llama.cpp server, a
+model server on the private network), aiohttp for TLS and proxies.
 
-What the worker relies on, over aiohttp's own behaviour:
+What the worker relies on, whichever way a server is reached (workers/runtimes/http_answer.py):
 
 - A streamed body is handed to a consumer piece by piece as it arrives (`Answer.deliver`); a
   consumer that has all it needs ends the delivery, and the connection is kept only if the
@@ -12,10 +14,11 @@ What the worker relies on, over aiohttp's own behaviour:
 - Proxies come from the environment as curl reads them (`HTTP_PROXY`, `HTTPS_PROXY`,
   `NO_PROXY`), except for loopback addresses: a worker's own model server on 127.0.0.1 is
   always reached directly.
-- A POST is never re-sent by the client (aiohttp retries only idempotent requests); a request
-  that got no answer fails retryably, and the runtime client decides whether to send it again.
+- A POST is never re-sent by the client; a request that got no answer fails retryably, and the
+  runtime client decides whether to send it again.
 - Failures are `TimeoutError`, `HttpError` (refused, reset, invalid HTTP, bad certificate), or
-  what the consumer raised.
+  what the consumer raised; a URL or a header field that cannot be sent as it is (a line break in
+  a value) is a `ValueError`, before anything is sent.
 """
 
 from __future__ import annotations
@@ -25,8 +28,7 @@ import contextlib
 import ipaddress
 import ssl
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
@@ -34,25 +36,20 @@ import aiohttp
 import orjson
 
 from workers.runtime_failure import RuntimeFailure, refusal
+from workers.runtimes import http_answer
+from workers.runtimes.http_answer import (
+    END_GRACE_SECONDS,
+    Answer,
+    Consumer,
+    HttpError,
+    RequestTimeouts,
+    SilenceGuard,
+)
+from workers.runtimes.plain_http import PlainHttp
 
-# Servers close idle keep-alive connections after a few seconds (uvicorn: 5); ours retire sooner.
-IDLE_SECONDS = 4.0
-# How long a consumer that has all it needs waits for the body's formal end (to keep the
-# connection) before closing it.
-END_GRACE_SECONDS = 1.0
+__all__ = ["Answer", "HttpClient", "HttpError", "RequestTimeouts", "proxy_for", "refusal_of"]
 
-# Takes a piece of body; True once it needs no more.
-Consumer = Callable[[bytes], bool]
-
-
-class HttpError(Exception):
-    """The exchange failed: no connection, the server closed it early, or it sent invalid HTTP."""
-
-
-@dataclass(frozen=True, slots=True)
-class RequestTimeouts:
-    connect: float  # to open a connection
-    read: float  # the longest silence from the server, from the request on
+_OUR_FIELDS = {"User-Agent": "responses-server"}
 
 
 @contextlib.contextmanager
@@ -79,9 +76,7 @@ def _as_our_errors(timeouts: RequestTimeouts) -> Iterator[None]:
         raise HttpError(str(exc) or type(exc).__name__) from exc
 
 
-class Answer:
-    """A server's answer: its status once the headers are in, then its body."""
-
+class _AiohttpAnswer(Answer):
     def __init__(self, response: aiohttp.ClientResponse, timeouts: RequestTimeouts) -> None:
         self._response = response
         self._timeouts = timeouts
@@ -90,23 +85,9 @@ class Answer:
     def status(self) -> int:
         return self._response.status
 
-    async def read(self) -> bytes:
-        """The whole body."""
-        pieces: list[bytes] = []
-
-        def keep(piece: bytes) -> bool:
-            pieces.append(piece)
-            return False
-
-        await self.deliver(keep)
-        return b"".join(pieces)
-
     async def deliver(self, consumer: Consumer) -> None:
-        """Hands the body to `consumer` as it arrives, until the body ends or the consumer has all
-        it needs; raises what the consumer raised, or why the body broke off before the consumer
-        had all it needs."""
         content = self._response.content
-        with _as_our_errors(self._timeouts), _SilenceGuard(self._timeouts.read) as guard:
+        with _as_our_errors(self._timeouts), SilenceGuard(self._timeouts.read) as guard:
             async for piece in content.iter_any():
                 guard.heard()
                 if consumer(piece):
@@ -119,52 +100,16 @@ class Answer:
                 await content.read()
 
 
-class _SilenceGuard:
-    """Raises TimeoutError in the task reading once the server has been silent for `seconds`.
-    One timer that re-arms itself only when it expires: aiohttp's own read timeout replaces a
-    timer on every piece received, which at hundreds of streams costs the worker a fifth more CPU
-    per token."""
-
-    def __init__(self, seconds: float) -> None:
-        self._seconds = seconds
-        self._loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task()
-        self._last = self._loop.time()
-        self._timer: asyncio.TimerHandle | None = None
-        self._expired = False
-
-    def heard(self) -> None:
-        self._last = self._loop.time()
-
-    def _check(self) -> None:
-        quiet = self._loop.time() - self._last
-        if quiet >= self._seconds:
-            self._expired = True
-            assert self._task is not None
-            self._task.cancel()
-        else:
-            self._timer = self._loop.call_later(self._seconds - quiet, self._check)
-
-    def __enter__(self) -> _SilenceGuard:
-        self._timer = self._loop.call_later(self._seconds, self._check)
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._expired and kind is asyncio.CancelledError:
-            assert self._task is not None
-            if self._task.uncancel() == 0:  # cancelled by this guard alone
-                raise TimeoutError(f"no data from the server for {self._seconds:g} s") from error
-
-
 class HttpClient:
     """Keeps idle connections per host, without limit on how many are in use. Made on the loop
     that uses it."""
 
-    def __init__(self) -> None:
+    def __init__(self, plain_connections: bool = True) -> None:
+        """`plain_connections`: False sends every request through aiohttp (the tests hold both
+        lanes to one contract)."""
         self._tls = ssl.create_default_context()  # the trust store as it is now (SSL_CERT_FILE)
         self._session: aiohttp.ClientSession | None = None
+        self._plain = PlainHttp() if plain_connections else None
 
     def post_json(
         self, url: str, payload: Any, headers: Mapping[str, str], timeouts: RequestTimeouts
@@ -187,6 +132,11 @@ class HttpClient:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
+        proxy = proxy_for(parts)
+        if self._plain is not None and parts.scheme == "http" and proxy is None and parts.username is None:
+            async with self._plain.request(method, parts, timeouts, body, {**_OUR_FIELDS, **(headers or {})}) as answer:
+                yield answer
+            return
         # The wait for the headers is timed as a whole; the body's silences by `Answer.deliver`.
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect, sock_read=None)
         with _as_our_errors(timeouts):
@@ -197,11 +147,11 @@ class HttpClient:
                     data=body or None,
                     headers=headers,
                     timeout=timeout,
-                    proxy=proxy_for(parts),
+                    proxy=proxy,
                     allow_redirects=False,
                 )
         try:
-            yield Answer(response, timeouts)
+            yield _AiohttpAnswer(response, timeouts)
         finally:
             if response.content.is_eof():
                 response.release()
@@ -210,13 +160,13 @@ class HttpClient:
 
     def _session_now(self) -> aiohttp.ClientSession:
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=IDLE_SECONDS, ssl=self._tls)
-            self._session = aiohttp.ClientSession(
-                connector=connector, headers={"User-Agent": "responses-server"}, trust_env=False
-            )
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=http_answer.IDLE_SECONDS, ssl=self._tls)
+            self._session = aiohttp.ClientSession(connector=connector, headers=_OUR_FIELDS, trust_env=False)
         return self._session
 
     async def aclose(self) -> None:
+        if self._plain is not None:
+            self._plain.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
