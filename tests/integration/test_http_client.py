@@ -39,7 +39,7 @@ def client() -> HttpClient:
     return HttpClient(plain_connections=_lane.get() == "plain")
 
 
-def on_both_loops(scenario: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[str, str], None]:
+def on_each_loop_and_lane(scenario: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[str, str], None]:
     """Runs the scenario on asyncio's loop and on uvloop, which the worker runs on (its
     transports differ from asyncio's), through each lane of the client."""
 
@@ -154,7 +154,7 @@ def keep_answering(body: bytes) -> Answering:
     return answer
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_bodies_with_a_length_or_until_close_are_read_whole() -> None:
     async def until_close(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.read_request(reader)
@@ -172,7 +172,7 @@ async def test_bodies_with_a_length_or_until_close_are_read_whole() -> None:
     await http.aclose()
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_an_error_answer_has_its_status_and_body() -> None:
     async def answer(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.read_request(reader)
@@ -186,7 +186,7 @@ async def test_an_error_answer_has_its_status_and_body() -> None:
     await http.aclose()
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_connections_are_kept_and_reused() -> None:
     http = client()
     async with serving(keep_answering(b"ok")) as (server, url):
@@ -217,7 +217,7 @@ async def answer_once_then_drop(server: Server, reader: asyncio.StreamReader, wr
     await reader.readuntil(b"\r\n\r\n")
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_a_post_the_server_dropped_unanswered_is_not_resent_by_the_client() -> None:
     """Re-sending a POST is the caller's decision (RFC 9112, 9.3.1): the client reports it."""
     http = client()
@@ -231,7 +231,7 @@ async def test_a_post_the_server_dropped_unanswered_is_not_resent_by_the_client(
     await http.aclose()
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_a_generation_whose_kept_connection_was_dropped_is_sent_again_on_a_new_one() -> None:
     runtime = ChatRuntimeClient(connect_timeout=2.0, read_timeout=2.0)
     async with serving(answer_once_then_drop) as (server, url):
@@ -244,7 +244,7 @@ async def test_a_generation_whose_kept_connection_was_dropped_is_sent_again_on_a
     await runtime.aclose()
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_connection_close_is_honoured() -> None:
     async def answer(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.read_request(reader)
@@ -261,7 +261,7 @@ async def test_connection_close_is_honoured() -> None:
     await http.aclose()
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_leaving_a_stream_early_closes_its_connection() -> None:
     http = client()
     async with serving(endless) as (server, url):
@@ -275,7 +275,7 @@ async def test_leaving_a_stream_early_closes_its_connection() -> None:
     await http.aclose()
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_a_silent_server_times_out() -> None:
     async def silent_after_one(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.read_request(reader)
@@ -303,7 +303,7 @@ async def test_a_silent_server_times_out() -> None:
     await http.aclose()
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_invalid_http_fails() -> None:
     async def not_http(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.read_request(reader)
@@ -319,7 +319,7 @@ async def test_invalid_http_fails() -> None:
     await http.aclose()
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_an_unreachable_server_or_a_bad_url_fails_at_once() -> None:
     listening = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
     port = listening.sockets[0].getsockname()[1]
@@ -334,7 +334,7 @@ async def test_an_unreachable_server_or_a_bad_url_fails_at_once() -> None:
             pass
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_a_server_that_answers_the_count_without_one_fails_retryably() -> None:
     http = client()
     async with serving(keep_answering(b"<html>not found</html>")) as (_, url):
@@ -348,7 +348,7 @@ async def test_a_server_that_answers_the_count_without_one_fails_retryably() -> 
     assert failure.value.retryable
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_a_consumer_gets_the_stream_as_it_comes_and_the_connection_is_kept() -> None:
     async def answer(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
@@ -378,7 +378,7 @@ async def test_a_consumer_gets_the_stream_as_it_comes_and_the_connection_is_kept
     assert request.endswith(b'\r\n\r\n{"stream":true}')
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_a_consumer_with_all_it_needs_stops_the_delivery() -> None:
     async def answer(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.read_request(reader)
@@ -404,7 +404,7 @@ async def test_a_consumer_with_all_it_needs_stops_the_delivery() -> None:
     await http.aclose()
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_a_failing_consumer_or_a_broken_stream_fails_the_delivery() -> None:
     def refuse(piece: bytes) -> bool:
         raise ValueError("not what I expected")
@@ -424,7 +424,7 @@ async def test_a_failing_consumer_or_a_broken_stream_fails_the_delivery() -> Non
     await http.aclose()
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_a_consumer_failing_on_a_piece_that_came_with_the_end_fails_the_delivery() -> None:
     """The piece it fails on and the body's end can arrive in one read. The failure was lost: a
     model server's malformed last chunk read as a stream that ended without finishing."""
@@ -455,7 +455,7 @@ async def test_a_consumer_failing_on_a_piece_that_came_with_the_end_fails_the_de
     await http.aclose()
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_a_request_cancelled_before_its_answer_on_a_kept_connection_closes_it() -> None:
     async def slow_second(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.answer_ok(reader, writer)
@@ -481,7 +481,7 @@ async def test_a_request_cancelled_before_its_answer_on_a_kept_connection_closes
     await http.aclose()
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_an_https_model_server_is_reached_and_its_certificate_checked() -> None:
     """A model server behind TLS (a remote OpenAI-compatible endpoint): the certificate is
     checked against the system's trust store, which SSL_CERT_FILE can extend (an internal CA)."""
@@ -545,7 +545,7 @@ async def proxy_answering(server: Server, reader: asyncio.StreamReader, writer: 
     await writer.drain()
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_a_model_server_is_reached_through_the_proxy_the_environment_names() -> None:
     http = client()
     async with serving(proxy_answering) as (proxy, proxy_url):
@@ -580,7 +580,7 @@ def test_no_proxy_and_loopback_addresses_go_directly() -> None:
         assert proxy_for(urlsplit("http://vllm.internal:8000/v1")) is None
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_a_header_field_with_a_line_break_is_refused_before_anything_is_sent() -> None:
     """A field is ended by the client alone: a line break in a configured key would start a
     header (or a request) of the value's choosing."""
@@ -595,7 +595,7 @@ async def test_a_header_field_with_a_line_break_is_refused_before_anything_is_se
     await http.aclose()
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_a_body_read_late_is_read_whole() -> None:
     """What arrives before its reader is held (up to a bound, then the server is read no further)
     and handed over once it reads."""
@@ -611,7 +611,7 @@ async def test_a_body_read_late_is_read_whole() -> None:
     await http.aclose()
 
 
-@on_both_loops
+@on_each_loop_and_lane
 async def test_an_idle_connection_is_retired() -> None:
     http = client()
     idle, http_answer.IDLE_SECONDS = http_answer.IDLE_SECONDS, 0.2
