@@ -17,18 +17,16 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import uvloop
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.conftest import free_port, wait_for_http  # noqa: E402
-from workers.runtimes.http_client import HttpClient, RequestTimeouts  # noqa: E402
+from tests.conftest import free_port, serving
+from workers.runtimes.http_client import HttpClient, RequestTimeouts
 
 TIMEOUTS = RequestTimeouts(connect=5.0, read=30.0)
 BODY = {
@@ -93,14 +91,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     port = free_port()
-    runtime = subprocess.Popen([sys.executable, "-m", "tests.fake_runtime", "--port", str(port)], cwd=ROOT)
-    try:
-        wait_for_http(f"http://127.0.0.1:{port}/_stats")
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        result = uvloop.run(measure(url, args.answers, args.rounds, args.pause_ms / 1000))
-    finally:
-        runtime.terminate()
-        runtime.wait()
+    with serving("-m", "tests.fake_runtime", "--port", str(port), port=port) as base:
+        result = uvloop.run(measure(f"{base}/v1/chat/completions", args.answers, args.rounds, args.pause_ms / 1000))
     print(json.dumps(result, indent=2))
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")

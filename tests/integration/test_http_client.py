@@ -23,7 +23,7 @@ import uvloop
 from app.catalog import OpenAIModel, VllmModel
 from tests.conftest import eventually, within
 from workers.runtime_failure import RuntimeFailure
-from workers.runtimes import http_answer, prompt_length
+from workers.runtimes import prompt_length
 from workers.runtimes.client import ChatRuntimeClient
 from workers.runtimes.http_client import HttpClient, HttpError, RequestTimeouts, proxy_for
 
@@ -35,8 +35,8 @@ TIMEOUTS = RequestTimeouts(connect=2.0, read=2.0)
 _lane = contextvars.ContextVar("lane", default="plain")
 
 
-def client() -> HttpClient:
-    return HttpClient(plain_connections=_lane.get() == "plain")
+def client(**options: float) -> HttpClient:
+    return HttpClient(plain_connections=_lane.get() == "plain", **options)
 
 
 def on_each_loop_and_lane(scenario: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[str, str], None]:
@@ -613,17 +613,13 @@ async def test_a_body_read_late_is_read_whole() -> None:
 
 @on_each_loop_and_lane
 async def test_an_idle_connection_is_retired() -> None:
-    http = client()
-    idle, http_answer.IDLE_SECONDS = http_answer.IDLE_SECONDS, 0.2
-    try:
-        async with serving(keep_answering(b"ok")) as (server, url):
-            for pause in (0.05, 0.5):  # the first reuses its connection, the second finds it retired
-                async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
-                    assert await reply.read() == b"ok"
-                await asyncio.sleep(pause)
+    http = client(idle_seconds=0.2)
+    async with serving(keep_answering(b"ok")) as (server, url):
+        for pause in (0.05, 0.5):  # the first reuses its connection, the second finds it retired
             async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
                 assert await reply.read() == b"ok"
-            assert server.connections == 2
-    finally:
-        http_answer.IDLE_SECONDS = idle
-        await http.aclose()
+            await asyncio.sleep(pause)
+        async with http.post_json(url, {}, {}, TIMEOUTS) as reply:
+            assert await reply.read() == b"ok"
+        assert server.connections == 2
+    await http.aclose()

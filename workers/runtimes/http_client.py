@@ -36,9 +36,9 @@ import aiohttp
 import orjson
 
 from workers.runtime_failure import RuntimeFailure, refusal
-from workers.runtimes import http_answer
 from workers.runtimes.http_answer import (
     END_GRACE_SECONDS,
+    IDLE_SECONDS,
     Answer,
     Consumer,
     HttpError,
@@ -104,12 +104,13 @@ class HttpClient:
     """Keeps idle connections per host, without limit on how many are in use. Made on the loop
     that uses it."""
 
-    def __init__(self, plain_connections: bool = True) -> None:
+    def __init__(self, plain_connections: bool = True, idle_seconds: float = IDLE_SECONDS) -> None:
         """`plain_connections`: False sends every request through aiohttp (the tests hold both
-        lanes to one contract)."""
+        lanes to one contract). `idle_seconds`: how long an idle connection is kept."""
         self._tls = ssl.create_default_context()  # the trust store as it is now (SSL_CERT_FILE)
         self._session: aiohttp.ClientSession | None = None
-        self._plain = PlainHttp() if plain_connections else None
+        self._idle_seconds = idle_seconds
+        self._plain = PlainHttp(idle_seconds) if plain_connections else None
 
     def post_json(
         self, url: str, payload: Any, headers: Mapping[str, str], timeouts: RequestTimeouts
@@ -160,7 +161,7 @@ class HttpClient:
 
     def _session_now(self) -> aiohttp.ClientSession:
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=http_answer.IDLE_SECONDS, ssl=self._tls)
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=self._idle_seconds, ssl=self._tls)
             self._session = aiohttp.ClientSession(connector=connector, headers=_OUR_FIELDS, trust_env=False)
         return self._session
 

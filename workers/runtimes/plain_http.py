@@ -19,7 +19,6 @@ from urllib.parse import SplitResult
 
 import httptools
 
-from workers.runtimes import http_answer
 from workers.runtimes.http_answer import (
     END_GRACE_SECONDS,
     Answer,
@@ -169,7 +168,7 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         assert self.exchange is not None
-        self.exchange.take(bytes(body))
+        self.exchange.take(body)
 
     def on_message_complete(self) -> None:
         exchange = self.exchange
@@ -212,7 +211,8 @@ class PlainHttp:
     """Keeps idle connections per host, without limit on how many are in use. Made on the loop
     that uses it."""
 
-    def __init__(self) -> None:
+    def __init__(self, idle_seconds: float) -> None:
+        self._idle_seconds = idle_seconds
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
 
     @contextlib.asynccontextmanager
@@ -268,7 +268,7 @@ class PlainHttp:
             with contextlib.suppress(ValueError):
                 connections.remove(connection)
 
-        connection.retire = asyncio.get_running_loop().call_later(http_answer.IDLE_SECONDS, retire)
+        connection.retire = asyncio.get_running_loop().call_later(self._idle_seconds, retire)
 
 
 async def _connect(host: str, port: int, timeout: float) -> _Connection:
