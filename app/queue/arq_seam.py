@@ -390,10 +390,10 @@ class QueueWorker(Worker):
         placement wait ends) while the take script runs: the take's round trip is not on the way
         to what the job does. Only a job whose function makes sure it runs once by itself is sent
         so (generate: its claim in Postgres). The take goes out once the function has sent what
-        it waits on first (it sets `ctx["under_way"]`; generate: its runtime request), or once it
-        ended: on two cores, a round trip sent before that request delays it. A take that fails
-        (the wait ended, and another worker took the job) leaves the job's keys to its taker.
-        None if it could not be taken."""
+        it waits on first (it sets `ctx["under_way"]`; generate: its runtime request, then its
+        claim), or once it ended: on two cores, a round trip sent before that request delays it.
+        A take that fails (the wait ended, and another worker took the job) leaves the job's keys
+        to its taker. None if it could not be taken."""
         under_way = asyncio.Event()
 
         async def take_once_under_way() -> tuple[bytes | None, int] | None:

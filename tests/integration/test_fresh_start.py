@@ -71,12 +71,13 @@ async def test_a_job_that_comes_before_its_row_asks_the_runtime_and_commits_once
     assert len(fake.requests()) == 1
 
 
-async def test_its_claim_and_its_take_go_once_its_runtime_request_is_under_way(
+async def test_its_claim_and_then_its_take_go_once_its_runtime_request_is_under_way(
     state: AppState, account_id: str, open_worker: OpenWorker
 ) -> None:
     """On two cores a round trip sent before the runtime request delays it: the claim starts after
     the generation's first step (which sends the request on a kept connection), and the job's take
-    is let go then too (`under_way`, app/queue/arq_seam.py `_run_while_taken`)."""
+    is let go then (`under_way`, app/queue/arq_seam.py `_run_while_taken`), after the claim has
+    started: the first output's commit waits for the claim, nothing waits for the take."""
     accepted = await unstored(state, account_id, input="hello")
     await state.store(accepted.unstored)  # type: ignore[arg-type]
     worker, under_way, order = await open_worker(), asyncio.Event(), []
@@ -87,15 +88,21 @@ async def test_its_claim_and_its_take_go_once_its_runtime_request_is_under_way(
         await stream(*args, **kwargs)
 
     async def claiming(response_id: str) -> int | None:
-        order.append(f"claim, under way: {under_way.is_set()}")
+        order.append("claim")
         return await claim(response_id)
+
+    async def taking_once_under_way() -> None:  # as `_run_while_taken` does
+        await under_way.wait()
+        order.append("take")
 
     worker.runtime.stream = streaming  # type: ignore[method-assign]
     worker.claim_when_stored = claiming  # type: ignore[method-assign]
     carried = CarriedResponse(accepted.record, accepted.input_items).encoded()
     ctx = {"state": worker, "job_try": 1, "under_way": under_way}
+    taking = asyncio.ensure_future(taking_once_under_way())
     await within(generate(ctx, accepted.record.id, None, carried), 10)
-    assert order == ["runtime request", "claim, under way: True"]
+    await within(taking, 1)
+    assert order == ["runtime request", "claim", "take"]
     assert await status_of(state, accepted.record.id) == "completed"
 
 

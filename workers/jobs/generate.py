@@ -239,14 +239,15 @@ async def _hold_contexts_once_answering(state: WorkerState, generation: Generati
 async def _claimed_beside(task: asyncio.Task[None], claim: Claiming, times: StartTimes) -> int | None:
     """The claim made while `task` streams, once its first step has sent the runtime request: on
     two cores, a round trip sent before that request delays it. The job's take goes then too
-    (`times.under_way`). A job cancelled meanwhile (its worker shutting down) cancels both: a
+    (`times.under_way`), after the claim: the first output's commit waits for the claim, and
+    nothing for the take. A job cancelled meanwhile (its worker shutting down) cancels both: a
     claim made all the same leaves the response to the reaper, as a worker that died just after
     its claim would."""
     claiming = None
     try:
         await asyncio.sleep(0)  # (the task's first step runs now)
-        times.under_way.set()
         claiming = asyncio.ensure_future(claim())
+        times.under_way.set()  # (its waiter runs after the claim's first step)
         return await claiming
     except BaseException:
         if claiming is not None:
