@@ -1,10 +1,11 @@
 """A first token's way through every process, as the kernel's scheduler saw it.
 
-    python bench/first_token_trace.py [--answers 30] [--gap 0.3] [--out FILE]
+    python bench/first_token_trace.py [--answers 30] [--gap 0] [--out FILE]
 
 Needs root and the kernel's tracefs (mounted at /sys/kernel/tracing here if it is not). Starts
 the stack (bench/stack.py) with the fake runtime, warms it up, then has ftrace record, while
-`--answers` streamed answers are asked for one at a time `--gap` seconds apart, every process's
+`--answers` streamed answers are asked for one at a time (`--gap` seconds from one's end to the
+next request), each 64 tokens one every 20 ms as in the stream benchmark, every process's
 switches onto and off a core, its wake-ups of others and its socket sends, and the client's
 marks at its request and at its first token. From them, for each answer: when the API first ran,
 when it sent the insert (a send that woke Postgres) and the enqueue (one that woke Redis), when
@@ -259,16 +260,17 @@ async def one_answer(
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--answers", type=int, default=30)
-    parser.add_argument("--gap", type=float, default=0.3, help="seconds between one answer's end and the next request")
+    parser.add_argument("--gap", type=float, default=0.0, help="seconds from one answer's end to the next request")
     parser.add_argument("--out", type=Path, help="a JSON file for the medians and every answer's own")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("ftrace needs root")
-    script = "#fake " + json.dumps({"text": "a short answer", "delay": 0.0})
+    # As bench/stream_benchmark.py asks: a first token that comes alone, not with the answer's end.
+    script = "#fake " + json.dumps({"text": " ".join(["tok"] * 64), "delay": 0.02})
     body = {"model": "fake", "input": script, "stream": True, "stream_options": {"include_obfuscation": False}}
     async with running_stack(max_output_tokens=64) as stack, aiohttp.ClientSession() as client:
         url = f"{stack.api_url}/responses"
-        for _ in range(30):  # warming up
+        for _ in range(5):  # warming up
             await one_answer(client, url, body, stack.headers, None)
         with Tracing() as tracing:
             for _ in range(args.answers):
