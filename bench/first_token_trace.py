@@ -36,6 +36,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.stack import running_stack
+from bench.stream_benchmark import fake_answer_script
 
 TRACEFS = Path("/sys/kernel/tracing")
 SENDS = ("sendto", "sendmsg", "write", "writev")
@@ -208,13 +209,14 @@ def summary(found: list[Answer]) -> dict[str, object]:
 
 
 class Tracing:
-    """ftrace switched on for EVENTS while in use; the trace read as text afterwards."""
+    """ftrace switched on for EVENTS while in use (`text` reads it, before the exit)."""
 
     def __enter__(self) -> Tracing:
         if not (TRACEFS / "trace").exists():
             subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True)
         self._write("tracing_on", "0")
         self._write("trace", "")
+        self._buffer_kb = (TRACEFS / "buffer_size_kb").read_text().split()[0]  # (given back on exit)
         self._write("buffer_size_kb", "32768")
         for event in EVENTS:
             self._write(f"events/{event}/enable", "1")
@@ -227,6 +229,8 @@ class Tracing:
         self._write("tracing_on", "0")
         for event in EVENTS:
             self._write(f"events/{event}/enable", "0")
+        self._write("trace", "")
+        self._write("buffer_size_kb", self._buffer_kb)
 
     def mark(self, text: str) -> None:
         self.marker.write(text + "\n")
@@ -266,8 +270,12 @@ async def main() -> None:
     if os.geteuid() != 0:
         sys.exit("ftrace needs root")
     # As bench/stream_benchmark.py asks: a first token that comes alone, not with the answer's end.
-    script = "#fake " + json.dumps({"text": " ".join(["tok"] * 64), "delay": 0.02})
-    body = {"model": "fake", "input": script, "stream": True, "stream_options": {"include_obfuscation": False}}
+    body = {
+        "model": "fake",
+        "input": fake_answer_script(),
+        "stream": True,
+        "stream_options": {"include_obfuscation": False},
+    }
     async with running_stack(max_output_tokens=64) as stack, aiohttp.ClientSession() as client:
         url = f"{stack.api_url}/responses"
         for _ in range(5):  # warming up

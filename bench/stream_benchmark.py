@@ -48,6 +48,13 @@ from bench.ogx import Ogx, running_ogx  # noqa: E402
 from bench.relay import running_relay  # noqa: E402
 from bench.stack import Stack, admin, running_stack  # noqa: E402
 
+TOKENS, TOKEN_DELAY = 64, 0.02  # an answer's tokens, and the seconds between them (a GPU's pace)
+
+
+def fake_answer_script(tokens: int = TOKENS, delay: float = TOKEN_DELAY, drift: bool = False) -> str:
+    """The input that has the fake runtime stream `tokens` tokens, `delay` seconds apart."""
+    return "#fake " + json.dumps({"text": " ".join(["tok"] * tokens), "delay": delay, "drift": drift})
+
 
 def of_named(names: tuple[str, ...], measure: Callable[[int], float]) -> float:
     """The measure of every process with one of these command names (all Postgres backends, say), summed."""
@@ -250,8 +257,8 @@ async def load(
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 32, 256])
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--token-delay", type=float, default=0.02, help="seconds between tokens, as a GPU paces")
+    parser.add_argument("--tokens", type=int, default=TOKENS)
+    parser.add_argument("--token-delay", type=float, default=TOKEN_DELAY, help="seconds between tokens, as a GPU paces")
     parser.add_argument(
         "--runtime-drift",
         action="store_true",
@@ -306,8 +313,7 @@ async def _beside_ogx(args: argparse.Namespace, stack: Stack, relay: tuple[str, 
 
 async def _levels(args: argparse.Namespace, stack: Stack, ogx: Ogx | None, relay: tuple[str, int] | None) -> None:
     """`relay`: bench/relay.py's URL and pid, to stream the direct path's requests through it too."""
-    pace = {"delay": args.token_delay, "drift": args.runtime_drift}
-    script = "#fake " + json.dumps({"text": " ".join(["tok"] * args.tokens), **pace})
+    script = fake_answer_script(args.tokens, args.token_delay, args.runtime_drift)
     direct: Target = (
         f"{stack.runtime_url}/v1/chat/completions",
         {"model": "fake", "stream": True, "messages": [{"role": "user", "content": script}]},
