@@ -4,11 +4,11 @@ SQLAlchemy's execute costs about 200 µs of client CPU per statement on the deve
 (cache keys, result metadata, the greenlet hop): more than the round trip it wraps. The few
 statements that run hundreds of times a second (an event commit, authentication, a response's
 insert, a job's claim) are compiled once to the driver's SQL and sent on the pooled connection's
-own driver connection. Only in autocommit, though: SQLAlchemy opens the driver's transaction
-lazily, at its own first statement, so on a connection inside a transaction block they go
-through SQLAlchemy like any other statement. Either way rows unpack as tuples (or come as
-mappings), and JSON columns must be selected as text: SQLAlchemy decodes JSON, the driver
-connection does not.
+own driver connection, reached without SQLAlchemy's greenlet hop. Only in autocommit, though:
+SQLAlchemy opens the driver's transaction lazily, at its own first statement, so on a
+connection inside a transaction block they go through SQLAlchemy like any other statement.
+Either way rows unpack as tuples (or come as mappings), and JSON columns must be selected as
+text: SQLAlchemy decodes JSON, the driver connection does not.
 
 Errors come out as SQLAlchemy's, as from any other statement; a driver connection that broke, or
 whose statement was interrupted, is invalidated so that its pool (or its holder) replaces it.
@@ -53,7 +53,7 @@ class DriverStatement:
         return [dict(record.items()) for record in await self._fetch(conn, params)]
 
     async def _fetch(self, conn: AsyncConnection, params: Mapping[str, Any]) -> list[asyncpg.Record]:
-        driver: asyncpg.Connection = (await conn.get_raw_connection()).driver_connection
+        driver: asyncpg.Connection = held_driver_connection(conn) or (await conn.get_raw_connection()).driver_connection
         args = [params[name] for name in self._names]
         try:
             records: list[asyncpg.Record] = await driver.fetch(self._sql, *args)
@@ -122,6 +122,17 @@ def numbered_twice(exc: BaseException) -> bool:
 def foreign_key_violated(exc: BaseException) -> bool:
     """Postgres refused a row whose reference names a row that is gone (SQLSTATE 23503)."""
     return isinstance(exc, DBAPIError) and str(getattr(exc.orig, "sqlstate", "")) == "23503"
+
+
+def held_driver_connection(conn: AsyncConnection) -> asyncpg.Connection | None:
+    """The driver connection of a connection that holds one, reached without I/O and so without
+    `get_raw_connection`'s greenlet hop; None for one closed, or invalidated (which
+    `get_raw_connection` gives a new one)."""
+    sync = conn.sync_connection
+    if sync is None or sync.closed or sync.invalidated:
+        return None
+    driver: asyncpg.Connection = sync.connection.driver_connection
+    return driver
 
 
 def _in_autocommit(conn: AsyncConnection) -> bool:

@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.storage.driver import held_driver_connection
 from app.storage.engine import driver_closed
 
 
@@ -72,6 +73,4 @@ class HeldConnections:
 
 
 def _closed_by_server(conn: AsyncConnection) -> bool:
-    # A valid connection's DBAPI connection is at hand: no I/O, so no greenlet hop.
-    sync = conn.sync_connection
-    return sync is None or driver_closed(sync.connection.driver_connection)
+    return driver_closed(held_driver_connection(conn))

@@ -16,7 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.storage.driver import DriverStatement
+from app.storage.driver import DriverStatement, autocommit
 from app.storage.engine import create_engine
 from app.storage.held import HeldConnection
 from tests.conftest import Environment
@@ -185,3 +185,11 @@ async def test_a_driver_statement_inside_a_transaction_block_is_part_of_it(engin
             raise RuntimeError("the block fails after the statement")
     async with engine.connect() as conn:
         assert await conn.scalar(text("SELECT count(*) FROM accounts WHERE id = :id"), {"id": account}) == 0
+
+
+async def test_a_driver_statement_on_a_connection_invalidated_before_it_runs_on_a_new_one(engine: AsyncEngine) -> None:
+    pid = DriverStatement(text("SELECT pg_backend_pid()"))
+    async with autocommit(engine) as conn:
+        invalidated = (await pid.rows(conn, {}))[0][0]
+        await conn.invalidate()  # (what a statement that found its connection broken leaves)
+        assert (await pid.rows(conn, {}))[0][0] != invalidated
