@@ -82,7 +82,7 @@ class WorkerState(ProcessState):
     # The translators of the generations running, which a steer reaches in the middle of an answer.
     translators: dict[str, StreamTranslator] = field(default_factory=dict)
     _claims: Batched[str, responses_db.Claim] = field(init=False)
-    _carried_claims: Batched[str, int] = field(init=False)  # (their continuations)
+    _carried_claims: Batched[str, responses_db.CarriedClaim] = field(init=False)
     _placements: Batched[str, None] = field(init=False)
     # The embedding models this worker embeds files' chunks with, made when first used.
     embedders: Embedders = field(default_factory=Embedders)
@@ -122,26 +122,24 @@ class WorkerState(ProcessState):
         """`claim` for a response whose job carries it and may come before its row
         (app/service/enqueueing.py: one that starts afresh is stored beside its enqueue): the times
         it was continued before, or None. Nothing else is read back: its job carries its record,
-        and its context is its input. Its row is looked for again while it is not there, or there
-        since the claim (its insert committed meanwhile); for STORED_WAIT_SECONDS at most: its
-        create failed, or its insert was slower than that (then, queued and with no job, it is
-        enqueued again by the reaper, app/housekeeping/reaper.py)."""
+        and its context is its input. While its row is not there, it is claimed again: at once
+        the first time (under load the job overtakes an insert that is about to commit), then
+        backing off; for STORED_WAIT_SECONDS at most: its create failed, or its insert was slower
+        than that (then, queued and with no job, it is enqueued again by the reaper,
+        app/housekeeping/reaper.py)."""
         backoff = Backoff(first=0.001, most=0.1)
         deadline = time.monotonic() + STORED_WAIT_SECONDS
-        while (continuations := await self._carried_claims(response_id)) is None:
-            async with self.claim_connection.use() as conn:
-                found = await responses_db.claimable(conn, response_id)
-            if found is not None:
-                if found:
-                    continue  # stored since the claim missed it: claimed now
-                return None  # another worker's, or ended
+        at_once = True
+        while (found := await self._carried_claims(response_id)) is None:
             if time.monotonic() >= deadline:
                 log.warning("response %s: not stored %.0f s after its job; left", response_id, STORED_WAIT_SECONDS)
                 return None
-            await asyncio.sleep(backoff.next())
-        return continuations
+            if not at_once:
+                await asyncio.sleep(backoff.next())
+            at_once = False
+        return found.continuations
 
-    async def _claim_carried_many(self, response_ids: list[str]) -> dict[str, int]:
+    async def _claim_carried_many(self, response_ids: list[str]) -> dict[str, responses_db.CarriedClaim]:
         async with self.claim_connection.use() as conn:
             return await responses_db.claim_carried(conn, response_ids, self.worker_id, self.settings.lease_seconds)
 

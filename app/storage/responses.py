@@ -215,8 +215,19 @@ _CLAIM = DriverStatement(
 )
 
 # The claim of responses whose jobs carry their record and their context (their input: they
-# continue nothing, app/queue/jobs.py `CarriedResponse`): nothing else is read back.
-_CLAIM_CARRIED = DriverStatement(text(_CLAIMED + " id, continuations FROM claimed"))
+# continue nothing, app/queue/jobs.py `CarriedResponse`): nothing else is read back. A job may
+# come before its response's row is committed, so the claim also says which of those it did not
+# take are stored (another worker's, or ended; its snapshot is the update's): one round trip
+# tells a row not yet there, to be claimed again, from one that will never be this worker's.
+_CLAIM_CARRIED = DriverStatement(
+    text(
+        _CLAIMED
+        + """ id, continuations FROM claimed
+    UNION ALL
+    SELECT NULL, id, NULL FROM responses
+    WHERE id = ANY(CAST(:response_ids AS text[])) AND id NOT IN (SELECT id FROM claimed)"""
+    )
+)
 
 # Reads the contexts of responses from the spans of their paths (items_db.read_contexts, or a
 # worker's copies of the chains it serves).
@@ -395,21 +406,22 @@ async def claim_many(
     return {r.id: Claim(r, contexts[r.id], continuations[r.id]) for r in records}
 
 
+@dataclass(frozen=True, slots=True)
+class CarriedClaim:
+    """What the claim of a stored response whose job carries it found."""
+
+    continuations: int | None  # claimed, continued that many times before; None: not claimable
+
+
 async def claim_carried(
     conn: AsyncConnection, response_ids: Sequence[str], worker_id: str, lease_seconds: float
-) -> dict[str, int]:
-    """`claim_many` for responses whose jobs carry them: the continuations of each one claimed."""
+) -> dict[str, CarriedClaim]:
+    """`claim_many` for responses whose jobs carry them, by id: those stored, each claimed (with
+    its continuations) or not claimable (another worker's, or ended). Those not stored (yet) are
+    left out."""
     parameters = {"response_ids": list(response_ids), "worker_id": worker_id, "lease_seconds": lease_seconds}
-    return {response_id: continuations for _, response_id, continuations in await _CLAIM_CARRIED.rows(conn, parameters)}
-
-
-_IS_CLAIMABLE = DriverStatement(text(f"SELECT {_CLAIMABLE} FROM responses WHERE id = :response_id"))
-
-
-async def claimable(conn: AsyncConnection, response_id: str) -> bool | None:
-    """Whether a claim would take the response now; None if there is no such response."""
-    rows = await _IS_CLAIMABLE.rows(conn, {"response_id": response_id})
-    return bool(rows[0][0]) if rows else None
+    rows = await _CLAIM_CARRIED.rows(conn, parameters)
+    return {response_id: CarriedClaim(continuations) for _, response_id, continuations in rows}
 
 
 async def release_for_continuation(

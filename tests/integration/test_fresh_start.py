@@ -27,6 +27,8 @@ from app.service.state import AppState
 from app.storage import accounts as accounts_db
 from app.storage import items as items_db
 from app.storage import responses as responses_db
+from app.storage.driver import autocommit
+from app.storage.responses import CarriedClaim
 from tests.conftest import FakeRuntime, eventually, within
 from tests.integration.conftest import OpenWorker, events_of, orphaned, status_of
 from workers import state as worker_state
@@ -69,6 +71,36 @@ async def test_a_job_that_comes_before_its_row_asks_the_runtime_and_commits_once
     assert "".join(str(e.get("delta", "")) for e in events) == " ".join(f"w{i}" for i in range(10))
     assert await status_of(state, response_id) == "completed"
     assert len(fake.requests()) == 1
+
+
+async def test_a_claim_tells_a_row_not_yet_committed_from_one_it_can_never_take(
+    state: AppState, account_id: str
+) -> None:
+    """The job may overtake its response's insert: one claim statement says which responses it
+    took (with their continuations), which are stored but not claimable (another worker's, or
+    ended: never this worker's), and leaves out those whose rows it does not see yet, an insert
+    still uncommitted included, which are claimed again."""
+    racing, taken, cancelled = [await unstored(state, account_id, input=name) for name in ("racing", "taken", "gone")]
+    for one in (taken, cancelled):
+        await state.store(one.unstored)  # type: ignore[arg-type]
+    async with state.engine.begin() as conn:
+        assert await responses_db.claim(conn, taken.record.id, "another-worker", 30) is not None
+    await stopping.stop(state, cancelled.record.id, durable=True)
+    ids = [racing.record.id, taken.record.id, cancelled.record.id, "resp_never_stored"]
+
+    async with state.engine.connect() as inserting:
+        insert = await inserting.begin()
+        await responses_db.insert_responses(inserting, [racing.unstored])  # type: ignore[list-item]
+        async with autocommit(state.engine) as conn:
+            claims = await within(responses_db.claim_carried(conn, ids, "w", 30), 5)  # (not waiting for it)
+        assert claims == {taken.record.id: CarriedClaim(None), cancelled.record.id: CarriedClaim(None)}
+        await insert.commit()
+    async with autocommit(state.engine) as conn:
+        claims = await responses_db.claim_carried(conn, ids, "w", 30)
+    assert claims[racing.record.id] == CarriedClaim(0)
+    assert await status_of(state, racing.record.id) == "in_progress"
+    assert await status_of(state, taken.record.id) == "in_progress"
+    assert await status_of(state, cancelled.record.id) == "cancelled"
 
 
 async def test_its_claim_and_then_its_take_go_once_its_runtime_request_is_under_way(
