@@ -24,7 +24,11 @@ from app.settings import Settings
 # more than running them, and the plan for any arrays is the same index lookups. One response's
 # insert, claim and log read took 0.90 → 0.50 ms, 0.55 → 0.43 and 0.92 → 0.38 here
 # (`python bench/statement_plans.py`, docs/bench-results/statement-plans.json).
-GENERIC_PLANS = {"plan_cache_mode": "force_generic_plan"}
+# That one plan is made at a connection's first run of the statement, whatever the tables hold
+# then, and kept until their statistics change: made while they are nearly empty (a new
+# deployment, a benchmark's fresh database), it read `responses` whole, at a cost that grew with
+# every response stored. They are all lookups by key: they are planned without sequential scans.
+GENERIC_PLANS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
 
 
 def create_engine(

@@ -182,8 +182,12 @@ _INSERT_WITH_INPUT = DriverStatement(
 # response that continues nothing (one branch, its own, at depth 0) reads no chain: its context is
 # its own input, which the claim brings back with it, so its start costs no second round trip.
 # Its commit does not wait for the WAL's flush (UNFLUSHED_COMMITS).
-# What a claim takes: a queued response, or a running one left to be continued.
-_CLAIMABLE = "(status = 'queued' OR (status = 'in_progress' AND worker_id IS NULL))"
+# What a claim takes: a queued response, or a running one left to be continued. The statuses are
+# parameters (_CLAIMABLE_STATUSES): with them written out, the held connection's one plan for any
+# arrays (app/storage/engine.py) read the partial indexes of active responses whole, every entry
+# a response queued or running has had since the last vacuum, rather than the responses by key.
+_CLAIMABLE = "(status = :queued OR (status = :in_progress AND worker_id IS NULL))"
+_CLAIMABLE_STATUSES = {"queued": "queued", "in_progress": "in_progress"}
 
 # queued → in_progress (or a released one taken up again) for one worker: the compare-and-set of
 # invariant 4. Committed without waiting for the WAL's flush, which its first event's commit does.
@@ -391,6 +395,7 @@ async def claim_many(
 ) -> dict[str, Claim]:
     """`claim` for many responses in one statement: those claimed, by id."""
     parameters = {"response_ids": list(response_ids), "worker_id": worker_id, "lease_seconds": lease_seconds}
+    parameters |= _CLAIMABLE_STATUSES
     records, continuations, paths, contexts = [], {}, {}, {}
     for row in await _CLAIM.mappings(conn, parameters):
         row.update((c, orjson.loads(row[c])) for c in _JSON_COLUMNS if row[c] is not None)
@@ -420,7 +425,7 @@ async def claim_carried(
     its continuations) or not claimable (another worker's, or ended). Those not stored (yet) are
     left out."""
     parameters = {"response_ids": list(response_ids), "worker_id": worker_id, "lease_seconds": lease_seconds}
-    rows = await _CLAIM_CARRIED.rows(conn, parameters)
+    rows = await _CLAIM_CARRIED.rows(conn, parameters | _CLAIMABLE_STATUSES)
     return {response_id: CarriedClaim(continuations) for _, response_id, continuations in rows}
 
 

@@ -237,39 +237,3 @@ async def test_an_opening_event_repeating_the_response_object_is_stored_once_and
                 {"id": response_id},
             )
             assert list(viewed) == everything
-
-
-def _indexes_reading(plan: dict[str, Any], relation: str) -> list[str | None]:
-    """The index each node of a JSON plan that reads `relation` reads it by (None: none)."""
-
-    def index_names(node: dict[str, Any]) -> set[str]:
-        names = {node["Index Name"]} if "Index Name" in node else set()
-        return names.union(*(index_names(child) for child in node.get("Plans", [])))
-
-    found: list[str | None] = []
-    if plan.get("Relation Name") == relation and plan.get("Node Type") != "ModifyTable":
-        found += sorted(index_names(plan)) or [None]
-    for child in plan.get("Plans", []):
-        found += _indexes_reading(child, relation)
-    return found
-
-
-@pytest.mark.parametrize("statement", ["_APPEND_STREAMING", "_APPEND"])
-async def test_a_commit_finds_its_responses_by_their_key_however_many_are_active(
-    state: AppState, statement: str
-) -> None:
-    """As the event writer's held connection runs it, with one plan for every execution: it does
-    not read the partial index of active responses (hundreds under load) for each commit."""
-    driver_statement = getattr(events_db, statement)
-    nulls = ", ".join(["NULL"] * len(set(driver_statement._names)))
-    async with state.engine.begin() as conn:
-        await conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
-        await conn.execute(text("SET LOCAL enable_seqscan = off"))  # (a test database holds few rows)
-        await conn.exec_driver_sql(f"PREPARE commit_plan AS {driver_statement._sql}")
-        try:
-            [[plan]] = (await conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) EXECUTE commit_plan({nulls})")).all()
-        finally:
-            await conn.exec_driver_sql("DEALLOCATE commit_plan")
-        await conn.rollback()
-    indexes = _indexes_reading((orjson.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"], "responses")
-    assert indexes and set(indexes) == {"pk_responses"}

@@ -1,0 +1,65 @@
+"""The token path's statements, as a held connection plans them (app/storage/engine.py): one plan
+for any arrays, made at the connection's first run whatever the tables hold then (a test
+database holds few rows, as a new deployment does), reads each response by its key. A sequential
+scan, or a read of a partial index of active responses (every entry a response queued or running
+has had since the last vacuum), would cost each run more as responses are stored."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.storage import events as events_db
+from app.storage import responses as responses_db
+from app.storage.driver import DriverStatement
+from app.storage.engine import create_engine
+from tests.conftest import Environment
+
+STATEMENTS = {
+    "the streaming commit": events_db._APPEND_STREAMING,
+    "the commit that ends responses": events_db._APPEND,
+    "a claim": responses_db._CLAIM,
+    "a carried response's claim": responses_db._CLAIM_CARRIED,
+    "an insert": responses_db._INSERT_WITH_INPUT,
+}
+
+
+@pytest.fixture
+async def held_engine(environment: Environment) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(environment.settings(), pool_size=1, max_overflow=0, generic_plans=True)
+    yield engine
+    await engine.dispose()
+
+
+def _indexes_reading(plan: dict[str, Any], relation: str) -> list[str | None]:
+    """The index each node of a JSON plan that reads `relation` reads it by (None: none)."""
+
+    def index_names(node: dict[str, Any]) -> set[str]:
+        names = {node["Index Name"]} if "Index Name" in node else set()
+        return names.union(*(index_names(child) for child in node.get("Plans", [])))
+
+    found: list[str | None] = []
+    if plan.get("Relation Name") == relation and plan.get("Node Type") != "ModifyTable":
+        found += sorted(index_names(plan)) or [None]
+    for child in plan.get("Plans", []):
+        found += _indexes_reading(child, relation)
+    return found
+
+
+@pytest.mark.parametrize("name", STATEMENTS)
+async def test_a_held_connections_one_plan_reads_responses_by_their_key(held_engine: AsyncEngine, name: str) -> None:
+    statement: DriverStatement = STATEMENTS[name]
+    nulls = ", ".join(["NULL"] * len(set(statement._names)))
+    async with held_engine.begin() as conn:
+        await conn.exec_driver_sql(f"PREPARE held_plan AS {statement._sql}")
+        try:
+            [[plan]] = (await conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) EXECUTE held_plan({nulls})")).all()
+        finally:
+            await conn.exec_driver_sql("DEALLOCATE held_plan")
+        await conn.rollback()
+    indexes = _indexes_reading((orjson.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"], "responses")
+    assert indexes and set(indexes) == {"pk_responses"}
