@@ -53,7 +53,9 @@ class DriverStatement:
         return [dict(record.items()) for record in await self._fetch(conn, params)]
 
     async def _fetch(self, conn: AsyncConnection, params: Mapping[str, Any]) -> list[asyncpg.Record]:
-        driver: asyncpg.Connection = held_driver_connection(conn) or (await conn.get_raw_connection()).driver_connection
+        driver: asyncpg.Connection = (
+            driver_connection_at_hand(conn) or (await conn.get_raw_connection()).driver_connection
+        )
         args = [params[name] for name in self._names]
         try:
             records: list[asyncpg.Record] = await driver.fetch(self._sql, *args)
@@ -124,7 +126,7 @@ def foreign_key_violated(exc: BaseException) -> bool:
     return isinstance(exc, DBAPIError) and str(getattr(exc.orig, "sqlstate", "")) == "23503"
 
 
-def held_driver_connection(conn: AsyncConnection) -> asyncpg.Connection | None:
+def driver_connection_at_hand(conn: AsyncConnection) -> asyncpg.Connection | None:
     """The driver connection of a connection that holds one, reached without I/O and so without
     `get_raw_connection`'s greenlet hop; None for one closed, or invalidated (which
     `get_raw_connection` gives a new one)."""

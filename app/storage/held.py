@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.storage.driver import held_driver_connection
+from app.storage.driver import driver_connection_at_hand
 from app.storage.engine import driver_closed
 
 
@@ -73,4 +73,4 @@ class HeldConnections:
 
 
 def _closed_by_server(conn: AsyncConnection) -> bool:
-    return driver_closed(held_driver_connection(conn))
+    return driver_closed(driver_connection_at_hand(conn))

@@ -394,10 +394,8 @@ async def claim_many(
     read_contexts: ContextReader = items_db.read_contexts,
 ) -> dict[str, Claim]:
     """`claim` for many responses in one statement: those claimed, by id."""
-    parameters = {"response_ids": list(response_ids), "worker_id": worker_id, "lease_seconds": lease_seconds}
-    parameters |= _CLAIMABLE_STATUSES
     records, continuations, paths, contexts = [], {}, {}, {}
-    for row in await _CLAIM.mappings(conn, parameters):
+    for row in await _CLAIM.mappings(conn, _claim_parameters(response_ids, worker_id, lease_seconds)):
         row.update((c, orjson.loads(row[c])) for c in _JSON_COLUMNS if row[c] is not None)
         records.append(record_from_row(row, []))
         continuations[row["id"]] = row["continuations"]
@@ -424,9 +422,13 @@ async def claim_carried(
     """`claim_many` for responses whose jobs carry them, by id: those stored, each claimed (with
     its continuations) or not claimable (another worker's, or ended). Those not stored (yet) are
     left out."""
-    parameters = {"response_ids": list(response_ids), "worker_id": worker_id, "lease_seconds": lease_seconds}
-    rows = await _CLAIM_CARRIED.rows(conn, parameters | _CLAIMABLE_STATUSES)
+    rows = await _CLAIM_CARRIED.rows(conn, _claim_parameters(response_ids, worker_id, lease_seconds))
     return {response_id: CarriedClaim(continuations) for _, response_id, continuations in rows}
+
+
+def _claim_parameters(response_ids: Sequence[str], worker_id: str, lease_seconds: float) -> dict[str, Any]:
+    claiming = {"response_ids": list(response_ids), "worker_id": worker_id, "lease_seconds": lease_seconds}
+    return claiming | _CLAIMABLE_STATUSES
 
 
 async def release_for_continuation(
