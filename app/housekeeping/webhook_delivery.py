@@ -2,7 +2,8 @@
 deliveries (app/storage/webhooks.py), so they go out while any process of the service is alive.
 
 A delivery is taken for one attempt (its due time pushed past the attempt: a process that dies
-mid-attempt leaves it due again), POSTed through the egress guard (app/process/egress.py:
+mid-attempt leaves it due again once that lease lapses; one that stops gives back at once what it
+took and had not ended), POSTed through the egress guard (app/process/egress.py:
 public addresses unless RESPONSES_WEBHOOK_ALLOW names the network) with the same `webhook-id`
 on every attempt and a signature made at the attempt, and marked delivered on any 2xx within
 RESPONSES_WEBHOOK_TIMEOUT_SECONDS. Otherwise it is due again after a delay that doubles from
@@ -42,8 +43,11 @@ PER_ENDPOINT = 16  # attempts to one endpoint in flight in one process
 PER_FAILING_ENDPOINT = 2  # … to one whose last attempt here failed, until one succeeds
 MAX_RETRY_SECONDS = 3600.0
 LEASE_MARGIN_SECONDS = 30.0  # beyond the attempt's timeout, before a taken delivery counts as lost
+CLOSE_PATIENCE_SECONDS = 5.0  # for a take in flight at a stop, whose deliveries are then given back
 OLDEST_EVERY_SECONDS = 5.0
 MIN_WAIT_SECONDS = 0.05
+# What a delivery given back at a stop records (due again at once, for any process).
+INTERRUPTED = "interrupted: the process sending it stopped"
 
 
 def retry_delay(attempts: int, base: float) -> float:
@@ -65,6 +69,7 @@ class WebhookDeliverer:
         self._failing: set[str] = set()  # endpoints whose last attempt here failed
         self._attempts: set[asyncio.Task[None]] = set()
         self._attempted: list[webhooks_db.Attempted] = []  # outcomes not recorded yet
+        self._unended: set[str] = set()  # deliveries taken here whose attempt has no outcome yet
         self._oldest_read_at = 0.0
 
     def nudge(self) -> None:
@@ -91,7 +96,17 @@ class WebhookDeliverer:
 
     async def _turn(self, room: int) -> webhooks_db.Taken:
         attempted = self._attempted[:]
-        taken = await self._record_and_take(attempted, room)
+        taking = asyncio.ensure_future(self._record_and_take(attempted, room))
+        try:
+            taken = await asyncio.shield(taking)
+        except asyncio.CancelledError:
+            # Stopping: what the statement took is given back by `close`, not left leased.
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(CLOSE_PATIENCE_SECONDS):
+                    taken = await taking
+                del self._attempted[: len(attempted)]
+                self._unended.update(due.id for due in taken.due)
+            raise
         del self._attempted[: len(attempted)]  # (kept for the next turn if that failed)
         for outcome in attempted:
             WEBHOOK_DELIVERIES.labels(_outcome_label(outcome)).inc()
@@ -101,18 +116,22 @@ class WebhookDeliverer:
         return taken
 
     async def close(self) -> None:
-        """Cancels the attempts in flight (their leases lapse: they are sent again) and records
-        the outcomes of those that ended, so that none of those is sent twice."""
+        """Cancels the attempts in flight and gives them back, due again at once (a receiver may
+        have had one: it is sent again with its id, as after any failed attempt), with what was
+        taken and not yet started; and records the outcomes of those that ended, so that none of
+        those is sent twice. (Once `run` has ended: the side tasks are closed first.)"""
         for attempt in self._attempts:
             attempt.cancel()
         await asyncio.gather(*self._attempts, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
+        given_back = [webhooks_db.Attempted(due_id, False, None, INTERRUPTED, 0.0) for due_id in self._unended]
+        outcomes = [*self._attempted, *given_back]
         try:
             async with autocommit(self.engine) as conn:
-                await webhooks_db.record_and_take(conn, self._attempted, 0, PER_ENDPOINT, {}, 0)
+                await webhooks_db.record_and_take(conn, outcomes, 0, PER_ENDPOINT, {}, 0)
         except Exception:
-            log.warning("the outcomes of %d webhook attempts were not recorded", len(self._attempted), exc_info=True)
+            log.warning("the outcomes of %d webhook attempts were not recorded", len(outcomes), exc_info=True)
         await self.engine.dispose()
 
     def _rooms(self) -> dict[str, int]:
@@ -129,6 +148,7 @@ class WebhookDeliverer:
             return await webhooks_db.record_and_take(conn, attempted, room, PER_ENDPOINT, self._rooms(), lease)
 
     def _start(self, due: webhooks_db.Due) -> None:
+        self._unended.add(due.id)
         self._in_flight[due.endpoint_id] += 1
         attempt = asyncio.create_task(self._attempt(due), name=f"webhook {due.id}")
         self._attempts.add(attempt)
@@ -156,6 +176,7 @@ class WebhookDeliverer:
 
     async def _attempt(self, due: webhooks_db.Due) -> None:
         status, error = await self._send(due)
+        self._unended.discard(due.id)
         if error is None:
             self._failing.discard(due.endpoint_id)
             self._attempted.append(webhooks_db.Attempted(due.id, True, status, None, None))

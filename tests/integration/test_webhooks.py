@@ -24,7 +24,7 @@ import trustme
 from sqlalchemy import select, text, update
 
 from app.housekeeping import reaper
-from app.housekeeping.webhook_delivery import PER_ENDPOINT, PER_FAILING_ENDPOINT, WebhookDeliverer
+from app.housekeeping.webhook_delivery import INTERRUPTED, PER_ENDPOINT, PER_FAILING_ENDPOINT, WebhookDeliverer
 from app.process.metrics import REGISTRY
 from app.queue.redis_keys import events_channel
 from app.service import stopping
@@ -210,6 +210,83 @@ async def test_a_delivery_whose_process_died_mid_attempt_is_taken_again_with_its
     async with state.engine.connect() as conn:
         attempts = await conn.scalar(text("SELECT attempts FROM webhook_deliveries WHERE id = 'evt_lost'"))
     assert attempts == 2
+
+
+async def taken_by_hand(state: AppState, account: str, url: str, delivery_id: str) -> webhooks_db.Due:
+    """A delivery leased for an hour, as if a deliverer had just taken it (no other can take it)."""
+    async with state.engine.begin() as conn:
+        endpoint_id, secret = await webhooks_db.add_endpoint(conn, account, url, webhooks_db.EVENT_TYPES)
+        created_at = await conn.scalar(
+            text(
+                "INSERT INTO webhook_deliveries (id, endpoint_id, response_id, type, payload, attempts,"
+                " next_attempt_at) VALUES (:id, :e, 'resp_x', 'response.completed', '{}', 1,"
+                " now() + interval '1 hour') RETURNING created_at"
+            ),
+            {"id": delivery_id, "e": endpoint_id},
+        )
+    return webhooks_db.Due(delivery_id, endpoint_id, url, "{}", [secret], 1, created_at)
+
+
+async def given_back(state: AppState, delivery_id: str) -> Any:
+    async with state.engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT next_attempt_at <= now() AS due, last_error, delivered_at FROM webhook_deliveries"
+                    " WHERE id = :id"
+                ),
+                {"id": delivery_id},
+            )
+        ).one()
+    return row
+
+
+async def test_an_attempt_in_flight_when_its_process_stops_is_given_back_and_sent_again_at_once(
+    state: AppState, account: str, receiver: Receiver
+) -> None:
+    """A stop does not leave a delivery leased (two seconds and a margin here, minutes in
+    production): the session's deliverer sends it again at once, with its id."""
+    receiver.delay = 10.0  # the first attempt is still waiting for its answer when its process stops
+    delivery_id = f"evt_stopped_{secrets.token_hex(4)}"
+    due = await taken_by_hand(state, account, receiver.url, delivery_id)
+    stopping = WebhookDeliverer(state.settings)
+    stopping._start(due)
+    await receiver.arrival(1)
+    receiver.delay = 0.0
+    await stopping.close()
+    row = await given_back(state, delivery_id)
+    assert row.due and row.last_error == INTERRUPTED and row.delivered_at is None
+    received = await receiver.arrival(2, timeout=5)
+    assert [r.headers["webhook-id"] for r in received] == [delivery_id, delivery_id]
+
+
+async def test_a_take_in_flight_when_its_process_stops_is_given_back(
+    state: AppState, account: str, receiver: Receiver
+) -> None:
+    """The stop cancels the deliverer while the statement that takes is under way: what that
+    statement took is given back, not left leased and never attempted."""
+    delivery_id = f"evt_taking_{secrets.token_hex(4)}"
+    due = await taken_by_hand(state, account, receiver.url, delivery_id)
+    stopping = WebhookDeliverer(state.settings)
+    asked, answer = asyncio.Event(), asyncio.Event()
+
+    async def take_under_way(attempted: list[webhooks_db.Attempted], room: int) -> webhooks_db.Taken:
+        asked.set()
+        await answer.wait()  # (its lease was taken by hand)
+        return webhooks_db.Taken([due], None)
+
+    stopping._record_and_take = take_under_way  # type: ignore[method-assign]
+    running = asyncio.create_task(stopping.run())
+    await within(asked.wait(), 5)
+    running.cancel()
+    answer.set()
+    await asyncio.gather(running, return_exceptions=True)
+    await stopping.close()
+    assert receiver.received == []  # never attempted here
+    row = await given_back(state, delivery_id)
+    assert row.due and row.last_error == INTERRUPTED
+    received = await receiver.arrival(1, timeout=5)
+    assert received[0].headers["webhook-id"] == delivery_id
 
 
 async def test_a_delivery_past_its_window_is_given_up(
