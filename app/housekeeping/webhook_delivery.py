@@ -152,10 +152,13 @@ class WebhookDeliverer:
         self._in_flight[due.endpoint_id] += 1
         attempt = asyncio.create_task(self._attempt(due), name=f"webhook {due.id}")
         self._attempts.add(attempt)
-        attempt.add_done_callback(lambda task: self._ended(task, due.endpoint_id))
+        attempt.add_done_callback(lambda task: self._ended(task, due))
 
-    def _ended(self, attempt: asyncio.Task[None], endpoint_id: str) -> None:
+    def _ended(self, attempt: asyncio.Task[None], due: webhooks_db.Due) -> None:
+        endpoint_id = due.endpoint_id
         self._attempts.discard(attempt)
+        if not attempt.cancelled():  # (one cancelled at a stop is given back by `close`)
+            self._unended.discard(due.id)
         self._in_flight[endpoint_id] -= 1
         if not self._in_flight[endpoint_id]:
             del self._in_flight[endpoint_id]
@@ -176,7 +179,6 @@ class WebhookDeliverer:
 
     async def _attempt(self, due: webhooks_db.Due) -> None:
         status, error = await self._send(due)
-        self._unended.discard(due.id)
         if error is None:
             self._failing.discard(due.endpoint_id)
             self._attempted.append(webhooks_db.Attempted(due.id, True, status, None, None))

@@ -124,7 +124,8 @@ _RECORD_AND_TAKE = DriverStatement(
         FROM unnest(CAST(:ids AS text[]), CAST(:delivered AS bool[]), CAST(:statuses AS int[]),
                     CAST(:errors AS text[]), CAST(:retry_afters AS float8[]))
             AS a(id, delivered, status, error, retry_after)
-        WHERE d.id = a.id
+        -- (one another process ended meanwhile, its lease having lapsed, stays as that one left it)
+        WHERE d.id = a.id AND d.delivered_at IS NULL AND d.failed_at IS NULL
     ), rooms AS (
         SELECT * FROM unnest(CAST(:room_endpoints AS text[]), CAST(:rooms AS int[])) AS r(endpoint_id, room)
     ), due AS MATERIALIZED (

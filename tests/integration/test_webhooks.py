@@ -227,18 +227,22 @@ async def taken_by_hand(state: AppState, account: str, url: str, delivery_id: st
     return webhooks_db.Due(delivery_id, endpoint_id, url, "{}", [secret], 1, created_at)
 
 
+@contextlib.asynccontextmanager
+async def kept_from_other_deliverers(state: AppState, delivery_id: str) -> AsyncIterator[None]:
+    """While open, no deliverer takes the delivery (their `FOR UPDATE SKIP LOCKED` skips a row
+    under a key-share lock) and its outcomes are still recorded (an update of no key column
+    does not wait for one): what a stop leaves is then seen before the session's deliverer acts."""
+    async with state.engine.begin() as conn:
+        await conn.execute(text("SELECT 1 FROM webhook_deliveries WHERE id = :id FOR KEY SHARE"), {"id": delivery_id})
+        yield
+
+
 async def given_back(state: AppState, delivery_id: str) -> Any:
     async with state.engine.connect() as conn:
-        row = (
-            await conn.execute(
-                text(
-                    "SELECT next_attempt_at <= now() AS due, last_error, delivered_at FROM webhook_deliveries"
-                    " WHERE id = :id"
-                ),
-                {"id": delivery_id},
-            )
-        ).one()
-    return row
+        query = text(
+            "SELECT next_attempt_at <= now() AS due, last_error, delivered_at FROM webhook_deliveries WHERE id = :id"
+        )
+        return (await conn.execute(query, {"id": delivery_id})).one()
 
 
 async def test_an_attempt_in_flight_when_its_process_stops_is_given_back_and_sent_again_at_once(
@@ -253,8 +257,9 @@ async def test_an_attempt_in_flight_when_its_process_stops_is_given_back_and_sen
     stopping._start(due)
     await receiver.arrival(1)
     receiver.delay = 0.0
-    await stopping.close()
-    row = await given_back(state, delivery_id)
+    async with kept_from_other_deliverers(state, delivery_id):
+        await stopping.close()
+        row = await given_back(state, delivery_id)
     assert row.due and row.last_error == INTERRUPTED and row.delivered_at is None
     received = await receiver.arrival(2, timeout=5)
     assert [r.headers["webhook-id"] for r in received] == [delivery_id, delivery_id]
@@ -281,9 +286,10 @@ async def test_a_take_in_flight_when_its_process_stops_is_given_back(
     running.cancel()
     answer.set()
     await asyncio.gather(running, return_exceptions=True)
-    await stopping.close()
-    assert receiver.received == []  # never attempted here
-    row = await given_back(state, delivery_id)
+    async with kept_from_other_deliverers(state, delivery_id):
+        await stopping.close()
+        row = await given_back(state, delivery_id)
+        assert receiver.received == []  # never attempted by the deliverer that took it
     assert row.due and row.last_error == INTERRUPTED
     received = await receiver.arrival(1, timeout=5)
     assert received[0].headers["webhook-id"] == delivery_id
@@ -422,6 +428,35 @@ async def test_outcomes_are_recorded_in_the_statement_that_takes_the_next(state:
     assert rows[delivered].delivered_at is not None and rows[delivered].last_status == 204
     assert rows[retried].next_attempt_at == now + timedelta(seconds=30) and rows[retried].last_error
     assert rows[retried].delivered_at is None and rows[retried].failed_at is None
+    assert rows[given_up].failed_at is not None and rows[given_up].last_error == "ConnectionRefused"
+
+
+async def test_a_late_outcome_leaves_a_delivery_another_process_ended_as_it_was_left(
+    state: AppState, account: str
+) -> None:
+    """A process whose lease lapsed (stalled, or giving back at its stop) has its word recorded
+    after another process delivered or gave up the delivery: it must not make it due again."""
+    async with state.engine.begin() as conn:  # (uncommitted: no deliverer sees these)
+        endpoint_id, _ = await webhooks_db.add_endpoint(conn, account, "http://127.0.0.1:9/", webhooks_db.EVENT_TYPES)
+        await due_deliveries(conn, endpoint_id, 2)
+        taken = await webhooks_db.record_and_take(conn, [], 1000, 1000, {}, lease_seconds=60)
+        delivered, given_up = (due.id for due in taken.due if due.endpoint_id == endpoint_id)
+        ended_elsewhere = [
+            webhooks_db.Attempted(delivered, True, 200, None, None),
+            webhooks_db.Attempted(given_up, False, None, "ConnectionRefused", None),
+        ]
+        await webhooks_db.record_and_take(conn, ended_elsewhere, 0, 1000, {}, lease_seconds=60)
+        late = [webhooks_db.Attempted(one, False, None, INTERRUPTED, 0.0) for one in (delivered, given_up)]
+        await webhooks_db.record_and_take(conn, late, 0, 1000, {}, lease_seconds=60)
+        rows = {
+            row.id: row
+            for row in await conn.execute(
+                select(webhook_deliveries).where(webhook_deliveries.c.endpoint_id == endpoint_id)
+            )
+        }
+        await conn.rollback()
+    assert rows[delivered].delivered_at is not None and rows[delivered].last_status == 200
+    assert rows[delivered].last_error is None
     assert rows[given_up].failed_at is not None and rows[given_up].last_error == "ConnectionRefused"
 
 
