@@ -67,9 +67,9 @@ class WebhookDeliverer:
         self._wake = asyncio.Event()
         self._in_flight: Counter[str] = Counter()  # by endpoint
         self._failing: set[str] = set()  # endpoints whose last attempt here failed
-        self._attempts: set[asyncio.Task[None]] = set()
+        self._attempts: dict[asyncio.Task[None], str] = {}  # in flight, with their deliveries' ids
         self._attempted: list[webhooks_db.Attempted] = []  # outcomes not recorded yet
-        self._unended: set[str] = set()  # deliveries taken here whose attempt has no outcome yet
+        self._taken_at_stop: list[str] = []  # taken by a turn that a stop cut short: never started
         self._oldest_read_at = 0.0
 
     def nudge(self) -> None:
@@ -105,7 +105,7 @@ class WebhookDeliverer:
                 async with asyncio.timeout(CLOSE_PATIENCE_SECONDS):
                     taken = await taking
                 del self._attempted[: len(attempted)]
-                self._unended.update(due.id for due in taken.due)
+                self._taken_at_stop = [due.id for due in taken.due]
             raise
         del self._attempted[: len(attempted)]  # (kept for the next turn if that failed)
         for outcome in attempted:
@@ -120,12 +120,14 @@ class WebhookDeliverer:
         have had one: it is sent again with its id, as after any failed attempt), with what was
         taken and not yet started; and records the outcomes of those that ended, so that none of
         those is sent twice. (Once `run` has ended: the side tasks are closed first.)"""
-        for attempt in self._attempts:
+        in_flight = dict(self._attempts)
+        for attempt in in_flight:
             attempt.cancel()
-        await asyncio.gather(*self._attempts, return_exceptions=True)
+        await asyncio.gather(*in_flight, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
-        given_back = [webhooks_db.Attempted(due_id, False, None, INTERRUPTED, 0.0) for due_id in self._unended]
+        unended = [due_id for attempt, due_id in in_flight.items() if attempt.cancelled()] + self._taken_at_stop
+        given_back = [webhooks_db.Attempted(due_id, False, None, INTERRUPTED, 0.0) for due_id in unended]
         outcomes = [*self._attempted, *given_back]
         try:
             async with autocommit(self.engine) as conn:
@@ -148,17 +150,13 @@ class WebhookDeliverer:
             return await webhooks_db.record_and_take(conn, attempted, room, PER_ENDPOINT, self._rooms(), lease)
 
     def _start(self, due: webhooks_db.Due) -> None:
-        self._unended.add(due.id)
         self._in_flight[due.endpoint_id] += 1
         attempt = asyncio.create_task(self._attempt(due), name=f"webhook {due.id}")
-        self._attempts.add(attempt)
-        attempt.add_done_callback(lambda task: self._ended(task, due))
+        self._attempts[attempt] = due.id
+        attempt.add_done_callback(lambda task: self._ended(task, due.endpoint_id))
 
-    def _ended(self, attempt: asyncio.Task[None], due: webhooks_db.Due) -> None:
-        endpoint_id = due.endpoint_id
-        self._attempts.discard(attempt)
-        if not attempt.cancelled():  # (one cancelled at a stop is given back by `close`)
-            self._unended.discard(due.id)
+    def _ended(self, attempt: asyncio.Task[None], endpoint_id: str) -> None:
+        del self._attempts[attempt]
         self._in_flight[endpoint_id] -= 1
         if not self._in_flight[endpoint_id]:
             del self._in_flight[endpoint_id]
