@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
+from sqlalchemy.exc import DBAPIError
+
 from app.catalog import Catalog, OpenAIModel
 from app.embeddings.embedders import Embedders
 from app.events.writer import EventWriter
@@ -31,6 +33,7 @@ from app.queue.redis_listener import listen_for_ever
 from app.settings import Settings
 from app.storage import responses as responses_db
 from app.storage import vector_store_files as store_files_db
+from app.storage.driver import refused_data
 from app.storage.held import HeldConnection
 from app.web_search.backend import SearchBackend
 from app.web_search.configured import configured_backend
@@ -83,6 +86,7 @@ class WorkerState(ProcessState):
     translators: dict[str, StreamTranslator] = field(default_factory=dict)
     _claims: Batched[str, responses_db.Claim] = field(init=False)
     _carried_claims: Batched[str, responses_db.CarriedClaim] = field(init=False)
+    _claiming_stores: Batched[responses_db.NewResponse, bool] = field(init=False)
     _placements: Batched[str, None] = field(init=False)
     # The embedding models this worker embeds files' chunks with, made when first used.
     embedders: Embedders = field(default_factory=Embedders)
@@ -106,6 +110,7 @@ class WorkerState(ProcessState):
             self.page_fetcher = UrlFetcher.from_config(settings.web_fetch_allow, settings.web_search_timeout_seconds)
         self._claims = Batched(self._claim_many, "claims")
         self._carried_claims = Batched(self._claim_carried_many, "carried-claims")
+        self._claiming_stores = Batched(self._store_claimed_many, "claiming-stores")
         self._placements = Batched(self._hold_many, "placements")
         self.claim_connection = HeldConnection(self.held_engine)
         # A generation whose events can no longer be written (refused, or its response ended
@@ -138,6 +143,29 @@ class WorkerState(ProcessState):
                 await asyncio.sleep(backoff.next())
             at_once = False
         return found.continuations
+
+    async def claim_by_storing(self, new: responses_db.NewResponse) -> int | None:
+        """`claim_when_stored` for a foreground response that starts afresh, which its worker
+        stores (app/service/enqueueing.py): stored claimed by this worker, in one statement; if its
+        API stored it first (its job waited), claimed as it is. None if Postgres refused it (its API
+        tells its client) or it is not this worker's."""
+        try:
+            stored = await self._claiming_stores(new)
+        except DBAPIError as error:
+            if not refused_data(error):
+                raise
+            log.warning("response %s: Postgres refused to store it: %s", new.record.id, error.orig)
+            return None
+        if stored:
+            return 0
+        return await self.claim_when_stored(new.record.id)
+
+    async def _store_claimed_many(
+        self, new: list[responses_db.NewResponse]
+    ) -> dict[responses_db.NewResponse, bool | Exception]:
+        async with self.claim_connection.use() as conn:
+            lease = self.settings.lease_seconds
+            return await responses_db.insert_refusing_alone(conn, new, worker_id=self.worker_id, lease_seconds=lease)
 
     async def _claim_carried_many(self, response_ids: list[str]) -> dict[str, responses_db.CarriedClaim]:
         async with self.claim_connection.use() as conn:

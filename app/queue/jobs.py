@@ -86,16 +86,18 @@ class CarriedResponse:
 
     record: ResponseRecord
     input: list[dict[str, Any]]
+    # The account of a foreground response that its worker stores (app/service/enqueueing.py).
+    stored_for: str | None = None
 
     def encoded(self) -> dict[str, Any]:
         # Its fields as they are (they are encoded at once): `asdict` copied every nested value,
         # most of a job's encoding time.
         record = {f.name: getattr(self.record, f.name) for f in fields(self.record)}
-        return {"record": record, "input": self.input}
+        return {"record": record, "input": self.input, "stored_for": self.stored_for}
 
     @classmethod
     def decoded(cls, payload: dict[str, Any]) -> CarriedResponse:
-        return cls(ResponseRecord(**payload["record"]), payload["input"])
+        return cls(ResponseRecord(**payload["record"]), payload["input"], payload.get("stored_for"))
 
 
 @dataclass(frozen=True, slots=True)

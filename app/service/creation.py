@@ -75,11 +75,21 @@ async def create(
     record = accepted.record
     request_log.note(model=record.model, response_id=record.id)
     CREATED.labels(record.model, "background" if record.background else "stream" if record.stream else "json").inc()
-    subscription = None
+    subscription, events = None, None
     try:
         if record.stream or not record.background:  # before enqueueing: a transient response's events exist only live
             subscription = await state.hub.subscribe(record.id, accepted.durable)
         await enqueueing.hand_over(state, accepted)
+        request_log.phase("queue")
+        if subscription is not None:
+            # Before its job runs, a response's log holds what its create stored: nothing, or a
+            # background one's first two events.
+            events = events_shown(
+                follow(state.log_source(accepted.durable), subscription, record.id, -1, known_log=accepted.opening),
+                record.include,
+            )
+            if accepted.stored_by_worker:
+                events = await enqueueing.once_stored(state, accepted, events)
     except BaseException as failure:
         if subscription is not None:
             await subscription.close()
@@ -87,15 +97,8 @@ async def create(
         if isinstance(failure, errors.APIError):
             failure.add_headers(accepted.headers)
         raise
-    request_log.phase("queue")
-    if subscription is None:
+    if events is None:
         return Created(record, None, None, accepted.headers)
-    # Before its job runs, a response's log holds what its create stored: nothing, or a background
-    # one's first two events.
-    events = events_shown(
-        follow(state.log_source(accepted.durable), subscription, record.id, -1, known_log=accepted.opening),
-        record.include,
-    )
     on_disconnect = None if record.background else partial(stop, state, record.id, accepted.durable)
     return Created(record, events, on_disconnect, accepted.headers)
 

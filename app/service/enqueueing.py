@@ -2,13 +2,18 @@
 the client's error leaves nothing behind that could still run later (`withdraw`).
 
 A stored response that starts afresh (app/service/creation.py `_starts_afresh`: its context is its
-input) is stored while its job is enqueued, not before: its job carries it (`CarriedResponse`),
-and its worker asks the runtime while the row is written, claiming it once it is there
-(workers/jobs/generate.py). Its insert and its claim leave the way to its first token."""
+input) is not stored before its job is enqueued: its job carries it (`CarriedResponse`), and its
+worker asks the runtime at once. A background one is stored while its job is enqueued, and its
+worker claims it once it is there. A foreground one is stored by its worker, claimed by the same
+statement, and its client answered once it is (`once_stored`): the API sends only the enqueue.
+If no worker has stored it within STORED_BY_WORKER_WAIT_SECONDS (its job waits for one), the API
+stores it, queued, as any other, so that it outlives Redis (invariant 1); whichever stores it
+second leaves it as it is (workers/jobs/generate.py)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,12 +42,17 @@ class Accepted:
     # Its MCP tools' credentials, by server label: handed to its worker sealed, never stored.
     mcp_credentials: dict[str, Credentials] = field(default_factory=dict, repr=False)
     headers: dict[str, str] = field(default_factory=dict)  # its account's rate limits, as admitted
-    # A stored response that starts afresh, until `hand_over` has written it beside its enqueue.
+    # A stored response that starts afresh, until it is stored (by `hand_over` beside its enqueue,
+    # or, a foreground one, by its worker or `once_stored`).
     unstored: responses_db.NewResponse | None = None
 
     @property
     def durable(self) -> bool:
         return self.record.durable
+
+    @property
+    def stored_by_worker(self) -> bool:
+        return self.unstored is not None and not self.record.background
 
 
 async def hand_over(state: AppState, accepted: Accepted) -> None:
@@ -51,6 +61,9 @@ async def hand_over(state: AppState, accepted: Accepted) -> None:
     removes its job)."""
     if accepted.unstored is None:
         await _enqueue(state, accepted, carried=not accepted.durable)
+        return
+    if accepted.stored_by_worker:
+        await _enqueue(state, accepted, carried=True)
         return
     # The insert goes out first (tasks start in order): its worker's claim, a few round trips
     # later, then rarely finds it still uncommitted.
@@ -70,7 +83,8 @@ async def hand_over(state: AppState, accepted: Accepted) -> None:
 
 async def _enqueue(state: AppState, accepted: Accepted, carried: bool) -> None:
     """Enqueues the response's job, carrying the response if `carried`."""
-    carries = CarriedResponse(accepted.record, accepted.input_items) if carried else None
+    stored_for = accepted.unstored.account_id if accepted.unstored and accepted.stored_by_worker else None
+    carries = CarriedResponse(accepted.record, accepted.input_items, stored_for) if carried else None
     queue_name = state.catalog.queue_for(accepted.record.model, state.settings.queue_name)
     try:
         if accepted.mcp_credentials and state.seal is not None:
@@ -81,6 +95,50 @@ async def _enqueue(state: AppState, accepted: Accepted, carried: bool) -> None:
         await state.enqueue(GenerateJob(accepted.record.id, queue_name, carries, continues=continues))
     except REDIS_DOWN as error:
         raise errors.ServiceUnavailable("The job queue (Redis) is unavailable; please retry.") from error
+
+
+# How long a foreground response's API waits for its worker to store it before storing it itself.
+STORED_BY_WORKER_WAIT_SECONDS = 1.0
+
+Events = AsyncIterator[list[WireEvent] | None]
+
+
+async def once_stored(state: AppState, accepted: Accepted, events: Events) -> Events:
+    """The events of a response its worker stores (`stored_by_worker`), once it is stored: its first
+    batch came (its worker commits its first events only once it stored it), or none came in
+    STORED_BY_WORKER_WAIT_SECONDS (nor in half a follower's idle period, when the follower reads
+    the log), and it was stored here. Its client has no answer until then: a failure meanwhile is
+    still an HTTP error, and a client that leaves finds it stored, to stop."""
+    assert accepted.unstored is not None
+    wait = min(STORED_BY_WORKER_WAIT_SECONDS, state.settings.follow_idle_seconds / 2)
+    first = asyncio.ensure_future(_first_of(events))
+    try:
+        if not (await asyncio.wait({first}, timeout=wait))[0]:
+            await state.store(accepted.unstored)  # (queued; left as it is if its worker stored it)
+            accepted.unstored = None
+        batch, ended = await first
+    except BaseException:
+        first.cancel()
+        await asyncio.wait({first})
+        await events.aclose()  # type: ignore[attr-defined]
+        raise
+    return _after(batch, events) if not ended else events
+
+
+async def _first_of(events: Events) -> tuple[list[WireEvent] | None, bool]:
+    """The first batch, and whether there was none (the events ended)."""
+    async for batch in events:
+        return batch, False
+    return None, True
+
+
+async def _after(first: list[WireEvent] | None, rest: Events) -> Events:
+    try:
+        yield first
+        async for batch in rest:
+            yield batch
+    finally:
+        await rest.aclose()  # type: ignore[attr-defined]
 
 
 async def withdraw(state: AppState, accepted: Accepted, account_id: str, key: IdempotencyKey | None = None) -> None:

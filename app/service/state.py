@@ -27,7 +27,6 @@ from app.settings import Settings
 from app.storage import accounts as accounts_db
 from app.storage import responses as responses_db
 from app.storage import vector_index
-from app.storage.driver import refused_data
 from app.storage.held import HeldConnection, HeldConnections
 
 INSERT_LANES = 4  # foreground inserts running at once, at most (each lane a held connection)
@@ -51,7 +50,7 @@ class AppState(ProcessState):
     hub: EventHub
     _authentications: Batched[str, accounts_db.Caller] = field(init=False)
     _enqueues: Batched[GenerateJob, bool] = field(init=False)
-    _inserts: Batched[responses_db.NewResponse, None] = field(init=False)
+    _inserts: Batched[responses_db.NewResponse, bool] = field(init=False)
     # Vector stores: pgvector's version (None: not there, or not yet known), and the embedders.
     pgvector: str | None = None
     _said_no_pgvector: bool = False
@@ -93,32 +92,22 @@ class AppState(ProcessState):
         together go by one script call per queue."""
         return bool(await self._enqueues(job))
 
-    async def store(self, new: responses_db.NewResponse) -> None:
-        """Stores a foreground response and its opening events (raising what Postgres refused of
-        it alone). The responses stored together go by one statement."""
-        await self._inserts(new)
+    async def store(self, new: responses_db.NewResponse) -> bool:
+        """Stores a response and its opening events (raising what Postgres refused of it alone):
+        False if it was stored already (by its worker). The responses stored together go by one
+        statement."""
+        return bool(await self._inserts(new))
 
     async def _accounts_for_hashes(self, key_hashes: list[str]) -> dict[str, accounts_db.Caller]:
         # One statement in autocommit: no BEGIN/COMMIT round trips.
         async with self.auth_connection.use() as conn:
             return await accounts_db.accounts_for_hashes(conn, key_hashes)
 
-    async def _insert_responses(self, new: list[responses_db.NewResponse]) -> dict[responses_db.NewResponse, Exception]:
+    async def _insert_responses(
+        self, new: list[responses_db.NewResponse]
+    ) -> dict[responses_db.NewResponse, bool | Exception]:
         async with self.insert_connections.use() as conn:  # one atomic statement
-            try:
-                await responses_db.insert_responses(conn, new)
-                return {}
-            except DBAPIError as exc:
-                if len(new) == 1 or not refused_data(exc):
-                    raise
-            # Postgres refused the statement for one of them: each alone, so only its own fails.
-            refused: dict[responses_db.NewResponse, Exception] = {}
-            for one in new:
-                try:
-                    await responses_db.insert_responses(conn, [one])
-                except DBAPIError as exc:
-                    refused[one] = exc
-            return refused
+            return await responses_db.insert_refusing_alone(conn, new)
 
     @classmethod
     async def open(cls, settings: Settings) -> AppState:

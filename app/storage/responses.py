@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 from sqlalchemy import delete, func, select, text, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.protocol.encoding import WireEvent
@@ -24,7 +25,7 @@ from app.protocol.vocabulary import ACTIVE_STATUSES, Status
 from app.storage import DbRow, output_refs
 from app.storage import conversations as conversations_db
 from app.storage import items as items_db
-from app.storage.driver import DriverStatement, as_columns
+from app.storage.driver import DriverStatement, as_columns, refused_data
 from app.storage.tables import responses
 
 
@@ -124,8 +125,10 @@ def record_from_row(row: DbRow | Mapping[str, Any], output: list[dict[str, Any]]
 # without a transaction around it. Each takes its place in its chain (docs/architecture.md,
 # "Chains"): the first continuation of a response goes on its branch, any other (and a chain's
 # first turn) starts a branch. The compare-and-set on branch_continued makes that first one one.
-# Its commit waits for the WAL's flush only when a background response is in it (`flush`); see
-# UNFLUSHED_COMMITS.
+# Its commit waits for the WAL's flush only when asked (`flush`); see UNFLUSHED_COMMITS.
+# A response stored already is left as it is (a foreground one's worker and its API may both store
+# it: app/service/enqueueing.py); the statement answers with those it stored. With a worker, they
+# are stored claimed by it (`in_progress`, leased): the primary key is the claim's compare-and-set.
 _INSERT_WITH_INPUT = DriverStatement(
     text("""
     WITH flush AS (
@@ -148,15 +151,19 @@ _INSERT_WITH_INPUT = DriverStatement(
     ), response AS (
         INSERT INTO responses (id, account_id, model, status, background, stream, store, instructions, metadata,
                                settings, previous_response_id, context_parent_id, chain_depth, created_at,
-                               conversation_id, context_branches, context_depths)
+                               conversation_id, context_branches, context_depths, worker_id, started_at,
+                               lease_expires_at)
         SELECT r.id, r.account_id, r.model, r.status, r.background, r.stream, r.store, r.instructions, r.metadata,
                r.settings, r.previous_response_id, r.context_parent_id, r.chain_depth, to_timestamp(r.created_epoch),
                r.conversation_id,
                CASE WHEN c.id IS NULL THEN coalesce(p.context_branches, '{}') || nextval('branch_ids')
                     ELSE p.context_branches END,
                coalesce(CASE WHEN c.id IS NULL THEN p.context_depths
-                             ELSE p.context_depths[1:cardinality(p.context_depths) - 1] END, '{}') || r.chain_depth
+                             ELSE p.context_depths[1:cardinality(p.context_depths) - 1] END, '{}') || r.chain_depth,
+               CAST(:worker_id AS text), CASE WHEN :worker_id IS NOT NULL THEN now() END,
+               CASE WHEN :worker_id IS NOT NULL THEN now() + make_interval(secs => :lease_seconds) END
         FROM new r LEFT JOIN continuing c ON c.id = r.id LEFT JOIN responses p ON p.id = r.context_parent_id
+        ON CONFLICT (id) DO NOTHING
         RETURNING id, context_branches[cardinality(context_branches)] AS branch_id, chain_depth, log_key
     ), opening AS (
         INSERT INTO event_log (log_key, sequence_number, type, payload, output_at, output_path, committed_at)
@@ -167,12 +174,14 @@ _INSERT_WITH_INPUT = DriverStatement(
                     CAST(:event_output_paths AS text[]))
             AS e(response_id, sequence_number, type, payload, output_at, output_path)
         JOIN response ON response.id = e.response_id
+    ), input AS (
+        INSERT INTO items (id, response_id, side, position, type, payload, branch_id, depth)
+        SELECT i.id, response.id, 'input', i.position, i.type, i.payload, response.branch_id, response.chain_depth
+        FROM unnest(CAST(:item_ids AS text[]), CAST(:item_responses AS text[]), CAST(:positions AS int[]),
+                    CAST(:types AS text[]), CAST(:payloads AS json[])) AS i(id, response_id, position, type, payload)
+        JOIN response ON response.id = i.response_id
     )
-    INSERT INTO items (id, response_id, side, position, type, payload, branch_id, depth)
-    SELECT i.id, response.id, 'input', i.position, i.type, i.payload, response.branch_id, response.chain_depth
-    FROM unnest(CAST(:item_ids AS text[]), CAST(:item_responses AS text[]), CAST(:positions AS int[]),
-                CAST(:types AS text[]), CAST(:payloads AS json[])) AS i(id, response_id, position, type, payload)
-    JOIN response ON response.id = i.response_id
+    SELECT id FROM response
 """)
 )
 # The claims, in one statement for any number of responses; JSON comes back as text, decoded here
@@ -264,8 +273,18 @@ class NewResponse:
         return self.record.background
 
 
-async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) -> None:
-    """Stores new responses with their input items and opening events, all with one statement."""
+async def insert_responses(
+    conn: AsyncConnection,
+    new: Sequence[NewResponse],
+    *,
+    flush: bool | None = None,
+    worker_id: str | None = None,
+    lease_seconds: float = 0.0,
+) -> set[str]:
+    """Stores new responses with their input items and opening events, all with one statement,
+    leaving any stored already as it is: the ids of those it stored. With `worker_id`, they are
+    stored claimed by that worker for `lease_seconds`. `flush`: whether its commit waits for the
+    WAL's flush (by default, when one is answered as soon as it is stored)."""
     inputs = [(n.record.id, position, item) for n in new for position, item in enumerate(n.input_items)]
     opening = [
         (n.record.id, event, stored)
@@ -307,8 +326,37 @@ async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) ->
         types=lambda one: one[2]["type"],
         payloads=lambda one: json.dumps(items_db.stored_payload(one[2])),
     )
-    flush = any(n.answered_at_once for n in new)
-    await _INSERT_WITH_INPUT.rows(conn, {**stored, **events, **items, "flush": flush})
+    if flush is None:
+        flush = any(n.answered_at_once for n in new)
+    claimant = {"worker_id": worker_id, "lease_seconds": lease_seconds}
+    rows = await _INSERT_WITH_INPUT.rows(conn, {**stored, **events, **items, "flush": flush, **claimant})
+    return {row[0] for row in rows}
+
+
+async def insert_refusing_alone(
+    conn: AsyncConnection,
+    new: Sequence[NewResponse],
+    *,
+    flush: bool | None = None,
+    worker_id: str | None = None,
+    lease_seconds: float = 0.0,
+) -> dict[NewResponse, bool | Exception]:
+    """`insert_responses` for a batch of callers' responses: whether each was stored now (False:
+    it was stored already), or what Postgres refused of it alone, so that only its own caller fails."""
+    options: dict[str, Any] = {"flush": flush, "worker_id": worker_id, "lease_seconds": lease_seconds}
+    try:
+        stored = await insert_responses(conn, new, **options)
+        return {one: one.record.id in stored for one in new}
+    except DBAPIError as exc:
+        if len(new) == 1 or not refused_data(exc):
+            raise
+    outcomes: dict[NewResponse, bool | Exception] = {}
+    for one in new:
+        try:
+            outcomes[one] = bool(await insert_responses(conn, [one], **options))
+        except DBAPIError as exc:
+            outcomes[one] = exc
+    return outcomes
 
 
 async def count_active(conn: AsyncConnection, account_id: str) -> int:

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 from arq.connections import ArqRedis, RedisSettings, create_pool
-from sqlalchemy import update
+from arq.constants import job_key_prefix
+from arq.jobs import deserialize_job_raw
+from sqlalchemy import text, update
 
 from app.catalog import Catalog
 from app.events.hub import EventHub
@@ -137,3 +139,35 @@ async def orphaned(state: AppState, account_id: str, input: str = "orphan", **bo
             update(responses).where(responses.c.id == response_id).values(lease_expires_at=responses_db.db_now(-1))
         )
     return response_id
+
+
+async def job_args(state: AppState, response_id: str) -> tuple[Any, ...]:
+    """The arguments of the job queued for this response."""
+    stored = await state.redis.get(job_key_prefix + response_id)
+    assert stored is not None
+    _, args, _, _, _ = deserialize_job_raw(stored, deserializer=job_deserializer)
+    return tuple(args)
+
+
+@pytest.fixture
+async def refused_inserts(state: AppState) -> Any:
+    """Postgres refuses the insert of a response with these instructions (as it refuses data it
+    cannot hold), in this test's database only, for this test only."""
+    marker = f"refuse-{secrets.token_hex(4)}"
+    function = f"refuse_{secrets.token_hex(4)}"
+    async with state.engine.begin() as conn:
+        await conn.execute(
+            text(
+                f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                f"IF NEW.instructions = '{marker}' THEN RAISE EXCEPTION 'refused by the test' "
+                "USING ERRCODE = 'invalid_parameter_value'; END IF; "
+                "RETURN NEW; END $$"
+            )
+        )
+        await conn.execute(
+            text(f"CREATE TRIGGER {function} BEFORE INSERT ON responses FOR EACH ROW EXECUTE FUNCTION {function}()")
+        )
+    yield marker
+    async with state.engine.begin() as conn:
+        await conn.execute(text(f"DROP TRIGGER {function} ON responses"))
+        await conn.execute(text(f"DROP FUNCTION {function}()"))

@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 from typing import Any
 
 import pytest
 from arq.constants import job_key_prefix
-from arq.jobs import deserialize_job_raw
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from app.housekeeping import reaper
 from app.protocol.vocabulary import TERMINAL_EVENT_TYPES
 from app.queue import arq_seam
-from app.queue.jobs import CarriedResponse, job_deserializer
+from app.queue.jobs import CarriedResponse
 from app.queue.redis_keys import events_channel
 from app.service import creation, stopping
 from app.service.enqueueing import Accepted
@@ -30,7 +28,7 @@ from app.storage import responses as responses_db
 from app.storage.driver import autocommit
 from app.storage.responses import CarriedClaim
 from tests.conftest import FakeRuntime, eventually, within
-from tests.integration.conftest import OpenWorker, events_of, orphaned, status_of
+from tests.integration.conftest import OpenWorker, events_of, job_args, orphaned, status_of
 from workers import state as worker_state
 from workers.jobs.generate import generate
 from workers.state import WorkerState
@@ -226,13 +224,6 @@ async def test_a_first_try_that_finds_its_response_released_continues_it(
     await eventually(lambda: len(fake.requests()) - fake.stats()["streams_aborted"] == 1)
 
 
-async def _job_args(state: AppState, response_id: str) -> tuple[Any, ...]:
-    stored = await state.redis.get(job_key_prefix + response_id)
-    assert stored is not None
-    _, args, _, _, _ = deserialize_job_raw(stored, deserializer=job_deserializer)
-    return tuple(args)
-
-
 def _caller(account_id: str) -> accounts_db.Caller:
     return accounts_db.Caller(account_id, accounts_db.Limits())
 
@@ -240,7 +231,7 @@ def _caller(account_id: str) -> accounts_db.Caller:
 async def test_only_a_response_that_starts_afresh_is_carried_by_its_job(state: AppState, account_id: str) -> None:
     caller = _caller(account_id)
     fresh = await creation.create(state, caller, {"model": "fake", "input": "hi", "background": True}, 100)
-    args = await _job_args(state, fresh.record.id)
+    args = await job_args(state, fresh.record.id)
     assert args[:2] == (fresh.record.id, None)
     assert args[2]["record"]["id"] == fresh.record.id
     async with state.engine.connect() as conn:  # stored, with the very input its job carries
@@ -254,37 +245,14 @@ async def test_only_a_response_that_starts_afresh_is_carried_by_its_job(state: A
     # One that continues another reads its chain at its claim; one too large is not copied.
     body = {"model": "fake", "input": "more", "background": True, "previous_response_id": fresh.record.id}
     chained = await creation.create(state, caller, body, 100)
-    assert await _job_args(state, chained.record.id) == (chained.record.id,)
+    assert await job_args(state, chained.record.id) == (chained.record.id,)
     body = {"model": "fake", "input": "x" * 70_000, "background": True}
     large = await creation.create(state, caller, body, 70_100)
-    assert await _job_args(state, large.record.id) == (large.record.id,)
+    assert await job_args(state, large.record.id) == (large.record.id,)
     queue = state.catalog.queue_for("fake", state.settings.queue_name)
     for response_id in (chained.record.id, large.record.id):
         await stopping.stop(state, response_id, durable=True)
     await arq_seam.remove_jobs(state.redis, queue, [fresh.record.id, chained.record.id, large.record.id])
-
-
-@pytest.fixture
-async def refused_inserts(state: AppState) -> Any:
-    """Postgres refuses the insert of a response with these instructions (as it refuses data it
-    cannot hold), in this test's database only, for this test only."""
-    marker = f"refuse-{secrets.token_hex(4)}"
-    function = f"refuse_{secrets.token_hex(4)}"
-    async with state.engine.begin() as conn:
-        await conn.execute(
-            text(
-                f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                f"IF NEW.instructions = '{marker}' THEN RAISE EXCEPTION 'refused by the test'; END IF; "
-                "RETURN NEW; END $$"
-            )
-        )
-        await conn.execute(
-            text(f"CREATE TRIGGER {function} BEFORE INSERT ON responses FOR EACH ROW EXECUTE FUNCTION {function}()")
-        )
-    yield marker
-    async with state.engine.begin() as conn:
-        await conn.execute(text(f"DROP TRIGGER {function} ON responses"))
-        await conn.execute(text(f"DROP FUNCTION {function}()"))
 
 
 async def test_a_create_whose_insert_is_refused_after_its_enqueue_leaves_no_job(

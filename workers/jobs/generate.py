@@ -29,7 +29,7 @@ from app.protocol.hosted_calls import SEARCH_CALL_TYPES, runs_tools
 from app.protocol.lifecycle import lifecycle_event, terminal_event
 from app.protocol.response_object import ResponseRecord
 from app.protocol.shapes import Event, Item
-from app.protocol.vocabulary import OUTPUT_DELTAS
+from app.protocol.vocabulary import OUTPUT_DELTAS, Status
 from app.queue import mcp_credentials, rate_counters, transient_runs
 from app.queue.jobs import CarriedResponse, enqueue_generate
 from app.queue.redis_link import REDIS_LINK
@@ -37,6 +37,7 @@ from app.storage import events as events_db
 from app.storage import items as items_db
 from app.storage import responses as responses_db
 from app.storage import steers as steers_db
+from app.storage.driver import autocommit
 from workers.jobs import compacting, start_times
 from workers.jobs.start_times import StartTimes
 from workers.runtime_failure import RuntimeFailure
@@ -75,7 +76,8 @@ async def generate(
     """`transient`: a store=false response, carried by its job; `fresh`: a stored one that starts
     afresh, carried by its job too (app/queue/jobs.py `CarriedResponse`). A job taken again (the
     worker that took it stopped or died) claims first even so: its response may have been
-    released to be continued, and would be asked for from scratch in vain."""
+    released to be continued, and would be asked for from scratch in vain; one whose worker was
+    to store it is stored first, if that worker died before."""
     state: WorkerState = ctx["state"]
     # A response may have two jobs (its first and a continuation's): in one worker, one runs it.
     if response_id in state.taken:
@@ -87,6 +89,9 @@ async def generate(
         if fresh is not None and ctx.get("job_try", 1) == 1:
             await _run_afresh(state, response_id, CarriedResponse.decoded(fresh), times)
         elif transient is None:
+            if fresh is not None and (carried := CarriedResponse.decoded(fresh)).stored_for is not None:
+                async with autocommit(state.engine) as conn:
+                    await responses_db.insert_responses(conn, [_as_stored(carried, "queued")])
             await _run_durable(state, response_id, times)
         else:
             await _run_transient(state, response_id, CarriedResponse.decoded(transient), times)
@@ -131,10 +136,19 @@ async def _run_afresh(state: WorkerState, response_id: str, carried: CarriedResp
     record = carried.record.evolve(status="in_progress")
     state.writer.hold(response_id)
     claim = partial(state.claim_when_stored, response_id)
+    if carried.stored_for is not None:  # a foreground one: stored by this claim
+        claim = partial(state.claim_by_storing, _as_stored(carried, "in_progress"))
     try:
         await _run(state, Generation(record, state.catalog.by_name.get(record.model), carried.input, times), claim)
     finally:
         state.writer.drop_held(response_id)  # (nothing is held once it was claimed)
+
+
+def _as_stored(carried: CarriedResponse, status: Status) -> responses_db.NewResponse:
+    """A response its worker stores (app/service/enqueueing.py): it continues nothing."""
+    assert carried.stored_for is not None
+    record = carried.record.evolve(status=status)
+    return responses_db.NewResponse(record, carried.stored_for, responses_db.ChainLink(None, 0), carried.input)
 
 
 async def _run_transient(state: WorkerState, response_id: str, job: CarriedResponse, times: StartTimes) -> None:
