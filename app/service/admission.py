@@ -130,6 +130,13 @@ def _headers(limits: Limits, requests: int, tokens: int, reset: int) -> dict[str
     return headers
 
 
+def counts_stored(record: ResponseRecord, model: ModelEntry, limits: Limits | None) -> bool:
+    """Whether the create is admitted by counting stored responses (its account's running ones, its
+    model's queued ones): then a create that follows counts it only once it is stored."""
+    limited = model.max_queued is not None or (limits is not None and limits.max_concurrent is not None)
+    return record.durable and limited
+
+
 async def admit(
     state: AppState,
     account_id: str,
@@ -143,7 +150,7 @@ async def admit(
     try:
         if limits is None:
             return {}
-        if record.durable and (model.max_queued is not None or limits.max_concurrent is not None):
+        if counts_stored(record, model, limits):
             async with state.engine.connect() as conn:
                 if limits.max_concurrent is not None:
                     check_concurrency(await responses_db.count_active(conn, account_id), limits)

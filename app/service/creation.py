@@ -75,21 +75,11 @@ async def create(
     record = accepted.record
     request_log.note(model=record.model, response_id=record.id)
     CREATED.labels(record.model, "background" if record.background else "stream" if record.stream else "json").inc()
-    subscription, events = None, None
+    subscription = None
     try:
         if record.stream or not record.background:  # before enqueueing: a transient response's events exist only live
             subscription = await state.hub.subscribe(record.id, accepted.durable)
         await enqueueing.hand_over(state, accepted)
-        request_log.phase("queue")
-        if subscription is not None:
-            # Before its job runs, a response's log holds what its create stored: nothing, or a
-            # background one's first two events.
-            events = events_shown(
-                follow(state.log_source(accepted.durable), subscription, record.id, -1, known_log=accepted.opening),
-                record.include,
-            )
-            if accepted.stored_by_worker:
-                events = await enqueueing.once_stored(state, accepted, events)
     except BaseException as failure:
         if subscription is not None:
             await subscription.close()
@@ -97,9 +87,19 @@ async def create(
         if isinstance(failure, errors.APIError):
             failure.add_headers(accepted.headers)
         raise
-    if events is None:
+    request_log.phase("queue")
+    if subscription is None:
         return Created(record, None, None, accepted.headers)
+    # Before its job runs, a response's log holds what its create stored: nothing, or a background
+    # one's first two events.
+    events = events_shown(
+        follow(state.log_source(accepted.durable), subscription, record.id, -1, known_log=accepted.opening),
+        record.include,
+    )
     on_disconnect = None if record.background else partial(stop, state, record.id, accepted.durable)
+    if accepted.stored_by_worker:  # (stored by its worker, or by these if it is slow to)
+        events = enqueueing.stored_as_followed(state, accepted, caller.account_id, events)
+        on_disconnect = partial(enqueueing.stop_once_stored, state, accepted)
     return Created(record, events, on_disconnect, accepted.headers)
 
 
@@ -156,7 +156,9 @@ async def accept(
     try:
         new = await storing.build(state, account_id, create, record)
         if store_afresh_later and _starts_afresh(new, create.conversation_id, key, body_bytes):
-            return Accepted(record, new.input_items, list(new.opening), create.mcp_credentials, headers, unstored=new)
+            counted = admission.counts_stored(record, model, limits)
+            opening = list(new.opening)
+            return Accepted(record, new.input_items, opening, create.mcp_credentials, headers, new, counted)
         await storing.store(state, new, create.conversation_id, key)
     except errors.APIError as error:
         error.add_headers(headers)

@@ -4,11 +4,12 @@ the client's error leaves nothing behind that could still run later (`withdraw`)
 A stored response that starts afresh (app/service/creation.py `_starts_afresh`: its context is its
 input) is not stored before its job is enqueued: its job carries it (`CarriedResponse`), and its
 worker asks the runtime at once. A background one is stored while its job is enqueued, and its
-worker claims it once it is there. A foreground one is stored by its worker, claimed by the same
-statement, and its client answered once it is (`once_stored`): the API sends only the enqueue.
-If no worker has stored it within STORED_BY_WORKER_WAIT_SECONDS (its job waits for one), the API
-stores it, queued, as any other, so that it outlives Redis (invariant 1); whichever stores it
-second leaves it as it is (workers/jobs/generate.py)."""
+worker claims it once it is there; so is one admitted by counting stored responses (a concurrency
+or queue limit), which the next create must count. Any other foreground one is stored by its
+worker, claimed by the same statement: the API sends only the enqueue. If no worker has stored it
+within STORED_BY_WORKER_WAIT_SECONDS (its job waits for one), the API stores it, queued, as any
+other, so that it outlives Redis (invariant 1: `stored_as_followed`); whichever stores it second
+leaves it as it is (workers/jobs/generate.py)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from app.queue.redis_link import REDIS_DOWN, REDIS_LINK
 from app.service import idempotency
 from app.service.idempotency import IdempotencyKey
 from app.service.state import AppState
+from app.service.stopping import stop
 from app.storage import responses as responses_db
 
 
@@ -45,6 +47,9 @@ class Accepted:
     # A stored response that starts afresh, until it is stored (by `hand_over` beside its enqueue,
     # or, a foreground one, by its worker or `once_stored`).
     unstored: responses_db.NewResponse | None = None
+    # Admitted by counting stored responses (a concurrency or queue limit): stored by its API, at
+    # once, so that the next create counts it.
+    counted: bool = False
 
     @property
     def durable(self) -> bool:
@@ -52,7 +57,7 @@ class Accepted:
 
     @property
     def stored_by_worker(self) -> bool:
-        return self.unstored is not None and not self.record.background
+        return self.unstored is not None and not self.record.background and not self.counted
 
 
 async def hand_over(state: AppState, accepted: Accepted) -> None:
@@ -103,26 +108,32 @@ STORED_BY_WORKER_WAIT_SECONDS = 1.0
 Events = AsyncIterator[list[WireEvent] | None]
 
 
-async def once_stored(state: AppState, accepted: Accepted, events: Events) -> Events:
-    """The events of a response its worker stores (`stored_by_worker`), once it is stored: its first
-    batch came (its worker commits its first events only once it stored it), or none came in
-    STORED_BY_WORKER_WAIT_SECONDS (nor in half a follower's idle period, when the follower reads
-    the log), and it was stored here. Its client has no answer until then: a failure meanwhile is
-    still an HTTP error, and a client that leaves finds it stored, to stop."""
-    assert accepted.unstored is not None
+async def stored_as_followed(state: AppState, accepted: Accepted, account_id: str, events: Events) -> Events:
+    """The events of a response its worker stores (`stored_by_worker`), which store it here if none
+    came in STORED_BY_WORKER_WAIT_SECONDS (its job waits for a worker; or in half a follower's idle
+    period, when the follower reads the log): its worker commits its first events only once it
+    stored it. If that store fails, its job is removed (`withdraw`) and its client gets the error."""
+    unstored = accepted.unstored
+    assert unstored is not None
     wait = min(STORED_BY_WORKER_WAIT_SECONDS, state.settings.follow_idle_seconds / 2)
     first = asyncio.ensure_future(_first_of(events))
     try:
         if not (await asyncio.wait({first}, timeout=wait))[0]:
-            await state.store(accepted.unstored)  # (queued; left as it is if its worker stored it)
+            try:
+                await state.store(unstored)  # (queued; left as it is if its worker stored it)
+            except Exception:
+                await withdraw(state, accepted, account_id)
+                raise
             accepted.unstored = None
         batch, ended = await first
-    except BaseException:
+        if not ended:
+            yield batch
+            async for batch in events:
+                yield batch
+    finally:
         first.cancel()
         await asyncio.wait({first})
         await events.aclose()  # type: ignore[attr-defined]
-        raise
-    return _after(batch, events) if not ended else events
 
 
 async def _first_of(events: Events) -> tuple[list[WireEvent] | None, bool]:
@@ -132,13 +143,13 @@ async def _first_of(events: Events) -> tuple[list[WireEvent] | None, bool]:
     return None, True
 
 
-async def _after(first: list[WireEvent] | None, rest: Events) -> Events:
-    try:
-        yield first
-        async for batch in rest:
-            yield batch
-    finally:
-        await rest.aclose()  # type: ignore[attr-defined]
+async def stop_once_stored(state: AppState, accepted: Accepted) -> None:
+    """Stops a response its worker stores, whose client left: stored first (queued, unless its worker
+    stored it), so that a worker that has yet to store it finds it cancelled."""
+    if accepted.unstored is not None:
+        await state.store(accepted.unstored)
+        accepted.unstored = None
+    await stop(state, accepted.record.id, durable=True)
 
 
 async def withdraw(state: AppState, accepted: Accepted, account_id: str, key: IdempotencyKey | None = None) -> None:
