@@ -163,9 +163,9 @@ class WorkerState(ProcessState):
     async def _store_claimed_many(
         self, new: list[responses_db.NewResponse]
     ) -> dict[responses_db.NewResponse, bool | Exception]:
+        claimant = responses_db.Claimant(self.worker_id, self.settings.lease_seconds)
         async with self.claim_connection.use() as conn:
-            lease = self.settings.lease_seconds
-            return await responses_db.insert_refusing_alone(conn, new, worker_id=self.worker_id, lease_seconds=lease)
+            return await responses_db.insert_refusing_alone(conn, new, claimant)
 
     async def _claim_carried_many(self, response_ids: list[str]) -> dict[str, responses_db.CarriedClaim]:
         async with self.claim_connection.use() as conn:

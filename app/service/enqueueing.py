@@ -124,8 +124,8 @@ async def stored_as_followed(state: AppState, accepted: Accepted, account_id: st
             except Exception:
                 await withdraw(state, accepted, account_id)
                 raise
-            accepted.unstored = None
         batch, ended = await first
+        accepted.unstored = None  # (stored by now, by its worker or here)
         if not ended:
             yield batch
             async for batch in events:

@@ -125,9 +125,10 @@ def record_from_row(row: DbRow | Mapping[str, Any], output: list[dict[str, Any]]
 # without a transaction around it. Each takes its place in its chain (docs/architecture.md,
 # "Chains"): the first continuation of a response goes on its branch, any other (and a chain's
 # first turn) starts a branch. The compare-and-set on branch_continued makes that first one one.
-# Its commit waits for the WAL's flush only when asked (`flush`); see UNFLUSHED_COMMITS.
+# Its commit waits for the WAL's flush only when a background response is in it (`flush`); see
+# UNFLUSHED_COMMITS.
 # A response stored already is left as it is (a foreground one's worker and its API may both store
-# it: app/service/enqueueing.py); the statement answers with those it stored. With a worker, they
+# it: app/service/enqueueing.py); the statement answers with those it stored. With a claimant, they
 # are stored claimed by it (`in_progress`, leased): the primary key is the claim's compare-and-set.
 _INSERT_WITH_INPUT = DriverStatement(
     text("""
@@ -273,18 +274,19 @@ class NewResponse:
         return self.record.background
 
 
+@dataclass(frozen=True, slots=True)
+class Claimant:
+    """A worker that stores the responses it claims: stored `in_progress`, leased to it."""
+
+    worker_id: str
+    lease_seconds: float
+
+
 async def insert_responses(
-    conn: AsyncConnection,
-    new: Sequence[NewResponse],
-    *,
-    flush: bool | None = None,
-    worker_id: str | None = None,
-    lease_seconds: float = 0.0,
+    conn: AsyncConnection, new: Sequence[NewResponse], claimant: Claimant | None = None
 ) -> set[str]:
     """Stores new responses with their input items and opening events, all with one statement,
-    leaving any stored already as it is: the ids of those it stored. With `worker_id`, they are
-    stored claimed by that worker for `lease_seconds`. `flush`: whether its commit waits for the
-    WAL's flush (by default, when one is answered as soon as it is stored)."""
+    leaving any stored already as it is: the ids of those it stored."""
     inputs = [(n.record.id, position, item) for n in new for position, item in enumerate(n.input_items)]
     opening = [
         (n.record.id, event, stored)
@@ -326,26 +328,19 @@ async def insert_responses(
         types=lambda one: one[2]["type"],
         payloads=lambda one: json.dumps(items_db.stored_payload(one[2])),
     )
-    if flush is None:
-        flush = any(n.answered_at_once for n in new)
-    claimant = {"worker_id": worker_id, "lease_seconds": lease_seconds}
-    rows = await _INSERT_WITH_INPUT.rows(conn, {**stored, **events, **items, "flush": flush, **claimant})
+    flush = any(n.answered_at_once for n in new)
+    claimed = {"worker_id": claimant and claimant.worker_id, "lease_seconds": claimant and claimant.lease_seconds}
+    rows = await _INSERT_WITH_INPUT.rows(conn, {**stored, **events, **items, "flush": flush, **claimed})
     return {row[0] for row in rows}
 
 
 async def insert_refusing_alone(
-    conn: AsyncConnection,
-    new: Sequence[NewResponse],
-    *,
-    flush: bool | None = None,
-    worker_id: str | None = None,
-    lease_seconds: float = 0.0,
+    conn: AsyncConnection, new: Sequence[NewResponse], claimant: Claimant | None = None
 ) -> dict[NewResponse, bool | Exception]:
     """`insert_responses` for a batch of callers' responses: whether each was stored now (False:
     it was stored already), or what Postgres refused of it alone, so that only its own caller fails."""
-    options: dict[str, Any] = {"flush": flush, "worker_id": worker_id, "lease_seconds": lease_seconds}
     try:
-        stored = await insert_responses(conn, new, **options)
+        stored = await insert_responses(conn, new, claimant)
         return {one: one.record.id in stored for one in new}
     except DBAPIError as exc:
         if len(new) == 1 or not refused_data(exc):
@@ -353,7 +348,7 @@ async def insert_refusing_alone(
     outcomes: dict[NewResponse, bool | Exception] = {}
     for one in new:
         try:
-            outcomes[one] = bool(await insert_responses(conn, [one], **options))
+            outcomes[one] = bool(await insert_responses(conn, [one], claimant))
         except DBAPIError as exc:
             outcomes[one] = exc
     return outcomes

@@ -260,7 +260,7 @@ async def test_a_create_whose_insert_is_refused_after_its_enqueue_leaves_no_job(
 ) -> None:
     queue = state.catalog.queue_for("fake", state.settings.queue_name)
     queued_before = set(await state.redis.zrange(queue, 0, -1))
-    body = {"model": "fake", "input": "hi", "instructions": refused_inserts, "stream": True}
+    body = {"model": "fake", "input": "hi", "instructions": refused_inserts, "background": True}  # (stored by its API)
     with pytest.raises(DBAPIError, match="refused by the test"):  # (its client gets a 500)
         await creation.create(state, _caller(account_id), body, 100)
     async with state.engine.connect() as conn:

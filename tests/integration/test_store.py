@@ -33,9 +33,9 @@ async def test_responses_created_together_are_stored_together(
     statements: list[int] = []
     insert = responses_db.insert_responses
 
-    async def counted(conn: AsyncConnection, new: list[responses_db.NewResponse], **options: Any) -> set[str]:
+    async def counted(conn: AsyncConnection, new: list[responses_db.NewResponse], *claimant: Any) -> set[str]:
         statements.append(len(new))
-        return await insert(conn, new, **options)
+        return await insert(conn, new, *claimant)
 
     monkeypatch.setattr(responses_db, "insert_responses", counted)
     ids = await asyncio.gather(*(accept(state, account_id, input=f"hello {i}") for i in range(20)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 from typing import Any
 
 import pytest
@@ -185,10 +186,12 @@ async def test_a_response_postgres_refuses_to_its_worker_is_refused_to_its_clien
 
 
 async def test_a_create_admitted_by_counting_stored_responses_is_stored_by_its_api_and_counted_at_once(
-    state: AppState, account_id: str
+    state: AppState,
 ) -> None:
     """A concurrency limit counts the account's stored responses: its API stores it before its
     client is answered (no worker runs here), so that the next create counts it."""
+    async with state.engine.begin() as conn:  # (an account of its own: nothing else of it runs)
+        account_id = await accounts_db.ensure_account(conn, f"limited-{secrets.token_hex(3)}")
     caller = accounts_db.Caller(account_id, accounts_db.Limits(max_concurrent=1))
     body = {"model": "fake", "input": SLOW, "stream": True}
     first = await within(creation.create(state, caller, body, 100), 5)
