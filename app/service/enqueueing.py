@@ -45,7 +45,7 @@ class Accepted:
     mcp_credentials: dict[str, Credentials] = field(default_factory=dict, repr=False)
     headers: dict[str, str] = field(default_factory=dict)  # its account's rate limits, as admitted
     # A stored response that starts afresh, until it is stored (by `hand_over` beside its enqueue,
-    # or, a foreground one, by its worker or `once_stored`).
+    # or, a foreground one, by its worker or `stored_as_followed`).
     unstored: responses_db.NewResponse | None = None
     # Admitted by counting stored responses (a concurrency or queue limit): stored by its API, at
     # once, so that the next create counts it.
@@ -88,7 +88,7 @@ async def hand_over(state: AppState, accepted: Accepted) -> None:
 
 async def _enqueue(state: AppState, accepted: Accepted, carried: bool) -> None:
     """Enqueues the response's job, carrying the response if `carried`."""
-    stored_for = accepted.unstored.account_id if accepted.unstored and accepted.stored_by_worker else None
+    stored_for = accepted.unstored.account_id if accepted.stored_by_worker and accepted.unstored else None
     carries = CarriedResponse(accepted.record, accepted.input_items, stored_for) if carried else None
     queue_name = state.catalog.queue_for(accepted.record.model, state.settings.queue_name)
     try:

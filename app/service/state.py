@@ -92,11 +92,11 @@ class AppState(ProcessState):
         together go by one script call per queue."""
         return bool(await self._enqueues(job))
 
-    async def store(self, new: responses_db.NewResponse) -> bool:
-        """Stores a response and its opening events (raising what Postgres refused of it alone):
-        False if it was stored already (by its worker). The responses stored together go by one
+    async def store(self, new: responses_db.NewResponse) -> None:
+        """Stores a response and its opening events (raising what Postgres refused of it alone),
+        unless it is stored already (by its worker). The responses stored together go by one
         statement."""
-        return bool(await self._inserts(new))
+        await self._inserts(new)
 
     async def _accounts_for_hashes(self, key_hashes: list[str]) -> dict[str, accounts_db.Caller]:
         # One statement in autocommit: no BEGIN/COMMIT round trips.

@@ -135,8 +135,9 @@ async def _run_afresh(state: WorkerState, response_id: str, carried: CarriedResp
     whether it runs here.)"""
     record = carried.record.evolve(status="in_progress")
     state.writer.hold(response_id)
-    claim = partial(state.claim_when_stored, response_id)
-    if carried.stored_for is not None:  # a foreground one: stored by this claim
+    if carried.stored_for is None:
+        claim = partial(state.claim_when_stored, response_id)
+    else:  # a foreground one: stored by this claim
         claim = partial(state.claim_by_storing, _as_stored(carried, "in_progress"))
     try:
         await _run(state, Generation(record, state.catalog.by_name.get(record.model), carried.input, times), claim)
