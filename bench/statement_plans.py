@@ -1,14 +1,16 @@
-"""What planning costs the token path's statements: a response's insert, its claim and a read of
-its event log, timed as Postgres plans them by default (afresh at each run) and with one plan
-kept for any arrays (`plan_cache_mode = force_generic_plan`, what the held connections use:
-app/storage/engine.py), in alternating rounds, each on a connection of its own mode.
+"""What planning costs the token path's statements: a response's insert, its claim, a read of its
+event log, and a foreground response's insert by its worker (claimed as it is stored), timed as
+Postgres plans them by default (afresh at each run) and with one plan kept for any arrays
+(`plan_cache_mode = force_generic_plan`, what the held connections use: app/storage/engine.py),
+in alternating rounds, each on a connection of its own mode.
 
     python bench/statement_plans.py [--runs 300] [--rounds 4]
 
 Starts the stack (bench/stack.py) to have a migrated database with an account and a few answered
 responses, then runs the statements as the API and the worker do (`responses_db.insert_responses`,
-`responses_db.claim`, `events_db.logs_after`, in autocommit). Prints each one's p50 in
-microseconds under each mode, and their ratio.
+`responses_db.claim`, `events_db.logs_after`, `responses_db.insert_claimed`, in autocommit).
+Prints each one's p50 in microseconds under each mode, and their ratio; and, with the held
+connections' plans, the worker's insert of a foreground response against its API's.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def foreground_response(account_id: str) -> responses_db.NewResponse:
 
 
 async def timed_round(conn: AsyncConnection, account_id: str, answered: list[str], runs: int) -> dict[str, float]:
-    times: dict[str, list[float]] = {"insert": [], "claim": [], "log_read": []}
+    times: dict[str, list[float]] = {"insert": [], "claim": [], "log_read": [], "worker_insert": []}
     for run in range(runs):
         new = foreground_response(account_id)
         started = time.perf_counter()
@@ -71,6 +73,10 @@ async def timed_round(conn: AsyncConnection, account_id: str, answered: list[str
         started = time.perf_counter()
         await events_db.logs_after(conn, [(answered[run % len(answered)], -1)], 100)
         times["log_read"].append(time.perf_counter() - started)
+        new = foreground_response(account_id)
+        started = time.perf_counter()
+        await responses_db.insert_claimed(conn, [new], responses_db.Claimant("bench", 30.0))
+        times["worker_insert"].append(time.perf_counter() - started)
     return {name: statistics.median(values) * 1e6 for name, values in times.items()}
 
 
@@ -110,6 +116,7 @@ async def main() -> None:
     report = {
         "p50_us": {mode: {name: round(value) for name, value in by_name.items()} for mode, by_name in p50.items()},
         "generic_over_default": {name: round(p50[MODES[1]][name] / p50[MODES[0]][name], 2) for name in p50[MODES[0]]},
+        "worker_insert_over_insert": round(p50[MODES[1]]["worker_insert"] / p50[MODES[1]]["insert"], 2),
     }
     print(json.dumps(report, indent=2))
 

@@ -10,6 +10,7 @@ import json
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -128,10 +129,20 @@ def record_from_row(row: DbRow | Mapping[str, Any], output: list[dict[str, Any]]
 # Its commit waits for the WAL's flush only when a background response is in it (`flush`); see
 # UNFLUSHED_COMMITS.
 # A response stored already is left as it is (a foreground one's worker and its API may both store
-# it: app/service/enqueueing.py); the statement answers with those it stored. With a claimant, they
-# are stored claimed by it (`in_progress`, leased): the primary key is the claim's compare-and-set.
+# it: app/service/enqueueing.py); the statement answers with those it stored.
+_INPUT_ITEMS = """
+    input AS (
+        INSERT INTO items (id, response_id, side, position, type, payload, branch_id, depth)
+        SELECT i.id, response.id, 'input', i.position, i.type, i.payload, response.branch_id, response.chain_depth
+        FROM unnest(CAST(:item_ids AS text[]), CAST(:item_responses AS text[]), CAST(:positions AS int[]),
+                    CAST(:types AS text[]), CAST(:payloads AS json[])) AS i(id, response_id, position, type, payload)
+        JOIN response ON response.id = i.response_id
+    )
+    SELECT id FROM response
+"""
 _INSERT_WITH_INPUT = DriverStatement(
-    text("""
+    text(
+        """
     WITH flush AS (
         SELECT set_config('synchronous_commit', CASE WHEN :flush THEN 'on' ELSE 'off' END, true)
     ), new AS (
@@ -152,17 +163,14 @@ _INSERT_WITH_INPUT = DriverStatement(
     ), response AS (
         INSERT INTO responses (id, account_id, model, status, background, stream, store, instructions, metadata,
                                settings, previous_response_id, context_parent_id, chain_depth, created_at,
-                               conversation_id, context_branches, context_depths, worker_id, started_at,
-                               lease_expires_at)
+                               conversation_id, context_branches, context_depths)
         SELECT r.id, r.account_id, r.model, r.status, r.background, r.stream, r.store, r.instructions, r.metadata,
                r.settings, r.previous_response_id, r.context_parent_id, r.chain_depth, to_timestamp(r.created_epoch),
                r.conversation_id,
                CASE WHEN c.id IS NULL THEN coalesce(p.context_branches, '{}') || nextval('branch_ids')
                     ELSE p.context_branches END,
                coalesce(CASE WHEN c.id IS NULL THEN p.context_depths
-                             ELSE p.context_depths[1:cardinality(p.context_depths) - 1] END, '{}') || r.chain_depth,
-               CAST(:worker_id AS text), CASE WHEN :worker_id IS NOT NULL THEN now() END,
-               CASE WHEN :worker_id IS NOT NULL THEN now() + make_interval(secs => :lease_seconds) END
+                             ELSE p.context_depths[1:cardinality(p.context_depths) - 1] END, '{}') || r.chain_depth
         FROM new r LEFT JOIN continuing c ON c.id = r.id LEFT JOIN responses p ON p.id = r.context_parent_id
         ON CONFLICT (id) DO NOTHING
         RETURNING id, context_branches[cardinality(context_branches)] AS branch_id, chain_depth, log_key
@@ -175,15 +183,34 @@ _INSERT_WITH_INPUT = DriverStatement(
                     CAST(:event_output_paths AS text[]))
             AS e(response_id, sequence_number, type, payload, output_at, output_path)
         JOIN response ON response.id = e.response_id
-    ), input AS (
-        INSERT INTO items (id, response_id, side, position, type, payload, branch_id, depth)
-        SELECT i.id, response.id, 'input', i.position, i.type, i.payload, response.branch_id, response.chain_depth
-        FROM unnest(CAST(:item_ids AS text[]), CAST(:item_responses AS text[]), CAST(:positions AS int[]),
-                    CAST(:types AS text[]), CAST(:payloads AS json[])) AS i(id, response_id, position, type, payload)
-        JOIN response ON response.id = i.response_id
+    ),"""
+        + _INPUT_ITEMS
     )
-    SELECT id FROM response
-""")
+)
+# A foreground response its worker stores as it claims it (app/service/enqueueing.py): it continues
+# nothing, has no conversation and no opening events, so it takes a branch of its own at depth 0
+# and none of the chain's work above; stored `in_progress`, leased to its worker: the primary key
+# is the claim's compare-and-set. Its commit does not wait for the WAL's flush (UNFLUSHED_COMMITS).
+_INSERT_CLAIMED = DriverStatement(
+    text(
+        """
+    WITH response AS (
+        INSERT INTO responses (id, account_id, model, status, background, stream, store, instructions, metadata,
+                               settings, chain_depth, created_at, context_branches, context_depths, worker_id,
+                               started_at, lease_expires_at)
+        SELECT r.id, r.account_id, r.model, 'in_progress', false, r.stream, true, r.instructions, r.metadata,
+               r.settings, 0, to_timestamp(r.created_epoch), ARRAY[nextval('branch_ids')], '{0}',
+               CAST(:worker_id AS text), now(), now() + make_interval(secs => :lease_seconds)
+        FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed,
+             unnest(CAST(:ids AS text[]), CAST(:account_ids AS text[]), CAST(:models AS text[]),
+                    CAST(:streams AS boolean[]), CAST(:instructions AS text[]), CAST(:metadata AS jsonb[]),
+                    CAST(:settings AS json[]), CAST(:created_epochs AS float8[]))
+            AS r(id, account_id, model, stream, instructions, metadata, settings, created_epoch)
+        ON CONFLICT (id) DO NOTHING
+        RETURNING id, context_branches[1] AS branch_id, chain_depth
+    ),"""
+        + _INPUT_ITEMS
+    )
 )
 # The claims, in one statement for any number of responses; JSON comes back as text, decoded here
 # (the statement goes through the driver: app/storage/driver.py).
@@ -282,12 +309,9 @@ class Claimant:
     lease_seconds: float
 
 
-async def insert_responses(
-    conn: AsyncConnection, new: Sequence[NewResponse], claimant: Claimant | None = None
-) -> set[str]:
+async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) -> set[str]:
     """Stores new responses with their input items and opening events, all with one statement,
     leaving any stored already as it is: the ids of those it stored."""
-    inputs = [(n.record.id, position, item) for n in new for position, item in enumerate(n.input_items)]
     opening = [
         (n.record.id, event, stored)
         for n in new
@@ -320,7 +344,50 @@ async def insert_responses(
         event_output_ats=lambda one: one[2].output_at,
         event_output_paths=lambda one: one[2].output_path,
     )
-    items = as_columns(
+    flush = any(n.answered_at_once for n in new)
+    rows = await _INSERT_WITH_INPUT.rows(conn, {**stored, **events, **_input_columns(new), "flush": flush})
+    return {row[0] for row in rows}
+
+
+async def insert_claimed(conn: AsyncConnection, new: Sequence[NewResponse], claimant: Claimant) -> set[str]:
+    """Stores foreground responses that start afresh claimed by their worker (`in_progress`,
+    leased to it), with their input items, leaving any stored already as it is: the ids of those
+    it stored (the others are not this claim's)."""
+    for one in new:
+        if not _starts_afresh_in_the_foreground(one):
+            raise ValueError(f"response {one.record.id} does not start afresh in the foreground")
+    stored = as_columns(
+        new,
+        ids=attrgetter("record.id"),
+        account_ids=attrgetter("account_id"),
+        models=attrgetter("record.model"),
+        streams=attrgetter("record.stream"),
+        instructions=attrgetter("record.instructions"),
+        metadata=lambda n: json.dumps(n.record.metadata),
+        settings=lambda n: json.dumps(n.record.settings),
+        created_epochs=attrgetter("record.created_at"),
+    )
+    claimed = {"worker_id": claimant.worker_id, "lease_seconds": claimant.lease_seconds}
+    rows = await _INSERT_CLAIMED.rows(conn, {**stored, **_input_columns(new), **claimed})
+    return {row[0] for row in rows}
+
+
+def _starts_afresh_in_the_foreground(new: NewResponse) -> bool:
+    """What _INSERT_CLAIMED writes without asking."""
+    record = new.record
+    return (
+        new.link == ChainLink(None, 0)
+        and not new.opening
+        and record.previous_response_id is None
+        and not record.settings.get("conversation")
+        and record.store
+        and not record.background
+    )
+
+
+def _input_columns(new: Sequence[NewResponse]) -> dict[str, list[Any]]:
+    inputs = [(n.record.id, position, item) for n in new for position, item in enumerate(n.input_items)]
+    return as_columns(
         inputs,
         item_ids=lambda one: one[2]["id"],
         item_responses=itemgetter(0),
@@ -328,19 +395,17 @@ async def insert_responses(
         types=lambda one: one[2]["type"],
         payloads=lambda one: json.dumps(items_db.stored_payload(one[2])),
     )
-    flush = any(n.answered_at_once for n in new)
-    claimed = {"worker_id": claimant and claimant.worker_id, "lease_seconds": claimant and claimant.lease_seconds}
-    rows = await _INSERT_WITH_INPUT.rows(conn, {**stored, **events, **items, "flush": flush, **claimed})
-    return {row[0] for row in rows}
 
 
 async def insert_refusing_alone(
     conn: AsyncConnection, new: Sequence[NewResponse], claimant: Claimant | None = None
 ) -> dict[NewResponse, bool | Exception]:
-    """`insert_responses` for a batch of callers' responses: whether each was stored now (False:
-    it was stored already), or what Postgres refused of it alone, so that only its own caller fails."""
+    """`insert_responses` (or with a claimant `insert_claimed`) for a batch of callers' responses:
+    whether each was stored now (False: it was stored already), or what Postgres refused of it
+    alone, so that only its own caller fails."""
+    insert = insert_responses if claimant is None else partial(insert_claimed, claimant=claimant)
     try:
-        stored = await insert_responses(conn, new, claimant)
+        stored = await insert(conn, new)
         return {one: one.record.id in stored for one in new}
     except DBAPIError as exc:
         if len(new) == 1 or not refused_data(exc):
@@ -348,7 +413,7 @@ async def insert_refusing_alone(
     outcomes: dict[NewResponse, bool | Exception] = {}
     for one in new:
         try:
-            outcomes[one] = bool(await insert_responses(conn, [one], claimant))
+            outcomes[one] = bool(await insert(conn, [one]))
         except DBAPIError as exc:
             outcomes[one] = exc
     return outcomes

@@ -1,7 +1,8 @@
 """The statements on the way to a first token that no client sees before a later commit do not
-wait for the WAL's flush: a foreground response's insert and a claim. A background response's
-insert, answered at once, does; and none of them leaves its connection committing unflushed
-(the event writer's commits, on connections from the same pool, must flush). Their held
+wait for the WAL's flush: a foreground response's insert (its API's, or its worker's as it claims
+it) and a claim. A background response's insert, answered at once, does; and none of them leaves
+its connection committing unflushed (the event writer's commits, on connections from the same
+pool, must flush). Their held
 connections plan the token path's statements once (GENERIC_PLANS in app/storage/engine.py).
 
 The flushes are counted by Postgres itself (pg_stat_wal.wal_sync, this backend's share made
@@ -57,6 +58,16 @@ async def test_a_foreground_responses_insert_does_not_wait_for_the_flush(state: 
         await responses_db.insert_responses(conn, [await new_response(state, account_id, background=False)])
 
     # Other processes may flush meanwhile (the WAL writer): far fewer than one a statement.
+    assert await syncs_of(state, insert) < STATEMENTS // 2
+
+
+async def test_a_worker_storing_a_foreground_response_as_it_claims_it_does_not_wait_for_the_flush(
+    state: AppState, account_id: str
+) -> None:
+    async def insert(conn: AsyncConnection) -> None:
+        new = await new_response(state, account_id, background=False)
+        await responses_db.insert_claimed(conn, [new], responses_db.Claimant("worker-1", 30.0))
+
     assert await syncs_of(state, insert) < STATEMENTS // 2
 
 
