@@ -309,6 +309,19 @@ class Claimant:
     lease_seconds: float
 
 
+# The columns both inserts take of a new response (as `as_columns` makes their parameters).
+_NEW_RESPONSE_COLUMNS: dict[str, Callable[[NewResponse], Any]] = {
+    "ids": attrgetter("record.id"),
+    "account_ids": attrgetter("account_id"),
+    "models": attrgetter("record.model"),
+    "streams": attrgetter("record.stream"),
+    "instructions": attrgetter("record.instructions"),
+    "metadata": lambda n: json.dumps(n.record.metadata),
+    "settings": lambda n: json.dumps(n.record.settings),
+    "created_epochs": attrgetter("record.created_at"),
+}
+
+
 async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) -> set[str]:
     """Stores new responses with their input items and opening events, all with one statement,
     leaving any stored already as it is: the ids of those it stored."""
@@ -319,20 +332,13 @@ async def insert_responses(conn: AsyncConnection, new: Sequence[NewResponse]) ->
     ]
     stored = as_columns(
         new,
-        ids=attrgetter("record.id"),
-        account_ids=attrgetter("account_id"),
-        models=attrgetter("record.model"),
+        **_NEW_RESPONSE_COLUMNS,
         statuses=attrgetter("record.status"),
         backgrounds=attrgetter("record.background"),
-        streams=attrgetter("record.stream"),
         stores=attrgetter("record.store"),
-        instructions=attrgetter("record.instructions"),
-        metadata=lambda n: json.dumps(n.record.metadata),
-        settings=lambda n: json.dumps(n.record.settings),
         previous_response_ids=attrgetter("record.previous_response_id"),
         context_parent_ids=attrgetter("link.parent_id"),
         chain_depths=attrgetter("link.depth"),
-        created_epochs=attrgetter("record.created_at"),
         conversation_ids=lambda n: (n.record.settings.get("conversation") or {}).get("id"),
     )
     events = as_columns(
@@ -356,17 +362,7 @@ async def insert_claimed(conn: AsyncConnection, new: Sequence[NewResponse], clai
     for one in new:
         if not _starts_afresh_in_the_foreground(one):
             raise ValueError(f"response {one.record.id} does not start afresh in the foreground")
-    stored = as_columns(
-        new,
-        ids=attrgetter("record.id"),
-        account_ids=attrgetter("account_id"),
-        models=attrgetter("record.model"),
-        streams=attrgetter("record.stream"),
-        instructions=attrgetter("record.instructions"),
-        metadata=lambda n: json.dumps(n.record.metadata),
-        settings=lambda n: json.dumps(n.record.settings),
-        created_epochs=attrgetter("record.created_at"),
-    )
+    stored = as_columns(new, **_NEW_RESPONSE_COLUMNS)
     claimed = {"worker_id": claimant.worker_id, "lease_seconds": claimant.lease_seconds}
     rows = await _INSERT_CLAIMED.rows(conn, {**stored, **_input_columns(new), **claimed})
     return {row[0] for row in rows}
