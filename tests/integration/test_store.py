@@ -1,5 +1,6 @@
 """Foreground responses created at the same moment are stored together, by one statement, and a
-response Postgres refuses fails alone."""
+response Postgres refuses fails alone. A foreground response its worker stores (its own
+statement) is stored as its API would store it, but claimed, and once."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 wait for the WAL's flush: a foreground response's insert (its API's, or its worker's as it claims
 it) and a claim. A background response's insert, answered at once, does; and none of them leaves
 its connection committing unflushed (the event writer's commits, on connections from the same
-pool, must flush). Their held
-connections plan the token path's statements once (GENERIC_PLANS in app/storage/engine.py).
+pool, must flush). Their held connections plan the token path's statements once (GENERIC_PLANS
+in app/storage/engine.py).
 
 The flushes are counted by Postgres itself (pg_stat_wal.wal_sync, this backend's share made
 visible by pg_stat_force_next_flush): a commit that waits for its flush syncs the WAL once."""
