@@ -20,7 +20,7 @@ from app.catalog import Catalog
 from app.events.hub import EventHub
 from app.protocol.encoding import WireEvent
 from app.queue.jobs import job_deserializer, job_serializer
-from app.service import creation
+from app.service import creation, storing, validating
 from app.service.state import AppState
 from app.storage import accounts as accounts_db
 from app.storage import events as events_db
@@ -107,6 +107,13 @@ async def run_job(state: WorkerState, response_id: str) -> None:
 async def accept(state: AppState, account_id: str, **body: object) -> str:
     accepted = await creation.accept(state, account_id, {"model": "fake", **body})
     return accepted.record.id
+
+
+async def built(state: AppState, account_id: str, body: dict[str, Any]) -> responses_db.NewResponse:
+    """The response a create of `body` makes, as its API or its worker would store it (not stored)."""
+    create, model = await validating.validated(state, account_id, body)
+    record = validating.new_record(create, model, account_id=account_id)
+    return await storing.build(state, account_id, create, record)
 
 
 async def in_progress(state: AppState, account_id: str, count: int, **columns: object) -> list[str]:

@@ -14,11 +14,11 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app import errors
-from app.service import storing, validating
+from app.service import storing
 from app.service.state import AppState
 from app.storage import responses as responses_db
 from app.storage.tables import items, responses
-from tests.integration.conftest import accept
+from tests.integration.conftest import accept, built
 
 
 async def stored_inputs(state: AppState, response_ids: list[str]) -> dict[str, object]:
@@ -83,12 +83,6 @@ async def test_a_previous_response_deleted_between_its_read_and_the_insert_is_no
 async def responses_of(state: AppState, account_id: str) -> set[str]:
     async with state.engine.connect() as conn:
         return set((await conn.execute(select(responses.c.id).where(responses.c.account_id == account_id))).scalars())
-
-
-async def built(state: AppState, account_id: str, body: dict[str, Any]) -> responses_db.NewResponse:
-    create, model = await validating.validated(state, account_id, body)
-    record = validating.new_record(create, model, account_id=account_id)
-    return await storing.build(state, account_id, create, record)
 
 
 async def test_a_response_its_worker_stores_is_stored_as_its_api_stores_it_but_claimed(

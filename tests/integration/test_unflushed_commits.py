@@ -15,10 +15,11 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.service import creation, storing, validating
+from app.service import creation
 from app.service.state import AppState
 from app.storage import responses as responses_db
 from app.storage.held import HeldConnection
+from tests.integration.conftest import built
 
 STATEMENTS = 10
 
@@ -47,10 +48,7 @@ async def syncs_of(state: AppState, statement: Callable[[AsyncConnection], Await
 
 
 async def new_response(state: AppState, account_id: str, background: bool) -> responses_db.NewResponse:
-    body = {"model": "fake", "input": "hi", "background": background}
-    create, model = await validating.validated(state, account_id, body)
-    record = validating.new_record(create, model, account_id=account_id)
-    return await storing.build(state, account_id, create, record)
+    return await built(state, account_id, {"model": "fake", "input": "hi", "background": background})
 
 
 async def test_a_foreground_responses_insert_does_not_wait_for_the_flush(state: AppState, account_id: str) -> None:
