@@ -169,7 +169,9 @@ TTFT_STEPS = (
     # The runtime request (after the claim, or beside it for a response that starts afresh) and its
     # first output token.
     "taken_to_runtime_token",
-    "both_to_client",  # from the later of the two: the first output's commit, its publish, the SSE write
+    # From the later of the two: the first output's commit and its publish, as its worker saw them end.
+    "both_to_committed",
+    "committed_to_client",  # Redis's delivery, the API's SSE write, the client's read
 )
 
 
@@ -207,7 +209,7 @@ async def ttft_steps(
     worker_requests: list[float] = []
     for one in streamed:
         line = lines.get(one.response_id or "")
-        if one.response_id not in accepted or line is None or "first_token_ms" not in line:
+        if one.response_id not in accepted or line is None or "commit_ms" not in line:
             continue
         moments = [one.asked_at, accepted[one.response_id], line["enqueued_at"]]
         for name in ("queued_ms", "take_ms"):
@@ -215,8 +217,10 @@ async def ttft_steps(
         taken = moments[-1]
         claimed = taken + line["claim_ms"] / 1000
         runtime_token = taken + (line["ask_ms"] + line["first_token_ms"]) / 1000
+        committed = runtime_token + line["commit_ms"] / 1000
         durations = [end - start for start, end in pairwise(moments)]
-        durations += [claimed - taken, runtime_token - taken, one.first_at - max(claimed, runtime_token)]
+        durations += [claimed - taken, runtime_token - taken, committed - max(claimed, runtime_token)]
+        durations.append(one.first_at - committed)
         for step, duration in zip(steps, durations, strict=True):
             step.append(duration)
         worker_requests.append(line["first_token_ms"] / 1000)

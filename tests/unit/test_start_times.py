@@ -17,9 +17,9 @@ def test_a_queued_job_tells_every_step_from_its_enqueueing(caplog: pytest.LogCap
     enqueued = time.time() - 1.0
     times = StartTimes.of_job({"enqueue_time_ms": int(enqueued * 1000), "heard_at": enqueued + 0.002})
     times.taken, times.claimed = enqueued + 0.003, enqueued + 0.0105
-    times.asked, times.first_token = enqueued + 0.011, enqueued + 0.2
+    times.asked, times.first_token, times.committed = enqueued + 0.011, enqueued + 0.2, enqueued + 0.203
     assert times.steps_ms() == pytest.approx(
-        {"queued": 2.0, "take": 1.0, "claim": 7.5, "ask": 8.0, "first_token": 189.0},
+        {"queued": 2.0, "take": 1.0, "claim": 7.5, "ask": 8.0, "first_token": 189.0, "commit": 3.0},
         abs=1.1,  # (enqueue time: whole ms)
     )
     with caplog.at_level(logging.INFO, logger="responses_server.generation"):
@@ -27,6 +27,7 @@ def test_a_queued_job_tells_every_step_from_its_enqueueing(caplog: pytest.LogCap
     [record] = caplog.records
     fields = record.fields  # type: ignore[attr-defined]
     assert fields["status"] == "incomplete" and fields["output_tokens"] == 7
+    assert fields["commit_ms"] == pytest.approx(3.0, abs=0.1)
     assert fields["duration_ms"] >= 989  # from the claim (before the runtime request), a second ago, to now
     assert record.getMessage().startswith("response resp_1 incomplete (m): 7 output tokens; queued ")
 
@@ -61,7 +62,7 @@ def test_a_job_run_outside_the_queue_worker_or_ended_before_its_first_token_tell
         start_times.ended("resp_3", "m", "failed", None, times)
     fields = caplog.records[0].fields  # type: ignore[attr-defined]
     assert (fields["queued_ms"], fields["take_ms"], fields["claim_ms"]) == (500.0, 250.0, 250.0)
-    assert "first_token_ms" not in fields
+    assert "first_token_ms" not in fields and "commit_ms" not in fields
 
 
 def test_each_step_is_counted_in_the_metrics_when_it_ends() -> None:
@@ -75,6 +76,8 @@ def test_each_step_is_counted_in_the_metrics_when_it_ends() -> None:
     times.asked_now("m-steps")
     assert [count(step) for step in ("ask", "first_token")] == [1, 0]
     times.first_token_now("m-steps")
-    assert count("first_token") == 1
+    assert [count(step) for step in ("first_token", "commit")] == [1, 0]
+    times.committed_now("m-steps")
+    assert count("commit") == 1
     StartTimes.of_job({}).claimed_now("m-steps")  # (no queue times: only what is known is counted)
     assert [count(step) for step in ("queued", "take", "claim")] == [1, 1, 1]

@@ -245,7 +245,8 @@ async def _hold_contexts_once_answering(state: WorkerState, generation: Generati
         answering.cancel()
     if not task.done():
         try:
-            await state.writer.committed(generation.record.id)
+            if await state.writer.committed(generation.record.id):
+                generation.times.committed_now(generation.record.model)
         except Exception:  # (the commit gave up: the generation meets that itself, and ends)
             return
     await state.hold_contexts(generation.record)

@@ -10,7 +10,9 @@ it ends, with its status and output tokens. The steps:
 - `ask`: from the take to the runtime request's start: after the claim, or, for a stored response
   that starts afresh (its job carries it), beside it;
 - `first_token`: from the runtime request's start to its first output token (the request, the
-  prompt's prefill, the first chunk).
+  prompt's prefill, the first chunk);
+- `commit`: from that token to its events committed and published (for a response that starts
+  afresh, the wait for its claim too): its client's first token is on the way from then on.
 
 With `RESPONSES_LOG_FORMAT=json` the log line's steps are fields (`queued_ms`…), with the job's
 `enqueued_at` (Unix seconds), so a response's start can be laid beside its create's request line
@@ -40,6 +42,7 @@ class StartTimes:
     claimed: float | None = None
     asked: float | None = None
     first_token: float | None = None
+    committed: float | None = None  # the first output's events, committed and published
     answering: asyncio.Event = field(default_factory=asyncio.Event)  # set at the first output token
     # A job heard with its data: set once the runtime request is out, which lets its take go
     # (app/queue/arq_seam.py `_run_while_taken`).
@@ -71,6 +74,11 @@ class StartTimes:
             START_STEP.labels(model, "first_token").observe(self.first_token - self.asked)
         return self.first_token
 
+    def committed_now(self, model: str) -> None:
+        self.committed = time.time()
+        if self.first_token is not None:
+            START_STEP.labels(model, "commit").observe(self.committed - self.first_token)
+
     def steps_ms(self) -> dict[str, float]:
         return {name: round(seconds * 1000, 1) for name, seconds in self._steps().items()}
 
@@ -81,6 +89,7 @@ class StartTimes:
             "claim": (self.taken, self.claimed),
             "ask": (self.taken, self.asked),
             "first_token": (self.asked, self.first_token),
+            "commit": (self.first_token, self.committed),
         }
         return {name: end - start for name, (start, end) in steps.items() if start is not None and end is not None}
 
