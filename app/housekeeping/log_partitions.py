@@ -38,8 +38,8 @@ _PARTITIONS = text(f"""
     SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
     WHERE i.inhparent = 'event_log'::regclass AND c.relname NOT IN ('event_log_default', '{live_log.PARTITION}')
 """)
-# Whether any response of the day still has its log (ended and not purged; or running still under
-# the key of its creation day, given before migration 0021).
+# Whether any response of the day still has its log (ended and not purged; a running one's is in
+# the live partition, migration 0023).
 _DAY_IN_USE = text("""
     SELECT EXISTS (SELECT 1 FROM responses WHERE log_key >= :low AND log_key < :high AND events_purged_at IS NULL)
 """)

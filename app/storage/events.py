@@ -49,6 +49,9 @@ RUN_BYTES = 16 * 1024
 # not handed over or reaped while it stalled; their events numbered after the last of their log.
 # A delta `fits` the template its log holds (`t`) or the one the statement inserts (`m`, which
 # its own reads do not see in the table) when its type, prefix and suffix are the template's.
+# An active response's log is in `event_log_live` (migrations 0021, 0023): they read it there.
+# Read through `event_log`, each run of their one plan would open every day's partition, as many
+# as retention keeps (bench/log_partitions.py: with 90 more, each commit cost about twice as much).
 
 # One statement numbers and inserts the events of many responses and ends those that end in
 # the batch (terminal status, usage, output items, their deltas folded): atomic without a
@@ -65,7 +68,8 @@ _APPEND = DriverStatement(
     ), live AS (
         SELECT r.id, r.log_key, r.account_id, r.background, r.chain_depth,
                r.context_branches[cardinality(r.context_branches)] AS branch_id,
-               coalesce((SELECT max(l.sequence_number) FROM event_log l WHERE l.log_key = r.log_key), -1) + 1 AS first
+               coalesce((SELECT max(l.sequence_number) FROM event_log_live l WHERE l.log_key = r.log_key), -1)
+                   + 1 AS first
         -- Each by its key (OFFSET 0 keeps the status test out of the lookup): the partial index of
         -- active responses, which the planner prefers, would be read whole for every commit.
         FROM (SELECT * FROM responses WHERE id = ANY(CAST(:response_ids AS text[])) OFFSET 0) r
@@ -147,7 +151,7 @@ _APPEND = DriverStatement(
         ) k
     ), moved AS (
         -- The log a response that ends stored earlier: its deltas become runs with its last ones.
-        DELETE FROM event_log e USING allocated a WHERE a.ended AND e.log_key = a.log_key
+        DELETE FROM event_log_live e USING allocated a WHERE a.ended AND e.log_key = a.log_key
         RETURNING a.key_after AS log_key, e.sequence_number, e.template, e.run_length, e.output_at, e.type,
                   e.payload, e.output_path, e.committed_at
     ), deltas AS (
@@ -225,7 +229,8 @@ _APPEND_STREAMING = DriverStatement(
     ), live AS (
         SELECT r.id, r.log_key, r.account_id, r.background, r.chain_depth,
                r.context_branches[cardinality(r.context_branches)] AS branch_id,
-               coalesce((SELECT max(l.sequence_number) FROM event_log l WHERE l.log_key = r.log_key), -1) + 1 AS first
+               coalesce((SELECT max(l.sequence_number) FROM event_log_live l WHERE l.log_key = r.log_key), -1)
+                   + 1 AS first
         -- Each by its key (OFFSET 0 keeps the status test out of the lookup): the partial index of
         -- active responses, which the planner prefers, would be read whole for every commit.
         FROM (SELECT * FROM responses WHERE id = ANY(CAST(:response_ids AS text[])) OFFSET 0) r

@@ -42,20 +42,21 @@ async def partitions(state: AppState) -> set[str]:
 
 
 async def response_on_day(state: AppState, account_id: str, day: int) -> str:
-    """A running response as if created on `day`, with some events of its own."""
+    """A response as if it ended on `day`: its folded log under a key of that day."""
     response_id = await accept(state, account_id, input="hi", background=True, stream=True)
+    await end(state, response_id)
     key = (day << 32) | secrets.randbelow(2**32)
+    for table in ("event_log", "event_templates"):
+        await query(
+            state,
+            f"UPDATE {table} SET log_key = :key WHERE log_key = (SELECT log_key FROM responses WHERE id = :id)",
+            key=key,
+            id=response_id,
+        )
+    # (ended just now: retention leaves its log until `purge` dates its end back)
     await query(
-        state,
-        "UPDATE event_log SET log_key = :key WHERE log_key = (SELECT log_key FROM responses WHERE id = :id)",
-        key=key,
-        id=response_id,
+        state, "UPDATE responses SET log_key = :key, completed_at = now() WHERE id = :id", key=key, id=response_id
     )
-    await query(
-        state, "UPDATE responses SET log_key = :key, status = 'in_progress' WHERE id = :id", key=key, id=response_id
-    )
-    async with state.engine.begin() as conn:
-        assert await events_db.append(conn, response_id, [text_delta("a"), text_delta("b")])
     return response_id
 
 

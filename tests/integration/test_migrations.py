@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
@@ -251,13 +252,15 @@ async def test_event_logs_stored_before_0015_move_into_the_compact_log_and_back(
                     ),
                     {"id": name, "n": number, "payload": payload},
                 )
-    await _in_thread(command.upgrade, config, "head")
+    await _in_thread(command.upgrade, config, "0022")  # (0023 moves the running logs to the live partition)
     async with engine.begin() as conn:
         for name in ("resp_old", "resp_new"):
             assert [e.json for e in await events_db.events_after(conn, name, -1, None)] == payloads
         days = await conn.execute(text("SELECT id, log_key >> 32 AS day FROM responses ORDER BY id"))
         by_day = {str(row.id): int(row.day) for row in days}
         assert by_day["resp_new"] - by_day["resp_old"] == 3  # the key tells the day it was created
+    await _in_thread(command.upgrade, config, "head")
+    async with engine.begin() as conn:
         more = {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0}
         added = await events_db.append(conn, "resp_new", [{**more, "delta": " there", "logprobs": []}])
         assert added[0].sequence_number == 2
@@ -278,6 +281,8 @@ async def test_event_logs_stored_before_0015_move_into_the_compact_log_and_back(
 
 
 async def test_logs_being_written_at_0021_go_live_and_back_to_their_creation_day(empty_database_url: str) -> None:
+    """A response running across the upgrade streams on under a key of the live partition (0023),
+    where the statements that store events read its log, and ends into the day it ends."""
     from alembic import command
 
     from app.storage import events as events_db
@@ -300,17 +305,30 @@ async def test_logs_being_written_at_0021_go_live_and_back_to_their_creation_day
     async def everything(conn: Any, response_id: str) -> list[str]:
         return [e.json for e in await events_db.events_after(conn, response_id, -1, None)]
 
+    # Its first event as the code of 0020 stored it: whole, under its key of the day it was created.
+    first = orjson.dumps({**delta, "delta": "a", "logprobs": [], "sequence_number": 0}).decode()
+    stored_whole = text(
+        "INSERT INTO event_log (log_key, sequence_number, type, payload, committed_at) "
+        "SELECT log_key, 0, 'response.output_text.delta', :payload, now() FROM responses WHERE id = :id"
+    )
     async with engine.begin() as conn:
         await conn.execute(text("INSERT INTO accounts (id, name) VALUES ('acct_1', 'one')"))
         await conn.execute(insert, {"id": "resp_before"})
-        before = await events_db.append(conn, "resp_before", [{**delta, "delta": "a", "logprobs": []}])
+        await conn.execute(stored_whole, {"payload": first, "id": "resp_before"})
+        assert [*(await conn.scalars(where, {"id": "resp_before"}))] == [today]
     await _in_thread(command.upgrade, config, "head")
     async with engine.begin() as conn:
-        assert await everything(conn, "resp_before") == [e.json for e in before]  # running on, where it was
-        closing: list[dict[str, Any]] = [{**delta, "delta": "b", "logprobs": []}, {"type": "response.completed"}]
-        before += await events_db.end(conn, "resp_before", closing, responses_db.Outcome("completed", [], time.time()))
+        assert await everything(conn, "resp_before") == [first]  # running on, in the live partition
+        assert [*(await conn.scalars(where, {"id": "resp_before"}))] == ["event_log_live"]
+        streamed = await events_db.append(conn, "resp_before", [{**delta, "delta": "b", "logprobs": []}])
+        assert [e.sequence_number for e in streamed] == [1]  # numbered after what it held
+        closing: list[dict[str, Any]] = [{**delta, "delta": "c", "logprobs": []}, {"type": "response.completed"}]
+        ended = await events_db.end(conn, "resp_before", closing, responses_db.Outcome("completed", [], time.time()))
+        before = [first, *(e.json for e in [*streamed, *ended])]
         assert [*(await conn.scalars(where, {"id": "resp_before"}))] == [today]
-        assert await everything(conn, "resp_before") == [e.json for e in before]
+        assert await everything(conn, "resp_before") == before
+        left = text("SELECT count(*) FROM event_templates t JOIN responses r ON r.log_key = t.log_key WHERE r.id = :id")
+        assert await conn.scalar(left, {"id": "resp_before"}) == 1  # its template, under its key of today
         await conn.execute(insert, {"id": "resp_after"})
         response = {"id": "resp_after", "status": "in_progress", "tools": []}
         opening = [{"type": kind, "response": response} for kind in ("response.created", "response.in_progress")]
@@ -320,8 +338,8 @@ async def test_logs_being_written_at_0021_go_live_and_back_to_their_creation_day
         assert [*(await conn.scalars(where, {"id": "resp_after"}))] == ["event_log_live"]
     await _in_thread(command.downgrade, config, "0020")
     async with engine.begin() as conn:
-        for response_id, events in (("resp_before", before), ("resp_after", after)):
-            assert await everything(conn, response_id) == [e.json for e in events]
+        for response_id, events in (("resp_before", before), ("resp_after", [e.json for e in after])):
+            assert await everything(conn, response_id) == events
         assert [*(await conn.scalars(where, {"id": "resp_after"}))] == [today]  # created today
         names = await conn.scalars(text("SELECT relname FROM pg_class WHERE relname = 'event_log_live'"))
         assert [*names] == []

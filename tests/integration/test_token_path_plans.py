@@ -13,6 +13,7 @@ import orjson
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.housekeeping import log_partitions
 from app.storage import events as events_db
 from app.storage import responses as responses_db
 from app.storage.driver import DriverStatement
@@ -63,3 +64,29 @@ async def test_a_held_connections_one_plan_reads_responses_by_their_key(held_eng
         await conn.rollback()
     indexes = _indexes_reading((orjson.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"], "responses")
     assert indexes and set(indexes) == {"pk_responses"}
+
+
+def _log_partitions_read(plan: dict[str, Any]) -> set[str]:
+    """The event log's partitions a JSON plan's nodes read (not those it only writes to)."""
+    found = set()
+    relation = plan.get("Relation Name", "")
+    if relation.startswith("event_log") and plan.get("Node Type") != "ModifyTable":
+        found.add(relation)
+    return found.union(*(_log_partitions_read(child) for child in plan.get("Plans", [])))
+
+
+@pytest.mark.parametrize("name", ["the streaming commit", "the commit that ends responses"])
+async def test_the_commits_read_a_running_responses_log_in_the_live_partition_alone(
+    held_engine: AsyncEngine, name: str
+) -> None:
+    """However many days' partitions retention keeps, a commit's one plan opens none of them."""
+    statement: DriverStatement = STATEMENTS[name]
+    nulls = ", ".join(["NULL"] * len(set(statement._names)))
+    async with held_engine.begin() as conn:
+        await log_partitions.create(conn, 10_000)  # (1997: a day no test writes to)
+        await conn.exec_driver_sql(f"PREPARE held_plan AS {statement._sql}")
+        [[plan]] = (await conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) EXECUTE held_plan({nulls})")).all()
+        await conn.rollback()
+    assert _log_partitions_read((orjson.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]) == {
+        "event_log_live"
+    }
