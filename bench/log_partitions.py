@@ -43,8 +43,9 @@ EPOCH = datetime.date(1970, 1, 1)
 
 
 def past_days(days: int) -> range:
-    """The `days` days before today, whose partitions a retention window keeps."""
-    today = (datetime.date.today() - EPOCH).days
+    """The `days` days before today (UTC, as the partitions' days are), whose partitions a retention
+    window keeps."""
+    today = (datetime.datetime.now(datetime.UTC).date() - EPOCH).days
     return range(today - days, today)
 
 

@@ -193,7 +193,8 @@ async def ttft_steps(
     to the API's accepting it (its `created_at`), then its generation's start as its worker logged
     it, then to the client's first token. And each one's first output token from its worker's
     runtime request (the request's building included, as a client's TTFT includes its own): the
-    runtime as the worker meets it, to set beside the direct path's TTFT."""
+    runtime as the worker meets it, to set beside the direct path's TTFT. Only responses whose first
+    output was committed before they ended are counted (the generation's `commit_ms`)."""
     rows = await pg.fetch(
         "SELECT id, extract(epoch FROM created_at) AS accepted FROM responses WHERE id = ANY($1::text[])",
         [one.response_id for one in streamed if one.response_id],

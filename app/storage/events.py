@@ -51,7 +51,7 @@ RUN_BYTES = 16 * 1024
 # its own reads do not see in the table) when its type, prefix and suffix are the template's.
 # An active response's log is in `event_log_live` (migrations 0021, 0023): they read it there.
 # Read through `event_log`, each run of their one plan would open every day's partition, as many
-# as retention keeps (bench/log_partitions.py: with 90 more, each commit cost about twice as much).
+# as retention keeps (bench/log_partitions.py: with 90 more, each commit cost 1.5 to 2.3 times as much).
 
 # One statement numbers and inserts the events of many responses and ends those that end in
 # the batch (terminal status, usage, output items, their deltas folded): atomic without a
