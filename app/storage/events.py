@@ -403,11 +403,13 @@ _OUTPUT_PIECE = """
 
 
 # An opening event stored without its response object (output_refs.py) gets it back from the
-# event before it: `{"type":"…","response":` OBJECT `,"sequence_number":N}`.
+# event before it (`p`, joined): `{"type":"…","response":` OBJECT `,"sequence_number":N}`. Joined,
+# not a subquery of the row: as one, estimated as a lookup under each partition's scan, its cost
+# with the partitions of 90 days had Postgres compile each read (JIT): 0.6 s, against 1 ms joined
+# (bench/log_partitions.py; tests/integration/test_token_path_plans.py).
 _OPENING_PIECE = """
-    (SELECT substr(p.payload, length(p.type) + 23,
-                   length(p.payload) - length(p.type) - 22 - length(',"sequence_number":' || p.sequence_number || '}'))
-     FROM event_log p WHERE p.log_key = e.log_key AND p.sequence_number = e.sequence_number - 1)
+    substr(p.payload, length(p.type) + 23,
+           length(p.payload) - length(p.type) - 22 - length(',"sequence_number":' || p.sequence_number || '}'))
 """
 
 
@@ -429,6 +431,8 @@ def _log_after(after: str) -> str:
                END AS payload
         FROM event_log e
         LEFT JOIN event_templates t ON t.log_key = e.log_key AND t.id = e.template
+        LEFT JOIN event_log p ON e.output_path = '{{response}}'
+                             AND p.log_key = e.log_key AND p.sequence_number = e.sequence_number - 1
         CROSS JOIN LATERAL (
             SELECT e.sequence_number, e.payload AS body WHERE e.run_length IS NULL
             UNION ALL

@@ -90,3 +90,22 @@ async def test_the_commits_read_a_running_responses_log_in_the_live_partition_al
     assert _log_partitions_read((orjson.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]) == {
         "event_log_live"
     }
+
+
+@pytest.mark.parametrize("statement", [events_db._EVENTS_AFTER, events_db._LOGS_AFTER], ids=["one log", "many logs"])
+async def test_a_log_read_is_not_compiled_with_the_partitions_of_90_days(
+    held_engine: AsyncEngine, statement: Any
+) -> None:
+    """Postgres compiles a statement (JIT) when its plan's cost estimate is high: hundreds of
+    milliseconds at each run, which a read of a log, estimated as a lookup under each partition's
+    scan, paid with the partitions of 90 days."""
+    read = statement if isinstance(statement, DriverStatement) else DriverStatement(statement)
+    nulls = ", ".join(["NULL"] * len(set(read._names)))
+    async with held_engine.begin() as conn:
+        for day in range(10_000, 10_090):  # (1997: days no test writes to)
+            await log_partitions.create(conn, day)
+        await conn.exec_driver_sql(f"PREPARE held_plan AS {read._sql}")
+        [[plan]] = (await conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) EXECUTE held_plan({nulls})")).all()
+        await conn.rollback()
+    explained = (orjson.loads(plan) if isinstance(plan, str) else plan)[0]
+    assert explained["Plan"]["Total Cost"] > 0 and "JIT" not in explained
