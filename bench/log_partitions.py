@@ -1,7 +1,8 @@
 """What the event log's day partitions cost the token path's commits: a response's first output's
-commit, a later delta's and its end's, as the worker's writer runs them, timed in alternating
-rounds on the partitions a fresh database has and with `--days` more, as a retention window keeps
-(one partition a day: app/housekeeping/log_partitions.py).
+commit, a later delta's and its end's, as the worker's writer runs them, and a read of its whole
+log while it runs and once it ended (`events_db.events_after`, as a resume or a follower reads
+it), timed in alternating rounds on the partitions a fresh database has and with `--days` more,
+as a retention window keeps (one partition a day: app/housekeeping/log_partitions.py).
 
     python bench/log_partitions.py [--days 90] [--runs 200] [--rounds 4]
 
@@ -9,8 +10,8 @@ Starts the stack (bench/stack.py) for a migrated database and one streamed answe
 are the ones committed; each run stores a new response as its worker does
 (`responses_db.insert_claimed`) and commits its events with `events_db.append_many` on a connection
 planned as the held ones are (`plan_cache_mode = force_generic_plan`). The partitions of a "many"
-round are made before it and dropped after it. Prints each commit's p50 in microseconds with few
-and with many partitions, and their ratio.
+round are made before it and dropped after it. Prints each statement's p50 in microseconds with
+few and with many partitions, and their ratio.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ async def timed_round(
     opening, later, closing = stream[: first_delta + 1], stream[first_delta + 1], stream[-4:]
     output = stream[-1]["response"]["output"]
     item_ids = [item["id"] for item in output]
-    times: dict[str, list[float]] = {"first_commit": [], "later_commit": [], "ending_commit": []}
+    times: dict[str, list[float]] = {name: [] for name in ("first_commit", "later_commit", "ending_commit")}
+    times |= {"running_read": [], "ended_read": []}
     for _ in range(runs):
         new = foreground_response(account_id)
         response_id = new.record.id
@@ -87,12 +89,18 @@ async def timed_round(
         started = time.perf_counter()
         await events_db.append_many(conn, {response_id: renamed([later], names)})
         times["later_commit"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        running = await events_db.events_after(conn, response_id, -1, None)
+        times["running_read"].append(time.perf_counter() - started)
         outcome = responses_db.Outcome("completed", renamed(output, names), time.time())
         started = time.perf_counter()
         ended = await events_db.append_many(conn, {response_id: renamed(closing, names)}, {response_id: outcome})
         times["ending_commit"].append(time.perf_counter() - started)
-        if not committed or not ended:
-            raise RuntimeError("a commit stored nothing")
+        started = time.perf_counter()
+        whole = await events_db.events_after(conn, response_id, -1, None)
+        times["ended_read"].append(time.perf_counter() - started)
+        if not committed or not ended or len(whole) != len(running) + len(closing):
+            raise RuntimeError("a commit stored nothing, or a read missed what it stored")
     return {name: statistics.median(values) * 1e6 for name, values in times.items()}
 
 
@@ -103,7 +111,8 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="rounds of each, alternating")
     args = parser.parse_args()
     body = {"model": "fake", "input": '#fake {"text": "a short answer of a few words"}', "stream": True}
-    async with running_stack() as stack, aiohttp.ClientSession() as client:
+    # (no retention pass meanwhile: it would drop the added partitions, which hold no log)
+    async with running_stack(RESPONSES_RETENTION_INTERVAL_SECONDS="3600") as stack, aiohttp.ClientSession() as client:
         async with client.post(f"{stack.api_url}/responses", json=body, headers=stack.headers) as answer:
             lines = (await answer.read()).decode().splitlines()
         stream = [json.loads(line.removeprefix("data: ")) for line in lines if line.startswith("data: ")]
