@@ -29,6 +29,9 @@ STATEMENTS = {
 }
 
 
+DAYS_NO_TEST_WRITES = range(10_000, 10_090)  # (1997): 90 days' partitions, as retention keeps them
+
+
 @pytest.fixture
 async def held_engine(environment: Environment) -> AsyncIterator[AsyncEngine]:
     engine = create_engine(environment.settings(), pool_size=1, max_overflow=0, generic_plans=True)
@@ -51,18 +54,26 @@ def _indexes_reading(plan: dict[str, Any], relation: str) -> list[str | None]:
     return found
 
 
-@pytest.mark.parametrize("name", STATEMENTS)
-async def test_a_held_connections_one_plan_reads_responses_by_their_key(held_engine: AsyncEngine, name: str) -> None:
-    statement: DriverStatement = STATEMENTS[name]
+async def held_plan(engine: AsyncEngine, statement: DriverStatement, days: range = range(0)) -> dict[str, Any]:
+    """The statement's one plan as a held connection makes it (EXPLAIN's JSON, its top with "Plan"),
+    with the event log's partitions of `days` made for it in the same transaction, undone after."""
     nulls = ", ".join(["NULL"] * len(set(statement._names)))
-    async with held_engine.begin() as conn:
+    async with engine.begin() as conn:
+        for day in days:
+            await log_partitions.create(conn, day)
         await conn.exec_driver_sql(f"PREPARE held_plan AS {statement._sql}")
         try:
             [[plan]] = (await conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) EXECUTE held_plan({nulls})")).all()
         finally:
             await conn.exec_driver_sql("DEALLOCATE held_plan")
-        await conn.rollback()
-    indexes = _indexes_reading((orjson.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"], "responses")
+        await conn.rollback()  # (the partitions with it)
+    explained: dict[str, Any] = (orjson.loads(plan) if isinstance(plan, str) else plan)[0]
+    return explained
+
+
+@pytest.mark.parametrize("name", STATEMENTS)
+async def test_a_held_connections_one_plan_reads_responses_by_their_key(held_engine: AsyncEngine, name: str) -> None:
+    indexes = _indexes_reading((await held_plan(held_engine, STATEMENTS[name]))["Plan"], "responses")
     assert indexes and set(indexes) == {"pk_responses"}
 
 
@@ -80,16 +91,8 @@ async def test_the_commits_read_a_running_responses_log_in_the_live_partition_al
     held_engine: AsyncEngine, name: str
 ) -> None:
     """However many days' partitions retention keeps, a commit's one plan opens none of them."""
-    statement: DriverStatement = STATEMENTS[name]
-    nulls = ", ".join(["NULL"] * len(set(statement._names)))
-    async with held_engine.begin() as conn:
-        await log_partitions.create(conn, 10_000)  # (1997: a day no test writes to)
-        await conn.exec_driver_sql(f"PREPARE held_plan AS {statement._sql}")
-        [[plan]] = (await conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) EXECUTE held_plan({nulls})")).all()
-        await conn.rollback()
-    assert _log_partitions_read((orjson.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]) == {
-        "event_log_live"
-    }
+    plan = await held_plan(held_engine, STATEMENTS[name], DAYS_NO_TEST_WRITES[:1])
+    assert _log_partitions_read(plan["Plan"]) == {"event_log_live"}
 
 
 @pytest.mark.parametrize("statement", [events_db._EVENTS_AFTER, events_db._LOGS_AFTER], ids=["one log", "many logs"])
@@ -100,12 +103,5 @@ async def test_a_log_read_is_not_compiled_with_the_partitions_of_90_days(
     milliseconds at each run, which a read of a log, estimated as a lookup under each partition's
     scan, paid with the partitions of 90 days."""
     read = statement if isinstance(statement, DriverStatement) else DriverStatement(statement)
-    nulls = ", ".join(["NULL"] * len(set(read._names)))
-    async with held_engine.begin() as conn:
-        for day in range(10_000, 10_090):  # (1997: days no test writes to)
-            await log_partitions.create(conn, day)
-        await conn.exec_driver_sql(f"PREPARE held_plan AS {read._sql}")
-        [[plan]] = (await conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) EXECUTE held_plan({nulls})")).all()
-        await conn.rollback()
-    explained = (orjson.loads(plan) if isinstance(plan, str) else plan)[0]
+    explained = await held_plan(held_engine, read, DAYS_NO_TEST_WRITES)
     assert explained["Plan"]["Total Cost"] > 0 and "JIT" not in explained
