@@ -25,6 +25,12 @@ from tests.conftest import (
 )
 
 
+def whole_lines(log_path: Path) -> list[str]:
+    """The log's lines, but not the one a process is writing now."""
+    written = log_path.read_text()
+    return [line for line in written[: written.rfind("\n") + 1].splitlines() if line.strip()]
+
+
 def test_a_json_create_tells_its_phases_and_every_request_logs_one_json_line(
     environment: Environment, api_key: str, fake: FakeRuntime, tmp_path: Path, server: object
 ) -> None:
@@ -50,19 +56,24 @@ def test_a_json_create_tells_its_phases_and_every_request_logs_one_json_line(
         refused = httpx.get(f"http://127.0.0.1:{port}/v1/responses/resp_unknown", headers=headers, timeout=10)
         assert refused.status_code == 404
 
-        def lines() -> list[dict[str, object]]:  # every line, each one JSON object
-            return [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+        def lines() -> list[dict[str, Any]]:  # every line, each one JSON object
+            return [json.loads(line) for line in whole_lines(log_path)]
 
-        wait_until(lambda: len([r for r in lines() if r["logger"] == "responses_server.request"]) >= 2)
-        requests = {r["request_id"]: r for r in lines() if r["logger"] == "responses_server.request"}
-        create_line = requests[created.headers["x-request-id"]]
+        def requests() -> dict[object, dict[str, Any]]:  # request id → its line
+            return {r["request_id"]: r for r in lines() if r["logger"] == "responses_server.request"}
+
+        # A request's line is written once its answer is sent: the client may read the answer first.
+        asked = [answer.headers["x-request-id"] for answer in (created, queued, refused)]
+        wait_until(lambda: set(asked) <= set(requests()))
+        logged = requests()
+        create_line = logged[created.headers["x-request-id"]]
         assert create_line["method"] == "POST" and create_line["path"] == "/v1/responses"
         assert create_line["status"] == 200 and create_line["model"] == "fake-model"
         assert create_line["response_id"] == created.json()["id"]
         assert str(create_line["account"]).startswith("acct_")
         assert isinstance(create_line["duration_ms"], float) and "first_token_ms" in create_line
-        assert requests[refused.headers["x-request-id"]]["status"] == 404
-        assert all(line["path"] not in ("/ready", "/health") for line in requests.values())  # probes: not logged
+        assert logged[refused.headers["x-request-id"]]["status"] == 404
+        assert all(line["path"] not in ("/ready", "/health") for line in logged.values())  # probes: not logged
         assert all(set(line) >= {"time", "level", "logger", "message"} for line in lines())
     finally:
         stop(api)
@@ -97,7 +108,7 @@ def test_a_generation_logs_one_line_with_the_steps_of_its_start(
         assert response_id is not None and first_token_at is not None
 
         def generation_lines() -> list[dict[str, Any]]:
-            lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")]
+            lines = [json.loads(line) for line in whole_lines(log_path) if line.startswith("{")]
             return [line for line in lines if line["logger"] == "responses_server.generation"]
 
         wait_until(lambda: generation_lines())
