@@ -1,15 +1,16 @@
 """What the event log's day partitions cost the token path's commits: a response's first output's
 commit, a later delta's and its end's, as the worker's writer runs them, and a read of its whole
-log while it runs and once it ended (`events_db.events_after`, as a resume or a follower reads
-it), timed in alternating rounds on the partitions a fresh database has and with `--days` more,
-as a retention window keeps (one partition a day: app/housekeeping/log_partitions.py).
+log while it runs and once it ended (`events_db.events_after`, as a resume reads it), and while
+it runs as an API process reads it for its followers (`events_db.logs_after`), timed in
+alternating rounds on the partitions a fresh database has and with `--days` more, as a retention
+window keeps (one partition a day: app/housekeeping/log_partitions.py).
 
     python bench/log_partitions.py [--days 90] [--runs 200] [--rounds 4]
 
 Starts the stack (bench/stack.py) for a migrated database and one streamed answer, whose events
 are the ones committed; each run stores a new response as its worker does
 (`responses_db.insert_claimed`) and commits its events with `events_db.append_many` on a connection
-planned as the held ones are (`plan_cache_mode = force_generic_plan`). The partitions of a "many"
+with the held ones' settings (`GENERIC_PLANS`, app/storage/engine.py). The partitions of a "many"
 round are made before it and dropped after it. Prints each statement's p50 in microseconds with
 few and with many partitions, and their ratio.
 """
@@ -32,10 +33,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from app.events.log_reader import PAGE
 from app.housekeeping import log_partitions
 from app.protocol.ids import new_id
 from app.storage import events as events_db
 from app.storage import responses as responses_db
+from app.storage.engine import GENERIC_PLANS
 from bench.stack import running_stack
 from bench.statement_plans import foreground_response
 
@@ -77,7 +80,7 @@ async def timed_round(
     output = stream[-1]["response"]["output"]
     item_ids = [item["id"] for item in output]
     times: dict[str, list[float]] = {name: [] for name in ("first_commit", "later_commit", "ending_commit")}
-    times |= {"running_read": [], "ended_read": []}
+    times |= {"running_read": [], "followers_read": [], "ended_read": []}
     for _ in range(runs):
         new = foreground_response(account_id)
         response_id = new.record.id
@@ -92,6 +95,9 @@ async def timed_round(
         started = time.perf_counter()
         running = await events_db.events_after(conn, response_id, -1, None)
         times["running_read"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        followed = await events_db.logs_after(conn, [(response_id, -1)], PAGE)
+        times["followers_read"].append(time.perf_counter() - started)
         outcome = responses_db.Outcome("completed", renamed(output, names), time.time())
         started = time.perf_counter()
         ended = await events_db.append_many(conn, {response_id: renamed(closing, names)}, {response_id: outcome})
@@ -99,7 +105,8 @@ async def timed_round(
         started = time.perf_counter()
         whole = await events_db.events_after(conn, response_id, -1, None)
         times["ended_read"].append(time.perf_counter() - started)
-        if not committed or not ended or len(whole) != len(running) + len(closing):
+        read_alike = followed[response_id, -1].events == running
+        if not committed or not ended or not read_alike or len(whole) != len(running) + len(closing):
             raise RuntimeError("a commit stored nothing, or a read missed what it stored")
     return {name: statistics.median(values) * 1e6 for name, values in times.items()}
 
@@ -119,9 +126,7 @@ async def main() -> None:
         for event in stream:
             event.pop("sequence_number")
         answered_id = stream[0]["response"]["id"]
-        engine = create_async_engine(
-            stack.database_url, connect_args={"server_settings": {"plan_cache_mode": "force_generic_plan"}}
-        )
+        engine = create_async_engine(stack.database_url, connect_args={"server_settings": GENERIC_PLANS})
         results: dict[str, list[dict[str, float]]] = {"few": [], "many": []}
         try:
             async with engine.connect() as conn:
