@@ -27,8 +27,11 @@ from app.settings import Settings
 # That one plan is made at a connection's first run of the statement, whatever the tables hold
 # then, and kept until their statistics change: made while they are nearly empty (a new
 # deployment, a benchmark's fresh database), it read `responses` whole, at a cost that grew with
-# every response stored. They are all lookups by key: they are planned without sequential scans.
-GENERIC_PLANS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
+# every response stored. They are all lookups by key: they are planned without sequential scans,
+# and never compiled (JIT): a read's cost estimate grows with the event log's day partitions, and
+# past Postgres's `jit_above_cost` (about 365 of them for a followers' read) each run compiled it
+# first, 1.5 s a read with 400 (`python bench/log_partitions.py --days 400`).
+GENERIC_PLANS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off", "jit": "off"}
 
 
 def create_engine(
