@@ -10,7 +10,7 @@ window keeps (one partition a day: app/housekeeping/log_partitions.py).
 Starts the stack (bench/stack.py) for a migrated database and one streamed answer, whose events
 are the ones committed; each run stores a new response as its worker does
 (`responses_db.insert_claimed`) and commits its events with `events_db.append_many` on a connection
-with the held ones' settings (`GENERIC_PLANS`, app/storage/engine.py). The partitions of a "many"
+with the held ones' settings (app/storage/engine.py). The partitions of a "many"
 round are made before it and dropped after it. Prints each statement's p50 in microseconds with
 few and with many partitions, and their ratio.
 """
@@ -38,7 +38,7 @@ from app.housekeeping import log_partitions
 from app.protocol.ids import new_id
 from app.storage import events as events_db
 from app.storage import responses as responses_db
-from app.storage.engine import GENERIC_PLANS
+from app.storage.engine import server_settings
 from bench.stack import running_stack
 from bench.statement_plans import foreground_response
 
@@ -126,7 +126,8 @@ async def main() -> None:
         for event in stream:
             event.pop("sequence_number")
         answered_id = stream[0]["response"]["id"]
-        engine = create_async_engine(stack.database_url, connect_args={"server_settings": GENERIC_PLANS})
+        held = server_settings(generic_plans=True)
+        engine = create_async_engine(stack.database_url, connect_args={"server_settings": held})
         results: dict[str, list[dict[str, float]]] = {"few": [], "many": []}
         try:
             async with engine.connect() as conn:

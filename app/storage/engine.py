@@ -27,11 +27,17 @@ from app.settings import Settings
 # That one plan is made at a connection's first run of the statement, whatever the tables hold
 # then, and kept until their statistics change: made while they are nearly empty (a new
 # deployment, a benchmark's fresh database), it read `responses` whole, at a cost that grew with
-# every response stored. They are all lookups by key: they are planned without sequential scans,
-# and never compiled (JIT): a read's cost estimate grows with the event log's day partitions, and
-# past Postgres's `jit_above_cost` (about 365 of them for a followers' read) each run compiled it
-# first, 1.5 s a read with 400 (`python bench/log_partitions.py --days 400`).
-GENERIC_PLANS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off", "jit": "off"}
+# every response stored. They are all lookups by key: they are planned without sequential scans.
+GENERIC_PLANS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
+
+# No statement of the service is compiled (JIT): Postgres compiles one whose cost estimate passes
+# `jit_above_cost`, at each run, and the estimate of any statement that reads the event log by a
+# key taken from a row grows with the day partitions retention keeps. With 400 of them, a
+# followers' read took 1.8 s compiled against 3 ms (`python bench/log_partitions.py --days 400`),
+# and the console's system page, whose sample of the last hour's first outputs reads a log per
+# response, compiled too. The service's statements are lookups by key and bounded pages, which
+# compiling never pays for.
+NO_JIT = {"jit": "off"}
 
 
 def create_engine(
@@ -45,10 +51,15 @@ def create_engine(
         pool_size=settings.db_pool_size if pool_size is None else pool_size,
         max_overflow=settings.db_max_overflow if max_overflow is None else max_overflow,
         pool_timeout=settings.db_pool_timeout,
-        connect_args={"server_settings": GENERIC_PLANS} if generic_plans else {},
+        connect_args={"server_settings": server_settings(generic_plans)},
     )
     event.listen(engine.sync_engine, "checkout", _refuse_closed)
     return engine
+
+
+def server_settings(generic_plans: bool) -> dict[str, str]:
+    """The settings of a connection of the service: of a held one (GENERIC_PLANS), or of any."""
+    return NO_JIT | GENERIC_PLANS if generic_plans else NO_JIT
 
 
 def driver_closed(driver_connection: asyncpg.Connection | None) -> bool:

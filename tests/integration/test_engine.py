@@ -7,6 +7,7 @@ one whose driver statement (app/storage/driver.py) found it broken or was interr
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -14,7 +15,7 @@ from typing import Any, Literal
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.storage.driver import DriverStatement, autocommit
 from app.storage.engine import create_engine
@@ -193,3 +194,28 @@ async def test_a_driver_statement_on_a_connection_invalidated_before_it_runs_on_
         invalidated = (await pid.rows(conn, {}))[0][0]
         await conn.invalidate()  # (what a statement that found its connection broken leaves)
         assert (await pid.rows(conn, {}))[0][0] != invalidated
+
+
+# A statement estimated at a hundred million rows: far past Postgres's `jit_above_cost`.
+COSTLY = "EXPLAIN (FORMAT JSON) SELECT sum(g) FROM generate_series(1, 100000000) g"
+
+
+async def _compiles(engine: AsyncEngine) -> bool:
+    async with engine.connect() as conn:
+        [plan] = (await conn.exec_driver_sql(COSTLY)).scalar_one()
+    return "JIT" in (json.loads(plan) if isinstance(plan, str) else plan)
+
+
+@pytest.mark.parametrize("generic_plans", [False, True], ids=["a request's connection", "a held connection"])
+async def test_no_connection_of_the_service_compiles_a_statement(environment: Environment, generic_plans: bool) -> None:
+    """Postgres compiles (JIT) a statement whose cost estimate passes `jit_above_cost`, at every run;
+    the estimate of a read of the event log grows with its day partitions (app/storage/engine.py)."""
+    settings = environment.settings()
+    plain = create_async_engine(settings.database_url)  # a connection as Postgres sets it up
+    service = create_engine(settings, generic_plans=generic_plans)
+    try:
+        assert await _compiles(plain)
+        assert not await _compiles(service)
+    finally:
+        await plain.dispose()
+        await service.dispose()
