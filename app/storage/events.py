@@ -402,52 +402,41 @@ _OUTPUT_PIECE = """
 """
 
 
-# An opening event stored without its response object (output_refs.py) gets it back from the
-# event before it (`p`, joined): `{"type":"…","response":` OBJECT `,"sequence_number":N}`. Joined,
-# not a subquery of the row: as one, estimated as a lookup under each partition's scan, its cost
-# with the partitions of 90 days had Postgres compile each read (JIT): 0.6 s, against 1 ms joined
-# (bench/log_partitions.py; tests/integration/test_token_path_plans.py).
-_OPENING_PIECE = """
-    substr(p.payload, length(p.type) + 23,
-           length(p.payload) - length(p.type) - 22 - length(',"sequence_number":' || p.sequence_number || '}'))
-"""
-
-
-def _log_after(after: str) -> str:
+def _log_after(after: str, most: str) -> str:
     """The events of response `r`'s log after sequence number `after`, in order, each put back as
     it was streamed: a row's event, or each delta of a run (its texts a JSON array, which `json`
     hands back as written); a delta with its template, a closing event with its piece of the
     output, an opening event with the response object of the one before it. A row is keyed by
     its last event's number, so the key's range finds exactly the rows that hold events after
-    `after`. (The `response_events` view, migrations 0015 and 0021, is this for psql.)"""
+    `after`; each holds one event or more, so `most` rows hold at least `most` events. The rows
+    come from `event_log_after` (migration 0025), which reads the log's own partition alone: read
+    here by the key in `r`, the log would have every day's partition opened for it, at each run,
+    about 7 µs each (bench/log_partitions.py). (The `response_events` view is this for psql.)"""
     return f"""
         SELECT x.sequence_number, coalesce(e.type, t.type) AS type,
                CASE WHEN e.template IS NOT NULL
                     THEN t.prefix || x.body || t.suffix || ',"sequence_number":' || x.sequence_number || '}}'
                     WHEN e.output_at IS NULL THEN e.payload
                     WHEN e.output_path = '{{response}}'
-                    THEN left(e.payload, e.output_at) || {_OPENING_PIECE} || substr(e.payload, e.output_at + 1)
+                    THEN left(e.payload, e.output_at) || e.response_object || substr(e.payload, e.output_at + 1)
                     ELSE left(e.payload, e.output_at) || {_OUTPUT_PIECE} || substr(e.payload, e.output_at + 1)
                END AS payload
-        FROM event_log e
-        LEFT JOIN event_templates t ON t.log_key = e.log_key AND t.id = e.template
-        LEFT JOIN event_log p ON e.output_path = '{{response}}'
-                             AND p.log_key = e.log_key AND p.sequence_number = e.sequence_number - 1
+        FROM event_log_after(r.log_key, {after}, {most}) e
+        LEFT JOIN event_templates t ON t.log_key = r.log_key AND t.id = e.template
         CROSS JOIN LATERAL (
             SELECT e.sequence_number, e.payload AS body WHERE e.run_length IS NULL
             UNION ALL
             SELECT e.sequence_number - e.run_length + d.n::int, d.value::text
             FROM json_array_elements(e.payload::json) WITH ORDINALITY AS d(value, n) WHERE e.run_length IS NOT NULL
         ) x
-        WHERE e.log_key = r.log_key AND r.events_purged_at IS NULL
-          AND e.sequence_number > {after} AND x.sequence_number > {after}
+        WHERE r.events_purged_at IS NULL AND x.sequence_number > {after}
         ORDER BY e.sequence_number, x.sequence_number
     """
 
 
 _EVENTS_AFTER = text(f"""
     SELECT e.sequence_number, e.type, e.payload
-    FROM responses r CROSS JOIN LATERAL ({_log_after(":after")} LIMIT :limit) e
+    FROM responses r CROSS JOIN LATERAL ({_log_after(":after", ":limit")} LIMIT :limit) e
     WHERE r.id = :response_id
 """)
 
@@ -462,7 +451,7 @@ _LOGS_AFTER = DriverStatement(
            e.sequence_number, e.type, e.payload
     FROM unnest(CAST(:ids AS text[]), CAST(:afters AS int[])) WITH ORDINALITY AS f(response_id, after, ord)
     LEFT JOIN responses r ON r.id = f.response_id
-    LEFT JOIN LATERAL ({_log_after("f.after")} LIMIT :page) e ON true
+    LEFT JOIN LATERAL ({_log_after("f.after", ":page")} LIMIT :page) e ON true
     ORDER BY f.ord, e.sequence_number
 """)
 )

@@ -4,15 +4,19 @@ the day it ended, and a day is dropped whole once every response of it has had i
 
 from __future__ import annotations
 
+import json
 import secrets
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import text
 
 from app.housekeeping import live_log, log_partitions, retention
+from app.protocol.encoding import WireEvent
 from app.service.state import AppState
 from app.storage import events as events_db
 from app.storage import responses as responses_db
+from app.storage.engine import create_engine
 from tests.deltas import text_delta
 from tests.integration.conftest import accept
 
@@ -183,3 +187,49 @@ async def test_a_deleted_responses_log_does_not_keep_its_day(state: AppState, ac
     await query(state, "DELETE FROM responses WHERE id = :id", id=response_id)
     assert await query(state, "SELECT count(*) FROM event_log WHERE log_key >> 32 = :day", day=past) == [(0,)]
     assert log_partitions.partition_name(past) in (await log_partitions.maintain(state.engine)).dropped
+
+
+async def test_a_log_is_read_in_its_own_partition_alone(state: AppState, account_id: str) -> None:
+    """A read of a running log and of an ended one (a resume's, a follower's) sets up a scan of the
+    partition of its key alone, not of every day's, each of which would cost it about 7 µs
+    (bench/log_partitions.py)."""
+    past = await today(state) - 401  # a day of its own in this shared database
+    async with state.engine.begin() as conn:
+        await log_partitions.create(conn, past)
+    ended = await response_on_day(state, account_id, past)
+    running = await accept(state, account_id, input="hi", background=True, stream=True)
+    for response_id in (ended, running):
+        read, plans = await read_explained(state, response_id)
+        assert read  # (read back whole: test_compact_log.py)
+        scanned = set().union(*(_log_partitions_scanned(plan["Plan"]) for plan in plans))
+        assert scanned == await where_its_events_are(state, response_id)
+
+
+async def read_explained(state: AppState, response_id: str) -> tuple[list[WireEvent], list[dict[str, Any]]]:
+    """The response's log as a resume reads it, and every plan Postgres ran for it, nested ones
+    included, as `auto_explain` tells them (notices), on a connection of its own."""
+    plans: list[dict[str, Any]] = []
+
+    def explained(_: object, notice: Any) -> None:  # "duration: … ms  plan:\n" and the plan
+        plans.append(json.loads(notice.message.split("\n", 1)[1]))
+
+    explaining = create_engine(state.settings, pool_size=1, max_overflow=0)  # (its settings go with it)
+    try:
+        async with explaining.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            driver.add_log_listener(explained)
+            for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_format = json"):
+                await conn.exec_driver_sql(f"SET auto_explain.{setting}")
+            await conn.exec_driver_sql("LOAD 'auto_explain'")
+            await conn.exec_driver_sql("SET auto_explain.log_level = notice")
+            read = await events_db.events_after(conn, response_id, -1, None)
+    finally:
+        await explaining.dispose()
+    return read, plans
+
+
+def _log_partitions_scanned(plan: dict[str, Any]) -> set[str]:
+    """The event log's partitions a plan set up a scan of."""
+    found = {plan["Relation Name"]} if plan.get("Relation Name", "").startswith("event_log") else set()
+    return found.union(*(_log_partitions_scanned(child) for child in plan.get("Plans", [])))
