@@ -32,11 +32,11 @@ GENERIC_PLANS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off
 
 # No statement of the service is compiled (JIT): Postgres compiles one whose cost estimate passes
 # `jit_above_cost`, at each run, and the estimate of any statement that reads the event log by a
-# key taken from a row grows with the day partitions retention keeps. With 400 of them, a
-# followers' read took 1.8 s compiled against 3 ms (`python bench/log_partitions.py --days 400`),
-# and the console's system page, whose sample of the last hour's first outputs reads a log per
-# response, compiled too. The service's statements are lookups by key and bounded pages, which
-# compiling never pays for.
+# key taken from a row grows with the day partitions retention keeps: the console's system page,
+# whose sample of the last hour's first outputs reads a log per response, and a followers' read
+# before it read through `event_log_after` (1.8 s a read, compiled, with 400 partitions:
+# `python bench/log_partitions.py --days 400` at d08c08a). The service's statements are lookups by
+# key and bounded pages, which compiling never pays for.
 NO_JIT = {"jit": "off"}
 
 
