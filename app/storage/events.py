@@ -409,7 +409,7 @@ def _log_after(after: str, most: str) -> str:
     output, an opening event with the response object of the one before it. A row is keyed by
     its last event's number, so the key's range finds exactly the rows that hold events after
     `after`; each holds one event or more, so `most` rows hold at least `most` events. The rows
-    come from `event_log_after` (migration 0025), which reads the log's own partition alone: read
+    come from `event_log_after` (migration 0024), which reads the log's own partition alone: read
     here by the key in `r`, the log would have every day's partition opened for it, at each run,
     about 7 µs each (bench/log_partitions.py). (The `response_events` view is this for psql.)"""
     return f"""

@@ -260,7 +260,7 @@ async def test_event_logs_stored_before_0015_move_into_the_compact_log_and_back(
                 )
     await _in_thread(command.upgrade, config, "0022")  # (0023 moves the running logs to the live partition)
     async with engine.begin() as conn:
-        for name in ("resp_old", "resp_new"):  # (the service's reads need 0025's function: the view's read)
+        for name in ("resp_old", "resp_new"):  # (the service's reads need 0024's function: the view's read)
             assert await _viewed(conn, name) == payloads
         days = await conn.execute(text("SELECT id, log_key >> 32 AS day FROM responses ORDER BY id"))
         by_day = {str(row.id): int(row.day) for row in days}

@@ -121,7 +121,7 @@ async def test_a_log_reads_plan_holds_no_partition_however_many_days_retention_k
     held_engine: AsyncEngine, statement: Any
 ) -> None:
     """A read of a log by the key in its response's row has its rows read by `event_log_after`,
-    whose own query leaves out every partition but the key's (migration 0025): the read's plan
+    whose own query leaves out every partition but the key's (migration 0024): the read's plan
     and its estimate are those of a fresh database with the partitions of 90 days. Through
     `event_log`, it had a scan of each partition set up at each run, and an estimate that grew
     with them, past `jit_above_cost` (where JIT is on, a compiled read: 0.6 s)."""
@@ -136,8 +136,8 @@ async def test_the_operators_view_of_a_log_is_estimated_below_compiling_with_the
     held_engine: AsyncEngine,
 ) -> None:
     """`response_events` is read in psql, whose sessions compile where the server's JIT is on: it
-    joins the event before an opening event (migration 0024), which it looked up in a subquery of
-    each row, estimated at 800,000 with these partitions."""
+    reads a log through `event_log_after` (migration 0024), and no longer looks up the event
+    before an opening event in a subquery of each row, estimated at 800,000 with these partitions."""
     view = text("SELECT payload FROM response_events WHERE response_id = :response_id ORDER BY sequence_number")
     explained = await held_plan(held_engine, DriverStatement(view), DAYS_NO_TEST_WRITES, logs_each=100)
     assert 0 < explained["Plan"]["Total Cost"] < await jit_above_cost(held_engine)
