@@ -456,9 +456,9 @@ _LOGS_AFTER = DriverStatement(
 """)
 )
 
+# (`event_log_last`, migration 0024, reads the log's own partition alone, as `event_log_after` does)
 _LOG_ENDS = text("""
-    SELECT r.id, r.status, (SELECT max(e.sequence_number) FROM event_log e WHERE e.log_key = r.log_key)
-    FROM responses r WHERE r.id = ANY(CAST(:ids AS text[]))
+    SELECT r.id, r.status, event_log_last(r.log_key) FROM responses r WHERE r.id = ANY(CAST(:ids AS text[]))
 """)
 
 

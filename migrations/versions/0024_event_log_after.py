@@ -1,4 +1,4 @@
-"""event_log_after(key, after, most): a log's rows read in its own partition alone
+"""event_log_after(key, after, most), event_log_last(key): a log read in its own partition alone
 
 Revision ID: 0024
 Revises: 0023
@@ -10,7 +10,8 @@ takes the key as a parameter of its own, from which Postgres leaves out every pa
 key's before setting up any. The service's reads (app/storage/events.py `_log_after`) and the
 operators' view `response_events` read a log through it: its rows after a sequence number, in
 order, at most `most` of them (NULL: all), each opening event that refers to the event before with
-that event's response object (`response_object`). The view looked that object up in a subquery of
+that event's response object (`response_object`); `event_log_last` tells the number of its last
+event (app/storage/events.py `log_ends`). The view looked that object up in a subquery of
 each row, whose estimate, through `event_log`, passed Postgres's `jit_above_cost` with the
 partitions of 90 days: a psql session compiled (JIT) each read of the view. Its columns and rows
 are unchanged.
@@ -48,6 +49,16 @@ BEGIN
     WHERE e.log_key = key AND e.sequence_number > after
     ORDER BY e.sequence_number
     LIMIT most;
+END
+$$
+"""
+
+# The number of the last event a log holds (NULL: none), read in the key's partition alone too.
+EVENT_LOG_LAST = """
+CREATE FUNCTION event_log_last(key bigint) RETURNS int
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT max(e.sequence_number) FROM event_log e WHERE e.log_key = key);
 END
 $$
 """
@@ -105,9 +116,14 @@ def upgrade() -> None:
         "COMMENT ON FUNCTION event_log_after(bigint, int, int) IS 'The rows of the event log of key after a "
         "sequence number, in order, at most most of them (NULL: all), read in the key''s partition alone.'"
     )
+    op.execute(EVENT_LOG_LAST)
+    op.execute(
+        "COMMENT ON FUNCTION event_log_last(bigint) IS 'The number of the last event of the event log of key "
+        "(NULL: none), read in the key''s partition alone.'"
+    )
     op.execute(f"CREATE OR REPLACE VIEW response_events AS {response_events(through_function=True)}")
 
 
 def downgrade() -> None:
     op.execute(f"CREATE OR REPLACE VIEW response_events AS {response_events(through_function=False)}")
-    op.execute("DROP FUNCTION event_log_after(bigint, int, int)")
+    op.execute("DROP FUNCTION event_log_after(bigint, int, int), event_log_last(bigint)")

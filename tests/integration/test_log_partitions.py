@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.housekeeping import live_log, log_partitions, retention
-from app.protocol.encoding import WireEvent
 from app.service.state import AppState
 from app.storage import events as events_db
 from app.storage import responses as responses_db
@@ -20,6 +22,7 @@ from app.storage.engine import create_engine
 from tests.deltas import text_delta
 from tests.integration.conftest import accept
 
+Read = TypeVar("Read")
 POLICY = retention.RetentionPolicy(
     stored=timedelta(days=30), unstored_background=timedelta(minutes=10), stream_log=timedelta(hours=24)
 )
@@ -190,27 +193,33 @@ async def test_a_deleted_responses_log_does_not_keep_its_day(state: AppState, ac
 
 
 async def test_a_log_is_read_in_its_own_partition_alone(state: AppState, account_id: str) -> None:
-    """A read of a running log and of an ended one (a resume's, a follower's) sets up a scan of the
-    partition of its key alone, not of every day's, each of which would cost it about 7 µs
-    (bench/log_partitions.py)."""
+    """A read of a running log and of an ended one (a resume's, a follower's), and of the number
+    of its last event (a cancel's, an idle follower's), sets up a scan of the partition of its key
+    alone, not of every day's, each of which would cost it about 7 µs (bench/log_partitions.py)."""
     past = await today(state) - 401  # a day of its own in this shared database
     async with state.engine.begin() as conn:
         await log_partitions.create(conn, past)
     ended = await response_on_day(state, account_id, past)
     running = await accept(state, account_id, input="hi", background=True, stream=True)
     for response_id in (ended, running):
-        read, plans = await read_explained(state, response_id)
+        where = await where_its_events_are(state, response_id)
+        resume = partial(events_db.events_after, response_id=response_id, after=-1, limit=None)
+        read, plans = await explained(state, resume)
         assert read  # (read back whole: test_compact_log.py)
-        scanned = set().union(*(_log_partitions_scanned(plan["Plan"]) for plan in plans))
-        assert scanned == await where_its_events_are(state, response_id)
+        assert set().union(*(_log_partitions_scanned(plan["Plan"]) for plan in plans)) == where
+        ends, plans = await explained(state, partial(events_db.log_ends, response_ids=[response_id]))
+        assert ends[response_id][1] == read[-1].sequence_number
+        assert set().union(*(_log_partitions_scanned(plan["Plan"]) for plan in plans)) == where
 
 
-async def read_explained(state: AppState, response_id: str) -> tuple[list[WireEvent], list[dict[str, Any]]]:
-    """The response's log as a resume reads it, and every plan Postgres ran for it, nested ones
-    included, as `auto_explain` tells them (notices), on a connection of its own."""
+async def explained(
+    state: AppState, reading: Callable[[AsyncConnection], Awaitable[Read]]
+) -> tuple[Read, list[dict[str, Any]]]:
+    """What `reading` reads, and every plan Postgres ran for it, nested ones included, as
+    `auto_explain` tells them (notices), on a connection of its own."""
     plans: list[dict[str, Any]] = []
 
-    def explained(_: object, notice: Any) -> None:  # "duration: … ms  plan:\n" and the plan
+    def told(_: object, notice: Any) -> None:  # "duration: … ms  plan:\n" and the plan
         plans.append(json.loads(notice.message.split("\n", 1)[1]))
 
     explaining = create_engine(state.settings, pool_size=1, max_overflow=0)  # (its settings go with it)
@@ -218,12 +227,12 @@ async def read_explained(state: AppState, response_id: str) -> tuple[list[WireEv
         async with explaining.connect() as conn:
             driver = (await conn.get_raw_connection()).driver_connection
             assert driver is not None
-            driver.add_log_listener(explained)
+            driver.add_log_listener(told)
             for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_format = json"):
                 await conn.exec_driver_sql(f"SET auto_explain.{setting}")
             await conn.exec_driver_sql("LOAD 'auto_explain'")
             await conn.exec_driver_sql("SET auto_explain.log_level = notice")
-            read = await events_db.events_after(conn, response_id, -1, None)
+            read = await reading(conn)
     finally:
         await explaining.dispose()
     return read, plans
