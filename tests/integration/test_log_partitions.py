@@ -21,6 +21,7 @@ from app.storage import responses as responses_db
 from app.storage.engine import create_engine
 from tests.deltas import text_delta
 from tests.integration.conftest import accept
+from tests.integration.test_token_path_plans import log_partitions_read
 
 Read = TypeVar("Read")
 POLICY = retention.RetentionPolicy(
@@ -204,19 +205,17 @@ async def test_a_log_is_read_in_its_own_partition_alone(state: AppState, account
     for response_id in (ended, running):
         where = await where_its_events_are(state, response_id)
         resume = partial(events_db.events_after, response_id=response_id, after=-1, limit=None)
-        read, plans = await explained(state, resume)
-        assert read  # (read back whole: test_compact_log.py)
-        assert set().union(*(_log_partitions_scanned(plan["Plan"]) for plan in plans)) == where
-        ends, plans = await explained(state, partial(events_db.log_ends, response_ids=[response_id]))
-        assert ends[response_id][1] == read[-1].sequence_number
-        assert set().union(*(_log_partitions_scanned(plan["Plan"]) for plan in plans)) == where
+        read, scanned = await partitions_scanned(state, resume)
+        assert read and scanned == where  # (read back whole: test_compact_log.py)
+        ends, scanned = await partitions_scanned(state, partial(events_db.log_ends, response_ids=[response_id]))
+        assert ends[response_id][1] == read[-1].sequence_number and scanned == where
 
 
-async def explained(
+async def partitions_scanned(
     state: AppState, reading: Callable[[AsyncConnection], Awaitable[Read]]
-) -> tuple[Read, list[dict[str, Any]]]:
-    """What `reading` reads, and every plan Postgres ran for it, nested ones included, as
-    `auto_explain` tells them (notices), on a connection of its own."""
+) -> tuple[Read, set[str]]:
+    """What `reading` reads, and the event log's partitions of every plan Postgres ran for it,
+    nested ones included, as `auto_explain` tells them (notices), on a connection of its own."""
     plans: list[dict[str, Any]] = []
 
     def told(_: object, notice: Any) -> None:  # "duration: … ms  plan:\n" and the plan
@@ -235,10 +234,4 @@ async def explained(
             read = await reading(conn)
     finally:
         await explaining.dispose()
-    return read, plans
-
-
-def _log_partitions_scanned(plan: dict[str, Any]) -> set[str]:
-    """The event log's partitions a plan set up a scan of."""
-    found = {plan["Relation Name"]} if plan.get("Relation Name", "").startswith("event_log") else set()
-    return found.union(*(_log_partitions_scanned(child) for child in plan.get("Plans", [])))
+    return read, set().union(*(log_partitions_read(plan["Plan"]) for plan in plans))

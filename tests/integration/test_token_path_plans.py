@@ -92,13 +92,13 @@ async def test_a_held_connections_one_plan_reads_responses_by_their_key(held_eng
     assert indexes and set(indexes) == {"pk_responses"}
 
 
-def _log_partitions_read(plan: dict[str, Any]) -> set[str]:
+def log_partitions_read(plan: dict[str, Any]) -> set[str]:
     """The event log's partitions a JSON plan's nodes read (not those it only writes to)."""
     found = set()
     relation = plan.get("Relation Name", "")
     if relation.startswith("event_log") and plan.get("Node Type") != "ModifyTable":
         found.add(relation)
-    return found.union(*(_log_partitions_read(child) for child in plan.get("Plans", [])))
+    return found.union(*(log_partitions_read(child) for child in plan.get("Plans", [])))
 
 
 @pytest.mark.parametrize("name", ["the streaming commit", "the commit that ends responses"])
@@ -107,7 +107,7 @@ async def test_the_commits_read_a_running_responses_log_in_the_live_partition_al
 ) -> None:
     """However many days' partitions retention keeps, a commit's one plan opens none of them."""
     plan = await held_plan(held_engine, STATEMENTS[name], DAYS_NO_TEST_WRITES[:1])
-    assert _log_partitions_read(plan["Plan"]) == {"event_log_live"}
+    assert log_partitions_read(plan["Plan"]) == {"event_log_live"}
 
 
 async def jit_above_cost(engine: AsyncEngine) -> float:
@@ -128,7 +128,7 @@ async def test_a_log_reads_plan_holds_no_partition_however_many_days_retention_k
     read = statement if isinstance(statement, DriverStatement) else DriverStatement(statement)
     fresh = await held_plan(held_engine, read)
     explained = await held_plan(held_engine, read, DAYS_NO_TEST_WRITES, logs_each=100)
-    assert _log_partitions_read(explained["Plan"]) == set()
+    assert log_partitions_read(explained["Plan"]) == set()
     assert explained["Plan"]["Total Cost"] == fresh["Plan"]["Total Cost"] < await jit_above_cost(held_engine)
 
 
